@@ -1,0 +1,60 @@
+// The point-to-point interface every algorithm in plexus-algos is written
+// against. A backend that can move bytes between two ranks implements
+// PeerTransport once and gets every collective from this library.
+//
+// Transport and algorithm never mix: an algorithm decides who sends which
+// bytes to whom, in which step; the transport moves them, frames them with the
+// operation's signature, checks the peer agrees, and enforces deadlines.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "plexus/algos/status.hpp"
+#include "plexus/backend.h"
+
+namespace plexus::algos {
+
+// Identity of one collective operation, carried in every frame of it so that
+// a receiver can tell when two ranks are in different operations.
+struct OpSignature {
+  uint64_t seq = 0;                        // position of the op in its communicator, from 0
+  plexus_collective_t coll = 0;            // PLEXUS_COLL_*
+  plexus_dtype_t dtype = 0;                // PLEXUS_DTYPE_*, 0 for barrier
+  plexus_reduce_op_t op = 0;               // PLEXUS_OP_*, 0 when the collective does not reduce
+  uint64_t count = 0;                      // the count argument of the call
+  uint32_t root = 0;                       // root (or peer for send/recv), 0 when unused
+};
+
+struct SendSpec {
+  uint32_t peer;
+  const void* data;  // borrowed until Exchange returns
+  size_t bytes;
+};
+
+struct RecvSpec {
+  uint32_t peer;
+  void* data;  // borrowed until Exchange returns; exactly `bytes` arrive
+  size_t bytes;
+};
+
+class PeerTransport {
+ public:
+  virtual ~PeerTransport() = default;
+
+  virtual uint32_t rank() const = 0;
+  virtual uint32_t size() const = 0;
+
+  // Performs every send and every receive concurrently and returns when all
+  // have completed, so a step in which a rank both sends and receives can
+  // never deadlock on full socket buffers. A receive must find a frame of the
+  // same signature and exactly `bytes` payload bytes, else REMOTE (mismatch,
+  // naming both sides). BLOCKS; fails with TIMEOUT when no progress is made
+  // for the communicator's timeout, REMOTE when a peer fails, ABORTED on
+  // abort. After a failure the transport is unusable.
+  virtual Status Exchange(const OpSignature& sig, std::span<const SendSpec> sends,
+                          std::span<const RecvSpec> recvs) = 0;
+};
+
+}  // namespace plexus::algos

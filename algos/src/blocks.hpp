@@ -1,0 +1,38 @@
+// How count elements are cut into `parts` contiguous blocks (the first
+// count % parts blocks get one element more), and how a block is cut into
+// segments so that no single frame or scratch buffer grows without bound.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+namespace plexus::algos {
+
+// Largest payload of one frame; also the size of a ring step's scratch buffer.
+inline constexpr size_t kSegmentBytes = size_t{1} << 20;
+
+class BlockLayout {
+ public:
+  BlockLayout(uint64_t count, uint32_t parts) : base_(count / parts), extra_(count % parts) {}
+  uint64_t offset(uint32_t block) const { return block * base_ + std::min<uint64_t>(block, extra_); }
+  uint64_t length(uint32_t block) const { return base_ + (block < extra_ ? 1 : 0); }
+  uint64_t max_length() const { return base_ + (extra_ ? 1 : 0); }
+
+ private:
+  uint64_t base_;
+  uint64_t extra_;
+};
+
+// Number of segments of at most seg_elems elements that cover len elements.
+inline uint64_t SegmentCount(uint64_t len, uint64_t seg_elems) {
+  return (len + seg_elems - 1) / seg_elems;
+}
+
+// Elements of segment k of a run of len elements.
+inline uint64_t SegmentLength(uint64_t len, uint64_t seg_elems, uint64_t k) {
+  const uint64_t start = k * seg_elems;
+  return start >= len ? 0 : std::min(seg_elems, len - start);
+}
+
+}  // namespace plexus::algos

@@ -1,0 +1,165 @@
+// Reduction kernels: one template per (element type, op), dispatched once per
+// call so the inner loops are plain typed loops the compiler vectorises.
+#include "plexus/algos/dtype.hpp"
+
+#include <algorithm>
+#include <type_traits>
+
+#include "plexus/algos/half.hpp"
+
+namespace plexus::algos {
+namespace {
+
+template <typename T, typename Fn>
+void Apply(void* acc, const void* in, uint64_t count, Fn fn) {
+  T* a = static_cast<T*>(acc);
+  const T* b = static_cast<const T*>(in);
+  for (uint64_t i = 0; i < count; ++i) a[i] = fn(a[i], b[i]);
+}
+
+template <typename T>
+void ReduceTyped(void* acc, const void* in, uint64_t count, plexus_reduce_op_t op) {
+  switch (op) {
+    case PLEXUS_OP_SUM:
+    case PLEXUS_OP_AVG:
+      return Apply<T>(acc, in, count, [](T x, T y) { return T(x + y); });
+    case PLEXUS_OP_PROD:
+      return Apply<T>(acc, in, count, [](T x, T y) { return T(x * y); });
+    case PLEXUS_OP_MIN:
+      return Apply<T>(acc, in, count, [](T x, T y) { return std::min(x, y); });
+    case PLEXUS_OP_MAX:
+      return Apply<T>(acc, in, count, [](T x, T y) { return std::max(x, y); });
+  }
+}
+
+// 16-bit floats reduce in binary32 and round once per element and step, as
+// NCCL and Gloo do for half types.
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void ReduceHalf(void* acc, const void* in, uint64_t count, plexus_reduce_op_t op) {
+  auto run = [&](auto fn) {
+    Apply<uint16_t>(acc, in, count,
+                    [&](uint16_t x, uint16_t y) { return FromFloat(fn(ToFloat(x), ToFloat(y))); });
+  };
+  switch (op) {
+    case PLEXUS_OP_SUM:
+    case PLEXUS_OP_AVG:
+      return run([](float x, float y) { return x + y; });
+    case PLEXUS_OP_PROD:
+      return run([](float x, float y) { return x * y; });
+    case PLEXUS_OP_MIN:
+      return run([](float x, float y) { return std::min(x, y); });
+    case PLEXUS_OP_MAX:
+      return run([](float x, float y) { return std::max(x, y); });
+  }
+}
+
+template <typename T>
+void DivideTyped(void* buf, uint64_t count, uint32_t divisor) {
+  T* p = static_cast<T*>(buf);
+  for (uint64_t i = 0; i < count; ++i) {
+    // Divide in a wide type: T(divisor) would wrap for small T and large worlds.
+    if constexpr (std::is_floating_point_v<T>) {
+      p[i] = T(p[i] / T(divisor));
+    } else if constexpr (std::is_signed_v<T>) {
+      p[i] = T(int64_t(p[i]) / int64_t(divisor));
+    } else {
+      p[i] = T(uint64_t(p[i]) / uint64_t(divisor));
+    }
+  }
+}
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void DivideHalf(void* buf, uint64_t count, uint32_t divisor) {
+  uint16_t* p = static_cast<uint16_t*>(buf);
+  for (uint64_t i = 0; i < count; ++i) p[i] = FromFloat(ToFloat(p[i]) / float(divisor));
+}
+
+}  // namespace
+
+size_t DtypeSize(plexus_dtype_t dtype) {
+  switch (dtype) {
+    case PLEXUS_DTYPE_INT8:
+    case PLEXUS_DTYPE_UINT8:
+      return 1;
+    case PLEXUS_DTYPE_INT16:
+    case PLEXUS_DTYPE_UINT16:
+    case PLEXUS_DTYPE_FLOAT16:
+    case PLEXUS_DTYPE_BFLOAT16:
+      return 2;
+    case PLEXUS_DTYPE_INT32:
+    case PLEXUS_DTYPE_UINT32:
+    case PLEXUS_DTYPE_FLOAT32:
+      return 4;
+    case PLEXUS_DTYPE_INT64:
+    case PLEXUS_DTYPE_UINT64:
+    case PLEXUS_DTYPE_FLOAT64:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+const char* DtypeName(plexus_dtype_t dtype) {
+  static const char* const kNames[] = {"unknown", "int8",   "uint8",   "int16",    "uint16",
+                                       "int32",   "uint32", "int64",   "uint64",   "float16",
+                                       "bfloat16", "float32", "float64"};
+  return dtype <= PLEXUS_DTYPE_MAX_V1 ? kNames[dtype] : "unknown";
+}
+
+const char* ReduceOpName(plexus_reduce_op_t op) {
+  static const char* const kNames[] = {"unknown", "sum", "prod", "min", "max", "avg"};
+  return op <= PLEXUS_OP_MAX_V1 ? kNames[op] : "unknown";
+}
+
+const char* CollectiveName(plexus_collective_t coll) {
+  static const char* const kNames[] = {"allreduce", "broadcast", "reduce",
+                                       "allgather", "reduce_scatter", "alltoall",
+                                       "barrier",   "send",      "recv"};
+  return coll < PLEXUS_COLL_COUNT_V1 ? kNames[coll] : "unknown";
+}
+
+bool CanReduce(plexus_dtype_t dtype, plexus_reduce_op_t op) {
+  return DtypeSize(dtype) != 0 && op >= PLEXUS_OP_SUM && op <= PLEXUS_OP_MAX_V1;
+}
+
+void ReduceInto(void* acc, const void* in, uint64_t count, plexus_dtype_t dtype,
+                plexus_reduce_op_t op) {
+  switch (dtype) {
+    case PLEXUS_DTYPE_INT8: return ReduceTyped<int8_t>(acc, in, count, op);
+    case PLEXUS_DTYPE_UINT8: return ReduceTyped<uint8_t>(acc, in, count, op);
+    case PLEXUS_DTYPE_INT16: return ReduceTyped<int16_t>(acc, in, count, op);
+    case PLEXUS_DTYPE_UINT16: return ReduceTyped<uint16_t>(acc, in, count, op);
+    case PLEXUS_DTYPE_INT32: return ReduceTyped<int32_t>(acc, in, count, op);
+    case PLEXUS_DTYPE_UINT32: return ReduceTyped<uint32_t>(acc, in, count, op);
+    case PLEXUS_DTYPE_INT64: return ReduceTyped<int64_t>(acc, in, count, op);
+    case PLEXUS_DTYPE_UINT64: return ReduceTyped<uint64_t>(acc, in, count, op);
+    case PLEXUS_DTYPE_FLOAT16:
+      return ReduceHalf<Float16ToFloat, FloatToFloat16>(acc, in, count, op);
+    case PLEXUS_DTYPE_BFLOAT16:
+      return ReduceHalf<BFloat16ToFloat, FloatToBFloat16>(acc, in, count, op);
+    case PLEXUS_DTYPE_FLOAT32: return ReduceTyped<float>(acc, in, count, op);
+    case PLEXUS_DTYPE_FLOAT64: return ReduceTyped<double>(acc, in, count, op);
+  }
+}
+
+void FinishAverage(void* buf, uint64_t count, plexus_dtype_t dtype, uint32_t divisor) {
+  if (divisor <= 1) return;
+  switch (dtype) {
+    case PLEXUS_DTYPE_INT8: return DivideTyped<int8_t>(buf, count, divisor);
+    case PLEXUS_DTYPE_UINT8: return DivideTyped<uint8_t>(buf, count, divisor);
+    case PLEXUS_DTYPE_INT16: return DivideTyped<int16_t>(buf, count, divisor);
+    case PLEXUS_DTYPE_UINT16: return DivideTyped<uint16_t>(buf, count, divisor);
+    case PLEXUS_DTYPE_INT32: return DivideTyped<int32_t>(buf, count, divisor);
+    case PLEXUS_DTYPE_UINT32: return DivideTyped<uint32_t>(buf, count, divisor);
+    case PLEXUS_DTYPE_INT64: return DivideTyped<int64_t>(buf, count, divisor);
+    case PLEXUS_DTYPE_UINT64: return DivideTyped<uint64_t>(buf, count, divisor);
+    case PLEXUS_DTYPE_FLOAT16:
+      return DivideHalf<Float16ToFloat, FloatToFloat16>(buf, count, divisor);
+    case PLEXUS_DTYPE_BFLOAT16:
+      return DivideHalf<BFloat16ToFloat, FloatToBFloat16>(buf, count, divisor);
+    case PLEXUS_DTYPE_FLOAT32: return DivideTyped<float>(buf, count, divisor);
+    case PLEXUS_DTYPE_FLOAT64: return DivideTyped<double>(buf, count, divisor);
+  }
+}
+
+}  // namespace plexus::algos

@@ -1,0 +1,79 @@
+// One TCP communicator: a transport (the socket mesh) and one worker thread
+// that runs posted operations strictly in posting order. Posting only queues
+// work, so every collective is asynchronous; requests complete from the
+// worker. After the first failure the communicator is broken: every pending
+// and later operation fails with that first error, as NCCL does after an
+// asynchronous error, because peers can no longer be in step.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "plexus/algos/status.hpp"
+#include "plexus/algos/transport.hpp"
+#include "plexus/backend.h"
+#include "socket_transport.hpp"
+
+// The ABI's opaque request type, defined by this backend.
+struct plexus_request {
+  std::mutex mutex;
+  std::condition_variable done_cv;
+  int32_t status = PLEXUS_IN_PROGRESS;  // guarded by mutex
+  int64_t default_timeout_ms = 0;
+};
+
+namespace plexus::tcp {
+
+// The work of one operation: runs on the worker with the transport and the
+// operation's signature (seq filled in).
+using OpBody = std::function<algos::Status(algos::PeerTransport&, const algos::OpSignature&)>;
+
+class TcpComm {
+ public:
+  TcpComm(const plexus_host_v1& host, uint32_t rank, uint32_t size, int64_t timeout_ms,
+          std::string name, std::unique_ptr<SocketTransport> transport);
+  ~TcpComm();  // aborts what is pending and joins the worker
+
+  uint32_t rank() const { return rank_; }
+  uint32_t size() const { return size_; }
+
+  // Queues body; on success *req is a new request owned by the caller.
+  int32_t Post(algos::OpSignature sig, OpBody body, plexus_request** req);
+
+  void Abort();
+  void SetError(const std::string& message);
+  size_t LastError(char* buf, size_t len);
+
+ private:
+  struct PendingOp {
+    algos::OpSignature sig;
+    OpBody body;
+    plexus_request* req;
+  };
+  void WorkerLoop();
+  static void Complete(plexus_request* req, int32_t status);
+
+  const plexus_host_v1& host_;
+  const uint32_t rank_;
+  const uint32_t size_;
+  const int64_t timeout_ms_;
+  const std::string name_;
+  std::unique_ptr<SocketTransport> transport_;
+
+  std::mutex mutex_;  // guards everything below
+  std::condition_variable queue_cv_;
+  std::deque<PendingOp> queue_;
+  uint64_t next_seq_ = 0;
+  bool stopping_ = false;
+  algos::Status broken_;  // first failure; OK while healthy
+  std::string last_error_;
+  std::thread worker_;
+};
+
+}  // namespace plexus::tcp

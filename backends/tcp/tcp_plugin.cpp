@@ -1,0 +1,295 @@
+// libplexus-tcp.so: the ABI v1 table of the TCP backend.
+//
+// This file is the glue between the C ABI and the C++ inside: it checks every
+// argument (a vendor backend cannot trust its caller more than the host
+// trusts it), turns each call into an OpBody for the communicator's worker,
+// and makes sure no C++ exception leaves through the ABI.
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "mesh_connect.hpp"
+#include "plexus/algos/collectives.hpp"
+#include "plexus/algos/dtype.hpp"
+#include "plexus/backend.h"
+#include "tcp_comm.hpp"
+#include "tcp_log.hpp"
+
+struct plexus_backend_ctx {
+  plexus_host_v1 host;
+};
+
+struct plexus_comm {
+  std::unique_ptr<plexus::tcp::TcpComm> impl;
+};
+
+namespace plexus::tcp {
+namespace {
+
+constexpr uint32_t kAllDtypes = 0x1ffeu;  // bits 1..12
+constexpr uint32_t kCollectives = (1u << PLEXUS_COLL_ALLREDUCE) | (1u << PLEXUS_COLL_BROADCAST) |
+                                  (1u << PLEXUS_COLL_ALLGATHER) | (1u << PLEXUS_COLL_BARRIER);
+
+// Runs fn, turning any escaping exception into PLEXUS_ERR_INTERNAL.
+template <typename Fn>
+int32_t Guarded(plexus_comm* comm, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    if (comm && comm->impl) comm->impl->SetError("out of memory");
+    return PLEXUS_ERR_SYSTEM;
+  } catch (const std::exception& e) {
+    if (comm && comm->impl) comm->impl->SetError(std::string("internal error: ") + e.what());
+    return PLEXUS_ERR_INTERNAL;
+  } catch (...) {
+    return PLEXUS_ERR_INTERNAL;
+  }
+}
+
+int32_t Reject(plexus_comm* comm, int32_t code, const std::string& message) {
+  comm->impl->SetError(message);
+  return code;
+}
+
+// Checks what every collective shares; returns PLEXUS_OK or the error it recorded.
+int32_t CheckCommon(plexus_comm* comm, const char* what, uint64_t count, plexus_dtype_t dtype,
+                    const plexus_placement* placement, plexus_request** req_out) {
+  if (!comm || !comm->impl) return PLEXUS_ERR_INVALID_ARGUMENT;
+  const std::string where = std::string("tcp ") + what + ": ";
+  if (!req_out) return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, where + "req_out is NULL");
+  *req_out = nullptr;
+  if (algos::DtypeSize(dtype) == 0) {
+    return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT,
+                  where + "unknown dtype code " + std::to_string(dtype));
+  }
+  if (placement && placement->memory_type != PLEXUS_MEMORY_HOST) {
+    return Reject(comm, PLEXUS_ERR_UNSUPPORTED,
+                  where + "only host memory is supported (memory type " +
+                      std::to_string(placement->memory_type) + ")");
+  }
+  if (count > (uint64_t(1) << 62) / algos::DtypeSize(dtype)) {
+    return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, where + "count " + std::to_string(count) +
+                                                         " is too large");
+  }
+  return PLEXUS_OK;
+}
+
+int32_t Init(const plexus_host_v1* host, plexus_backend_ctx** ctx_out) {
+  if (!host || !ctx_out || host->struct_size < sizeof(plexus_host_v1) ||
+      !host->oob_allgather || !host->oob_broadcast) {
+    return PLEXUS_ERR_INVALID_ARGUMENT;
+  }
+  auto* ctx = new (std::nothrow) plexus_backend_ctx{*host};
+  if (!ctx) return PLEXUS_ERR_SYSTEM;
+  *ctx_out = ctx;
+  return PLEXUS_OK;
+}
+
+void Finalize(plexus_backend_ctx* ctx) { delete ctx; }
+
+int32_t GetCapabilities(plexus_backend_ctx* ctx, plexus_capabilities* caps) {
+  if (!ctx || !caps || caps->struct_size < sizeof(plexus_capabilities)) {
+    return PLEXUS_ERR_INVALID_ARGUMENT;
+  }
+  const uint32_t size = caps->struct_size;
+  std::memset(caps, 0, sizeof *caps);
+  caps->struct_size = size;
+  caps->collectives = kCollectives;
+  caps->memory_types = 1u << PLEXUS_MEMORY_HOST;
+  caps->dtypes = kAllDtypes;
+  for (uint32_t op = PLEXUS_OP_SUM; op <= PLEXUS_OP_MAX_V1; ++op) caps->reduce_dtypes[op] = kAllDtypes;
+  caps->flags = PLEXUS_CAP_IN_PLACE | PLEXUS_CAP_ABORT;
+  caps->thread_level = PLEXUS_THREAD_MULTIPLE;
+  return PLEXUS_OK;
+}
+
+void WriteError(char* buf, size_t len, const std::string& message) {
+  if (!buf || len == 0) return;
+  const size_t n = std::min(len - 1, message.size());
+  message.copy(buf, n);
+  buf[n] = '\0';
+}
+
+int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
+                   plexus_comm** comm_out, char* error_buf, size_t error_len) {
+  try {
+    if (!ctx || !config || !comm_out || config->struct_size < sizeof(plexus_comm_config_v1) ||
+        config->size == 0 || config->rank >= config->size || config->timeout_ms <= 0) {
+      WriteError(error_buf, error_len, "tcp comm_create: invalid configuration");
+      return PLEXUS_ERR_INVALID_ARGUMENT;
+    }
+    *comm_out = nullptr;
+    std::vector<int> fds(config->size, -1);
+    if (config->size > 1) {
+      algos::Status st = ConnectMesh(ctx->host, *config, &fds);
+      if (!st.ok()) {
+        WriteError(error_buf, error_len, "tcp: connecting rank " + std::to_string(config->rank) +
+                                             " of " + config->name + ": " + st.message);
+        return st.code;
+      }
+    }
+    auto transport = std::make_unique<SocketTransport>(config->rank, config->size, std::move(fds),
+                                                       config->timeout_ms);
+    auto* comm = new plexus_comm;
+    comm->impl = std::make_unique<TcpComm>(ctx->host, config->rank, config->size,
+                                           config->timeout_ms, config->name,
+                                           std::move(transport));
+    *comm_out = comm;
+    return PLEXUS_OK;
+  } catch (const std::exception& e) {
+    WriteError(error_buf, error_len, std::string("tcp comm_create: ") + e.what());
+    return PLEXUS_ERR_INTERNAL;
+  }
+}
+
+void CommDestroy(plexus_comm* comm) {
+  try {
+    delete comm;
+  } catch (...) {
+  }
+}
+
+int32_t CommAbort(plexus_comm* comm) {
+  if (!comm || !comm->impl) return PLEXUS_ERR_INVALID_ARGUMENT;
+  return Guarded(comm, [&] {
+    comm->impl->Abort();
+    return PLEXUS_OK;
+  });
+}
+
+size_t CommLastError(plexus_comm* comm, char* buf, size_t len) {
+  if (!comm || !comm->impl) return 0;
+  try {
+    return comm->impl->LastError(buf, len);
+  } catch (...) {
+    return 0;
+  }
+}
+
+int32_t Test(plexus_request* req) {
+  if (!req) return PLEXUS_ERR_INVALID_ARGUMENT;
+  std::lock_guard<std::mutex> lock(req->mutex);
+  return req->status;
+}
+
+int32_t Wait(plexus_request* req, int64_t timeout_ms) {
+  if (!req) return PLEXUS_ERR_INVALID_ARGUMENT;
+  if (timeout_ms < 0) timeout_ms = req->default_timeout_ms;
+  std::unique_lock<std::mutex> lock(req->mutex);
+  const bool done = req->done_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                                          [&] { return req->status != PLEXUS_IN_PROGRESS; });
+  return done ? req->status : PLEXUS_ERR_TIMEOUT;
+}
+
+int32_t RequestFree(plexus_request* req) {
+  if (!req) return PLEXUS_OK;
+  {
+    std::lock_guard<std::mutex> lock(req->mutex);
+    if (req->status == PLEXUS_IN_PROGRESS) return PLEXUS_ERR_INVALID_USAGE;
+  }
+  delete req;
+  return PLEXUS_OK;
+}
+
+int32_t Allreduce(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                  plexus_dtype_t dtype, plexus_reduce_op_t op, const plexus_placement* placement,
+                  plexus_request** req_out) {
+  return Guarded(comm, [&] {
+    int32_t rc = CheckCommon(comm, "allreduce", count, dtype, placement, req_out);
+    if (rc != PLEXUS_OK) return rc;
+    if (!algos::CanReduce(dtype, op)) {
+      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT,
+                    "tcp allreduce: unknown reduce op code " + std::to_string(op));
+    }
+    if (count > 0 && (!sendbuf || !recvbuf)) {
+      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, "tcp allreduce: NULL buffer");
+    }
+    algos::OpSignature sig{0, PLEXUS_COLL_ALLREDUCE, dtype, op, count, 0};
+    return comm->impl->Post(sig, [sendbuf, recvbuf](algos::PeerTransport& t,
+                                                    const algos::OpSignature& s) {
+      return algos::RingAllreduce(t, s, sendbuf, recvbuf);
+    }, req_out);
+  });
+}
+
+int32_t Broadcast(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype,
+                  uint32_t root, const plexus_placement* placement, plexus_request** req_out) {
+  return Guarded(comm, [&] {
+    int32_t rc = CheckCommon(comm, "broadcast", count, dtype, placement, req_out);
+    if (rc != PLEXUS_OK) return rc;
+    if (root >= comm->impl->size()) {
+      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT,
+                    "tcp broadcast: root " + std::to_string(root) + " is not a rank (size " +
+                        std::to_string(comm->impl->size()) + ")");
+    }
+    if (count > 0 && !buf) return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, "tcp broadcast: NULL buffer");
+    algos::OpSignature sig{0, PLEXUS_COLL_BROADCAST, dtype, 0, count, root};
+    return comm->impl->Post(sig, [buf](algos::PeerTransport& t, const algos::OpSignature& s) {
+      return algos::BinomialBroadcast(t, s, buf);
+    }, req_out);
+  });
+}
+
+int32_t Allgather(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                  plexus_dtype_t dtype, const plexus_placement* placement,
+                  plexus_request** req_out) {
+  return Guarded(comm, [&] {
+    int32_t rc = CheckCommon(comm, "allgather", count, dtype, placement, req_out);
+    if (rc != PLEXUS_OK) return rc;
+    if (count > 0 && (!sendbuf || !recvbuf)) {
+      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, "tcp allgather: NULL buffer");
+    }
+    algos::OpSignature sig{0, PLEXUS_COLL_ALLGATHER, dtype, 0, count, 0};
+    return comm->impl->Post(sig, [sendbuf, recvbuf](algos::PeerTransport& t,
+                                                    const algos::OpSignature& s) {
+      return algos::RingAllgather(t, s, sendbuf, recvbuf);
+    }, req_out);
+  });
+}
+
+int32_t Barrier(plexus_comm* comm, plexus_request** req_out) {
+  return Guarded(comm, [&] {
+    if (!comm || !comm->impl) return PLEXUS_ERR_INVALID_ARGUMENT;
+    if (!req_out) return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, "tcp barrier: req_out is NULL");
+    algos::OpSignature sig{0, PLEXUS_COLL_BARRIER, 0, 0, 0, 0};
+    return comm->impl->Post(sig, [](algos::PeerTransport& t, const algos::OpSignature& s) {
+      return algos::DisseminationBarrier(t, s);
+    }, req_out);
+  });
+}
+
+const plexus_backend_v1 kTable = [] {
+  plexus_backend_v1 t{};
+  t.struct_size = sizeof(plexus_backend_v1);
+  t.abi_major = PLEXUS_ABI_MAJOR;
+  t.abi_minor = PLEXUS_ABI_MINOR;
+  t.name = "tcp";
+  t.version = PLEXUS_VERSION_STRING;
+  t.init = Init;
+  t.finalize = Finalize;
+  t.get_capabilities = GetCapabilities;
+  t.comm_create = CommCreate;
+  t.comm_destroy = CommDestroy;
+  t.comm_abort = CommAbort;
+  t.comm_last_error = CommLastError;
+  t.test = Test;
+  t.wait = Wait;
+  t.request_free = RequestFree;
+  t.allreduce = Allreduce;
+  t.broadcast = Broadcast;
+  t.allgather = Allgather;
+  t.barrier = Barrier;
+  return t;
+}();
+
+}  // namespace
+}  // namespace plexus::tcp
+
+extern "C" __attribute__((visibility("default"))) int32_t plexus_backend_get_v1(
+    uint32_t host_abi_minor, const plexus_backend_v1** table_out) {
+  (void)host_abi_minor;  // every 1.x host can drive this 1.0 table
+  if (!table_out) return PLEXUS_ERR_INVALID_ARGUMENT;
+  *table_out = &plexus::tcp::kTable;
+  return PLEXUS_OK;
+}

@@ -1,0 +1,41 @@
+// Discovers this process's place in the job from the launcher's environment.
+//
+// Order (the first complete pair wins): PLEXUS_RANK/PLEXUS_WORLD_SIZE;
+// torchrun's RANK/WORLD_SIZE; Open MPI's OMPI_COMM_WORLD_RANK/SIZE; Slurm's
+// SLURM_PROCID/SLURM_NTASKS; PMI_RANK/PMI_SIZE. None at all means a single
+// process (rank 0 of 1). The rendezvous point is PLEXUS_MASTER_ADDR/PORT,
+// else MASTER_ADDR/MASTER_PORT (under torchrun, whose own store already holds
+// MASTER_PORT, Plexus uses MASTER_PORT + 1).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "plexus/status.hpp"
+
+namespace plexus {
+
+struct LaunchInfo {
+  uint32_t rank = 0;
+  uint32_t size = 1;
+  uint32_t local_rank = 0;
+  uint32_t local_size = 1;
+  std::string master_addr;   // empty when the launcher gave none
+  uint16_t master_port = 0;  // 0 when the launcher gave none
+  bool store_hosted = false;  // PLEXUS_STORE_HOSTED=1: a launcher hosts the store; only connect
+  std::string source;         // which launcher's variables were used, for messages
+};
+
+// Looks up one environment variable; std::nullopt when unset.
+using EnvLookup = std::function<std::optional<std::string>(const char*)>;
+
+// The process environment (getenv).
+EnvLookup ProcessEnv();
+
+// Fills *info. Malformed or inconsistent values (a rank that is not a number,
+// rank >= size, only one of a pair) are INVALID_ARGUMENT naming the variable.
+Status DiscoverLaunch(const EnvLookup& env, LaunchInfo* info);
+
+}  // namespace plexus

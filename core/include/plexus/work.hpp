@@ -1,0 +1,52 @@
+// plexus::Work — the handle of one posted operation.
+//
+// Like c10d's Work: test() polls, wait() blocks with a timeout; a failure is
+// thrown as plexus::Error. Dropping a Work that is still running is allowed:
+// the operation keeps going and its request is released by the communicator.
+// A Work may be moved, not copied. Not thread-safe per object.
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include "plexus/backend.h"
+
+namespace plexus {
+
+namespace detail {
+struct CommState;
+}
+
+class Work {
+ public:
+  Work() = default;  // an already-completed, empty Work
+  Work(Work&& other) noexcept;
+  Work& operator=(Work&& other) noexcept;
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+  ~Work();
+
+  // True when the operation has completed successfully; false while it runs.
+  // Throws plexus::Error when it failed. Never blocks.
+  bool test();
+
+  // Blocks until the operation completes. timeout < 0 (the default) means the
+  // communicator's timeout. Throws plexus::Error with status PLEXUS_ERR_TIMEOUT
+  // if it did not complete in time (the Work stays valid; wait again or
+  // abort), or with the operation's error if it failed.
+  void wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(-1));
+
+  // True once test() or wait() has seen the operation complete (either way).
+  bool completed() const { return request_ == nullptr; }
+
+ private:
+  friend class Communicator;
+  Work(std::shared_ptr<detail::CommState> comm, plexus_request* request, const char* what);
+  void Finish(int32_t code);  // frees the request; throws on failure
+
+  std::shared_ptr<detail::CommState> comm_;
+  plexus_request* request_ = nullptr;
+  const char* what_ = "";
+};
+
+}  // namespace plexus

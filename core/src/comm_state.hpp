@@ -1,0 +1,33 @@
+// Internal state behind plexus::Communicator and plexus::Work.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend_calls.hpp"
+#include "job.hpp"
+
+namespace plexus::detail {
+
+struct CommState {
+  std::shared_ptr<Job> job;  // keeps the rendezvous store up
+  std::shared_ptr<Backend> backend;
+  plexus_comm* comm = nullptr;  // owned; destroyed by ~CommState
+  uint32_t rank = 0;
+  uint32_t size = 1;
+  uint32_t local_rank = 0;
+  std::chrono::milliseconds timeout{0};
+  std::string name;
+
+  // Requests of Works dropped while still running; completed and freed here.
+  std::mutex orphans_mutex;
+  std::vector<plexus_request*> orphans;
+
+  void AdoptOrphan(plexus_request* req);
+  ~CommState();
+};
+
+}  // namespace plexus::detail

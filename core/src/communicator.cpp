@@ -1,0 +1,304 @@
+#include "plexus/communicator.hpp"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "comm_state.hpp"
+#include "plexus/log.hpp"
+#include "plugin_loader.hpp"
+
+namespace plexus {
+namespace detail {
+
+void CommState::AdoptOrphan(plexus_request* req) {
+  std::lock_guard<std::mutex> lock(orphans_mutex);
+  // Free the ones that finished meanwhile so the list stays short.
+  std::erase_if(orphans, [&](plexus_request* r) {
+    if (backend->Test(r) == PLEXUS_IN_PROGRESS) return false;
+    backend->FreeRequest(r);
+    return true;
+  });
+  orphans.push_back(req);
+}
+
+CommState::~CommState() {
+  bool aborted = false;
+  for (plexus_request* r : orphans) {
+    if (!aborted && backend->Wait(r, timeout.count()) == PLEXUS_ERR_TIMEOUT &&
+        backend->Test(r) == PLEXUS_IN_PROGRESS) {
+      LogLine(PLEXUS_LOG_WARN, "plexus", name + ": an operation whose Work was dropped did " +
+                                             "not finish in time; aborting the communicator");
+      backend->AbortComm(comm);
+      aborted = true;
+    }
+    // After an abort every request completes promptly.
+    while (backend->Wait(r, 1000) == PLEXUS_ERR_TIMEOUT && backend->Test(r) == PLEXUS_IN_PROGRESS) {
+    }
+    backend->FreeRequest(r);
+  }
+  backend->DestroyComm(comm);
+}
+
+}  // namespace detail
+
+namespace {
+
+[[noreturn]] void Throw(const Status& st, const std::string& backend = "plexus") {
+  throw Error(st.code(), backend, st.message());
+}
+
+std::chrono::milliseconds TimeoutFromEnv() {
+  const char* v = std::getenv("PLEXUS_TIMEOUT");
+  if (!v || !*v) return std::chrono::seconds(300);
+  char* end = nullptr;
+  const double seconds = std::strtod(v, &end);
+  if (*end != '\0' || !(seconds > 0) || seconds > 1e7) {
+    Throw(Status::InvalidArgument(std::string("PLEXUS_TIMEOUT='") + v +
+                                  "' is not a positive number of seconds"));
+  }
+  return std::chrono::milliseconds(int64_t(seconds * 1000));
+}
+
+// Loaded backends, shared by the communicators that use them.
+std::mutex g_backends_mutex;
+std::map<std::string, std::weak_ptr<Backend>> g_backends;
+
+Status OpenBackend(const std::string& spec, const Job& job,
+                   const std::map<std::string, std::string>& config,
+                   std::shared_ptr<Backend>* out) {
+  std::unique_ptr<LoadedLibrary> lib;
+  Status st = ResolveBackend(spec, &lib);
+  if (!st.ok()) return st;
+  std::lock_guard<std::mutex> lock(g_backends_mutex);
+  if (auto cached = g_backends[lib->path()].lock()) {
+    *out = cached;  // lib's extra dlopen reference is dropped here
+    return Status::Ok();
+  }
+  const std::string path = lib->path();
+  auto host = std::make_unique<HostServices>(lib->table().name, job.local_address, config);
+  st = Backend::Open(std::move(lib), std::move(host), out);
+  if (st.ok()) g_backends[path] = *out;
+  return st;
+}
+
+// PLEXUS_BACKEND unset: rank 0 takes the first backend of kAutoBackendOrder
+// that loads and initialises, and tells the others, so all ranks agree.
+Status ChooseBackend(const Job& job, const std::string& comm_name,
+                     const std::map<std::string, std::string>& config,
+                     std::chrono::milliseconds timeout, std::shared_ptr<Backend>* out) {
+  const std::string key = comm_name + "/auto-backend";
+  if (job.launch.rank == 0) {
+    std::string reasons;
+    for (const std::string& name : kAutoBackendOrder) {
+      Status st = OpenBackend(name, job, config, out);
+      if (st.ok()) {
+        LogLine(PLEXUS_LOG_INFO, "plexus", "PLEXUS_BACKEND is not set; using '" + name +
+                                                "' (" + (*out)->path() + ")");
+        st = job.store->Set(key, Bytes(name.begin(), name.end()), timeout);
+        return st;
+      }
+      reasons += "\n  " + name + ": " + st.message();
+    }
+    const std::string none = "";
+    (void)job.store->Set(key, Bytes(), timeout);
+    return Status::Unsupported("PLEXUS_BACKEND is not set and no backend could be used:" +
+                               reasons);
+  }
+  Bytes chosen;
+  Status st = job.store->Get(key, &chosen, timeout);
+  if (!st.ok()) return st.WithContext("waiting for rank 0 to choose a backend");
+  if (chosen.empty()) return Status::Unsupported("rank 0 found no usable backend");
+  const std::string name(chosen.begin(), chosen.end());
+  st = OpenBackend(name, job, config, out);
+  if (!st.ok()) return st.WithContext("rank 0 chose '" + name + "' but this rank cannot use it");
+  return st;
+}
+
+}  // namespace
+
+Communicator Communicator::from_env(const CommunicatorOptions& options) {
+  const auto timeout = options.timeout.count() > 0 ? options.timeout : TimeoutFromEnv();
+  std::shared_ptr<Job> job;
+  Status st = GetJob(timeout, &job);
+  if (!st.ok()) Throw(st);
+  const LaunchInfo& l = job->launch;
+  auto state = std::make_shared<detail::CommState>();
+  state->job = job;
+  state->rank = l.rank;
+  state->size = l.size;
+  state->local_rank = l.local_rank;
+  state->timeout = timeout;
+  state->name = "plexus/" + std::to_string(job->next_comm++);
+
+  std::string spec = options.backend;
+  if (spec.empty()) {
+    if (const char* env = std::getenv("PLEXUS_BACKEND")) spec = env;
+  }
+  st = spec.empty() ? ChooseBackend(*job, state->name, options.config, timeout, &state->backend)
+                    : OpenBackend(spec, *job, options.config, &state->backend);
+  if (!st.ok()) Throw(st);
+
+  plexus_oob oob{job->store.get(), state->name + "/oob", l.rank, l.size};
+  plexus_comm_config_v1 config{};
+  config.struct_size = sizeof config;
+  config.rank = l.rank;
+  config.size = l.size;
+  config.local_rank = l.local_rank;
+  config.local_size = l.local_size;
+  config.device = options.device >= 0 ? options.device : int32_t(l.local_rank);
+  config.timeout_ms = timeout.count();
+  config.name = state->name.c_str();
+  config.oob = &oob;
+  st = state->backend->CreateComm(config, &state->comm);
+  if (!st.ok()) Throw(st, state->backend->name());
+
+  // The rank hosting the store keeps it up until every rank is past its
+  // out-of-band exchange: each marks itself done, the host waits for all.
+  const std::string done = state->name + "/created/";
+  st = job->store->Set(done + std::to_string(l.rank), Bytes{1}, timeout);
+  if (st.ok() && job->server) {
+    std::vector<std::string> keys;
+    for (uint32_t r = 0; r < l.size; ++r) keys.push_back(done + std::to_string(r));
+    st = job->store->Wait(keys, timeout);
+  }
+  if (!st.ok()) {
+    state->backend->DestroyComm(std::exchange(state->comm, nullptr));
+    Throw(st.WithContext("creating " + state->name));
+  }
+  return Communicator(std::move(state));
+}
+
+Communicator::Communicator(std::shared_ptr<detail::CommState> state) : state_(std::move(state)) {}
+Communicator::Communicator(Communicator&&) noexcept = default;
+Communicator& Communicator::operator=(Communicator&&) noexcept = default;
+Communicator::~Communicator() = default;
+
+detail::CommState& Communicator::state() const {
+  if (!state_) {
+    throw Error(PLEXUS_ERR_INVALID_USAGE, "plexus", "use of a moved-from Communicator");
+  }
+  return *state_;
+}
+
+uint32_t Communicator::rank() const { return state().rank; }
+uint32_t Communicator::size() const { return state().size; }
+uint32_t Communicator::local_rank() const { return state().local_rank; }
+const std::string& Communicator::backend_name() const { return state().backend->name(); }
+const std::string& Communicator::backend_version() const { return state().backend->version(); }
+const std::string& Communicator::backend_path() const { return state().backend->path(); }
+const plexus_capabilities& Communicator::capabilities() const {
+  return state().backend->capabilities();
+}
+std::chrono::milliseconds Communicator::timeout() const { return state().timeout; }
+bool Communicator::supports(plexus_collective_t coll) const {
+  return coll < 32 && (capabilities().collectives >> coll & 1u);
+}
+
+void Communicator::CheckSpan(bool ok, const char* what) {
+  if (!ok) throw Error(PLEXUS_ERR_INVALID_ARGUMENT, "plexus", what);
+}
+
+Work Communicator::Start(const Status& posted, plexus_request* req, const char* what) {
+  if (!posted.ok()) throw Error(posted.code(), state().backend->name(), posted.message());
+  return Work(state_, req, what);
+}
+
+namespace {
+plexus_dtype_t Code(DType t) { return static_cast<plexus_dtype_t>(t); }
+plexus_reduce_op_t Code(ReduceOp op) { return static_cast<plexus_reduce_op_t>(op); }
+
+Status CheckRank(uint32_t rank, uint32_t size, const char* what) {
+  if (rank < size) return Status::Ok();
+  return Status::InvalidArgument(std::string(what) + " " + std::to_string(rank) +
+                                 " is not a rank of a communicator of size " +
+                                 std::to_string(size));
+}
+}  // namespace
+
+Work Communicator::allreduce(const void* send, void* recv, uint64_t count, DType dtype,
+                             ReduceOp op, const plexus_placement* where) {
+  auto& s = state();
+  plexus_request* req = nullptr;
+  Status st = s.backend->Allreduce(s.comm, send, recv, count, Code(dtype), Code(op), where, &req);
+  return Start(st, req, "allreduce");
+}
+
+Work Communicator::broadcast(void* buf, uint64_t count, DType dtype, uint32_t root,
+                             const plexus_placement* where) {
+  auto& s = state();
+  plexus_request* req = nullptr;
+  Status st = CheckRank(root, s.size, "broadcast root");
+  if (st.ok()) st = s.backend->Broadcast(s.comm, buf, count, Code(dtype), root, where, &req);
+  return Start(st, req, "broadcast");
+}
+
+Work Communicator::reduce(const void* send, void* recv, uint64_t count, DType dtype, ReduceOp op,
+                          uint32_t root, const plexus_placement* where) {
+  auto& s = state();
+  plexus_request* req = nullptr;
+  Status st = CheckRank(root, s.size, "reduce root");
+  if (st.ok()) {
+    st = s.backend->Reduce(s.comm, send, recv, count, Code(dtype), Code(op), root, where, &req);
+  }
+  return Start(st, req, "reduce");
+}
+
+Work Communicator::allgather(const void* send, void* recv, uint64_t count, DType dtype,
+                             const plexus_placement* where) {
+  auto& s = state();
+  plexus_request* req = nullptr;
+  Status st = s.backend->Allgather(s.comm, send, recv, count, Code(dtype), where, &req);
+  return Start(st, req, "allgather");
+}
+
+Work Communicator::reduce_scatter(const void* send, void* recv, uint64_t count, DType dtype,
+                                  ReduceOp op, const plexus_placement* where) {
+  auto& s = state();
+  plexus_request* req = nullptr;
+  Status st =
+      s.backend->ReduceScatter(s.comm, send, recv, count, Code(dtype), Code(op), where, &req);
+  return Start(st, req, "reduce_scatter");
+}
+
+Work Communicator::alltoall(const void* send, void* recv, uint64_t count, DType dtype,
+                            const plexus_placement* where) {
+  auto& s = state();
+  plexus_request* req = nullptr;
+  Status st = s.backend->Alltoall(s.comm, send, recv, count, Code(dtype), where, &req);
+  return Start(st, req, "alltoall");
+}
+
+Work Communicator::send(const void* buf, uint64_t count, DType dtype, uint32_t peer,
+                        const plexus_placement* where) {
+  auto& s = state();
+  plexus_request* req = nullptr;
+  Status st = CheckRank(peer, s.size, "send peer");
+  if (st.ok()) st = s.backend->Send(s.comm, buf, count, Code(dtype), peer, where, &req);
+  return Start(st, req, "send");
+}
+
+Work Communicator::recv(void* buf, uint64_t count, DType dtype, uint32_t peer,
+                        const plexus_placement* where) {
+  auto& s = state();
+  plexus_request* req = nullptr;
+  Status st = CheckRank(peer, s.size, "recv peer");
+  if (st.ok()) st = s.backend->Recv(s.comm, buf, count, Code(dtype), peer, where, &req);
+  return Start(st, req, "recv");
+}
+
+Work Communicator::barrier() {
+  auto& s = state();
+  plexus_request* req = nullptr;
+  Status st = s.backend->Barrier(s.comm, &req);
+  return Start(st, req, "barrier");
+}
+
+void Communicator::abort() {
+  auto& s = state();
+  Status st = s.backend->AbortComm(s.comm);
+  if (!st.ok()) throw Error(st.code(), s.backend->name(), st.message());
+}
+
+}  // namespace plexus

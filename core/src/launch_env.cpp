@@ -1,0 +1,111 @@
+#include "plexus/launch_env.hpp"
+
+#include <charconv>
+#include <cstdlib>
+
+namespace plexus {
+namespace {
+
+struct Scheme {
+  const char* source;
+  const char* rank;
+  const char* size;
+  const char* local_rank;  // may be nullptr
+  const char* local_size;  // may be nullptr
+};
+
+constexpr Scheme kSchemes[] = {
+    {"PLEXUS_* variables", "PLEXUS_RANK", "PLEXUS_WORLD_SIZE", "PLEXUS_LOCAL_RANK",
+     "PLEXUS_LOCAL_WORLD_SIZE"},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+    {"PMI", "PMI_RANK", "PMI_SIZE", nullptr, nullptr},
+};
+
+Status ParseUnsigned(const EnvLookup& env, const char* name, uint64_t max, uint64_t* out) {
+  const auto text = env(name);
+  if (!text) return Status::InvalidArgument(std::string(name) + " is not set");
+  uint64_t value = 0;
+  const char* end = text->data() + text->size();
+  auto [ptr, ec] = std::from_chars(text->data(), end, value);
+  if (text->empty() || ec != std::errc() || ptr != end || value > max) {
+    return Status::InvalidArgument(std::string(name) + "='" + *text +
+                                   "' is not a whole number from 0 to " + std::to_string(max));
+  }
+  *out = value;
+  return Status::Ok();
+}
+
+}  // namespace
+
+EnvLookup ProcessEnv() {
+  return [](const char* name) -> std::optional<std::string> {
+    const char* v = std::getenv(name);
+    if (!v) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+Status DiscoverLaunch(const EnvLookup& env, LaunchInfo* info) {
+  *info = LaunchInfo{};
+  info->source = "no launcher (single process)";
+  for (const Scheme& s : kSchemes) {
+    const bool has_rank = env(s.rank).has_value();
+    const bool has_size = env(s.size).has_value();
+    if (!has_rank && !has_size) continue;
+    if (has_rank != has_size) {
+      return Status::InvalidArgument(std::string(has_rank ? s.rank : s.size) + " is set but " +
+                                     (has_rank ? s.size : s.rank) + " is not (" + s.source + ")");
+    }
+    uint64_t rank = 0, size = 0;
+    Status st = ParseUnsigned(env, s.size, UINT32_MAX, &size);
+    if (st.ok()) st = ParseUnsigned(env, s.rank, UINT32_MAX, &rank);
+    if (!st.ok()) return st;
+    if (size == 0 || rank >= size) {
+      return Status::InvalidArgument(std::string(s.rank) + "=" + std::to_string(rank) +
+                                     " is not below " + s.size + "=" + std::to_string(size));
+    }
+    info->rank = uint32_t(rank);
+    info->size = uint32_t(size);
+    info->local_rank = info->rank;
+    info->local_size = info->size;
+    if (s.local_rank && env(s.local_rank)) {
+      uint64_t v = 0;
+      if (ParseUnsigned(env, s.local_rank, UINT32_MAX, &v).ok()) info->local_rank = uint32_t(v);
+    }
+    if (s.local_size && env(s.local_size)) {
+      uint64_t v = 0;
+      // Slurm writes e.g. "2(x3)" for tasks per node; take what parses.
+      if (ParseUnsigned(env, s.local_size, UINT32_MAX, &v).ok() && v > 0) {
+        info->local_size = uint32_t(v);
+      }
+    }
+    info->source = s.source;
+    break;
+  }
+
+  const bool plexus_master = env("PLEXUS_MASTER_ADDR").has_value();
+  const char* addr_var = plexus_master ? "PLEXUS_MASTER_ADDR" : "MASTER_ADDR";
+  const char* port_var = env("PLEXUS_MASTER_PORT") ? "PLEXUS_MASTER_PORT" : "MASTER_PORT";
+  if (auto addr = env(addr_var)) info->master_addr = *addr;
+  if (env(port_var)) {
+    uint64_t port = 0;
+    Status st = ParseUnsigned(env, port_var, 65535, &port);
+    if (!st.ok()) return st;
+    // torchrun's agent serves its own TCPStore on MASTER_PORT; ours goes next to it.
+    if (std::string(port_var) == "MASTER_PORT" && env("TORCHELASTIC_RUN_ID")) ++port;
+    info->master_port = uint16_t(port);
+  }
+  if (auto hosted = env("PLEXUS_STORE_HOSTED")) info->store_hosted = (*hosted == "1");
+  if (info->size > 1 && (info->master_addr.empty() || info->master_port == 0)) {
+    return Status::InvalidArgument(
+        "rank " + std::to_string(info->rank) + " of " + std::to_string(info->size) + " (from " +
+        info->source + ") has no rendezvous point: set MASTER_ADDR and MASTER_PORT (or " +
+        "PLEXUS_MASTER_ADDR/PLEXUS_MASTER_PORT), or launch with plexus-run");
+  }
+  return Status::Ok();
+}
+
+}  // namespace plexus

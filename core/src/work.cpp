@@ -1,0 +1,66 @@
+#include "plexus/work.hpp"
+
+#include "comm_state.hpp"
+#include "plexus/error.hpp"
+
+namespace plexus {
+
+Work::Work(std::shared_ptr<detail::CommState> comm, plexus_request* request, const char* what)
+    : comm_(std::move(comm)), request_(request), what_(what) {}
+
+Work::Work(Work&& other) noexcept
+    : comm_(std::move(other.comm_)),
+      request_(std::exchange(other.request_, nullptr)),
+      what_(other.what_) {}
+
+Work& Work::operator=(Work&& other) noexcept {
+  if (this != &other) {
+    this->~Work();
+    new (this) Work(std::move(other));
+  }
+  return *this;
+}
+
+Work::~Work() {
+  if (!request_) return;
+  if (comm_->backend->Test(request_) == PLEXUS_IN_PROGRESS) {
+    comm_->AdoptOrphan(request_);  // still running: the communicator frees it later
+  } else {
+    comm_->backend->FreeRequest(request_);
+  }
+}
+
+void Work::Finish(int32_t code) {
+  Status st = comm_->backend->Describe(comm_->comm, code, what_ + (" on " + comm_->backend->name()));
+  comm_->backend->FreeRequest(request_);
+  request_ = nullptr;
+  if (!st.ok()) throw Error(st.code(), comm_->backend->name(), st.message());
+}
+
+bool Work::test() {
+  if (!request_) return true;
+  const int32_t rc = comm_->backend->Test(request_);
+  if (rc == PLEXUS_IN_PROGRESS) return false;
+  Finish(rc);
+  return true;
+}
+
+void Work::wait(std::chrono::milliseconds timeout) {
+  if (!request_) return;
+  const auto limit = timeout.count() < 0 ? comm_->timeout : timeout;
+  int32_t rc = comm_->backend->Wait(request_, limit.count());
+  if (rc == PLEXUS_ERR_TIMEOUT) {
+    // Either the wait ran out (request still pending) or the operation
+    // itself failed with TIMEOUT; test() tells which.
+    rc = comm_->backend->Test(request_);
+    if (rc == PLEXUS_IN_PROGRESS) {
+      throw Error(PLEXUS_ERR_TIMEOUT, comm_->backend->name(),
+                  std::string(what_) + " on rank " + std::to_string(comm_->rank) +
+                      " did not complete within " + std::to_string(limit.count()) +
+                      " ms (still pending; wait again or abort)");
+    }
+  }
+  Finish(rc);
+}
+
+}  // namespace plexus

@@ -1,0 +1,87 @@
+// Backend: a loaded and initialised plugin. This is the ONE place in the host
+// that calls through a plugin's function pointers (like SQLite's os.c): it
+// checks that a slot exists and that the capabilities allow the call, turns
+// every returned status into a Status carrying the backend's last-error text,
+// and is where tracing hooks in (PLEXUS_LOG_LEVEL=trace logs every call).
+//
+// Thread safety: the collective, request and abort methods may be called from
+// any thread the backend's thread_level allows; Open and the destructor from
+// one thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "host_services.hpp"
+#include "plugin_loader.hpp"
+#include "plexus/backend.h"
+#include "plexus/status.hpp"
+
+namespace plexus {
+
+class Backend {
+ public:
+  // Initialises lib's backend with the given host services; checks that the
+  // capabilities agree with the table's slots.
+  static Status Open(std::unique_ptr<LoadedLibrary> lib, std::unique_ptr<HostServices> host,
+                     std::shared_ptr<Backend>* out);
+  ~Backend();  // finalize, then dlclose
+
+  const std::string& name() const { return name_; }
+  const std::string& version() const { return version_; }
+  const std::string& path() const { return lib_->path(); }
+  const plexus_capabilities& capabilities() const { return caps_; }
+  uint16_t abi_minor() const { return lib_->table().abi_minor; }
+
+  // comm_create; on failure the status carries the backend's reason.
+  Status CreateComm(const plexus_comm_config_v1& config, plexus_comm** comm);
+  void DestroyComm(plexus_comm* comm);
+  Status AbortComm(plexus_comm* comm);
+
+  // Request calls return the raw ABI status; Describe() turns one into a Status.
+  int32_t Test(plexus_request* req);
+  int32_t Wait(plexus_request* req, int64_t timeout_ms);
+  int32_t FreeRequest(plexus_request* req);
+  Status Describe(plexus_comm* comm, int32_t code, const std::string& what);
+
+  // Collectives. Refused with UNSUPPORTED, naming backend, collective, dtype
+  // and memory type, when the slot is missing or the capabilities say no.
+  Status Allreduce(plexus_comm* comm, const void* send, void* recv, uint64_t count,
+                   plexus_dtype_t dtype, plexus_reduce_op_t op, const plexus_placement* where,
+                   plexus_request** req);
+  Status Broadcast(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype,
+                   uint32_t root, const plexus_placement* where, plexus_request** req);
+  Status Reduce(plexus_comm* comm, const void* send, void* recv, uint64_t count,
+                plexus_dtype_t dtype, plexus_reduce_op_t op, uint32_t root,
+                const plexus_placement* where, plexus_request** req);
+  Status Allgather(plexus_comm* comm, const void* send, void* recv, uint64_t count,
+                   plexus_dtype_t dtype, const plexus_placement* where, plexus_request** req);
+  Status ReduceScatter(plexus_comm* comm, const void* send, void* recv, uint64_t count,
+                       plexus_dtype_t dtype, plexus_reduce_op_t op, const plexus_placement* where,
+                       plexus_request** req);
+  Status Alltoall(plexus_comm* comm, const void* send, void* recv, uint64_t count,
+                  plexus_dtype_t dtype, const plexus_placement* where, plexus_request** req);
+  Status Barrier(plexus_comm* comm, plexus_request** req);
+  Status Send(plexus_comm* comm, const void* buf, uint64_t count, plexus_dtype_t dtype,
+              uint32_t peer, const plexus_placement* where, plexus_request** req);
+  Status Recv(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype, uint32_t peer,
+              const plexus_placement* where, plexus_request** req);
+
+  // Whether the capabilities allow coll on dtype (with op, 0 for none) in memory.
+  Status CheckSupported(plexus_collective_t coll, plexus_dtype_t dtype, plexus_reduce_op_t op,
+                        const plexus_placement* where) const;
+
+ private:
+  Backend() = default;
+  Status Finish(plexus_comm* comm, int32_t code, plexus_collective_t coll);
+
+  std::unique_ptr<LoadedLibrary> lib_;
+  std::unique_ptr<HostServices> host_;
+  const plexus_backend_v1* t_ = nullptr;  // == &lib_->table()
+  plexus_backend_ctx* ctx_ = nullptr;
+  plexus_capabilities caps_{};
+  std::string name_;
+  std::string version_;
+};
+
+}  // namespace plexus

@@ -1,0 +1,112 @@
+#include "host_services.hpp"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "plexus/log.hpp"
+
+namespace plexus {
+
+HostServices::HostServices(std::string backend_name, std::string local_address,
+                           std::map<std::string, std::string> overrides)
+    : backend_name_(std::move(backend_name)),
+      local_address_(std::move(local_address)),
+      overrides_(std::move(overrides)) {
+  table_.struct_size = sizeof(plexus_host_v1);
+  table_.abi_major = PLEXUS_ABI_MAJOR;
+  table_.abi_minor = PLEXUS_ABI_MINOR;
+  table_.ctx = this;
+  table_.log = &HostServices::Log;
+  table_.get_config = &HostServices::GetConfig;
+  table_.oob_allgather = &HostServices::OobAllgather;
+  table_.oob_broadcast = &HostServices::OobBroadcast;
+  table_.local_address = local_address_.c_str();
+}
+
+void HostServices::Log(void* ctx, int32_t level, const char* message) {
+  auto* self = static_cast<HostServices*>(ctx);
+  if (!self || !message) return;
+  LogLine(level, "backend " + self->backend_name_, message);
+}
+
+int64_t HostServices::GetConfig(void* ctx, const char* key, char* buf, size_t len) {
+  auto* self = static_cast<HostServices*>(ctx);
+  if (!self || !key) return -1;
+  std::string value;
+  if (auto it = self->overrides_.find(key); it != self->overrides_.end()) {
+    value = it->second;
+  } else if (const char* env = std::getenv(key)) {
+    value = env;
+  } else {
+    return -1;
+  }
+  if (buf && len > 0) {
+    const size_t n = std::min(len - 1, value.size());
+    std::memcpy(buf, value.data(), n);
+    buf[n] = '\0';
+  }
+  return int64_t(value.size());
+}
+
+int32_t HostServices::OobAllgather(void*, plexus_oob* oob, const void* in, void* out,
+                                   uint64_t bytes_per_rank, int64_t timeout_ms) {
+  if (!oob || !oob->store || (bytes_per_rank > 0 && (!in || !out))) {
+    return PLEXUS_ERR_INVALID_ARGUMENT;
+  }
+  if (bytes_per_rank > kStoreMaxValueBytes) return PLEXUS_ERR_INVALID_ARGUMENT;
+  try {
+    const std::string base = oob->prefix + "/" + std::to_string(oob->calls++) + "/";
+    const auto timeout = std::chrono::milliseconds(timeout_ms);
+    const auto* src = static_cast<const uint8_t*>(in);
+    Status st = oob->store->Set(base + std::to_string(oob->rank),
+                                Bytes(src, src + bytes_per_rank), timeout);
+    auto* dst = static_cast<uint8_t*>(out);
+    for (uint32_t r = 0; st.ok() && r < oob->size; ++r) {
+      Bytes value;
+      st = oob->store->Get(base + std::to_string(r), &value, timeout);
+      if (st.ok() && value.size() != bytes_per_rank) {
+        st = Status::Remote("rank " + std::to_string(r) + " contributed " +
+                            std::to_string(value.size()) + " bytes to an out-of-band allgather " +
+                            "of " + std::to_string(bytes_per_rank));
+      }
+      if (st.ok() && bytes_per_rank) std::memcpy(dst + r * bytes_per_rank, value.data(), value.size());
+    }
+    if (!st.ok()) LogLine(PLEXUS_LOG_ERROR, "oob", "allgather " + base + ": " + st.message());
+    return st.code();
+  } catch (...) {
+    return PLEXUS_ERR_SYSTEM;
+  }
+}
+
+int32_t HostServices::OobBroadcast(void*, plexus_oob* oob, void* buf, uint64_t bytes,
+                                   uint32_t root, int64_t timeout_ms) {
+  if (!oob || !oob->store || root >= oob->size || (bytes > 0 && !buf)) {
+    return PLEXUS_ERR_INVALID_ARGUMENT;
+  }
+  if (bytes > kStoreMaxValueBytes) return PLEXUS_ERR_INVALID_ARGUMENT;
+  try {
+    const std::string key = oob->prefix + "/" + std::to_string(oob->calls++) + "/bcast";
+    const auto timeout = std::chrono::milliseconds(timeout_ms);
+    auto* data = static_cast<uint8_t*>(buf);
+    Status st;
+    if (oob->rank == root) {
+      st = oob->store->Set(key, Bytes(data, data + bytes), timeout);
+    } else {
+      Bytes value;
+      st = oob->store->Get(key, &value, timeout);
+      if (st.ok() && value.size() != bytes) {
+        st = Status::Remote("out-of-band broadcast size mismatch: root sent " +
+                            std::to_string(value.size()) + " bytes, rank " +
+                            std::to_string(oob->rank) + " expected " + std::to_string(bytes));
+      }
+      if (st.ok() && bytes) std::memcpy(data, value.data(), bytes);
+    }
+    if (!st.ok()) LogLine(PLEXUS_LOG_ERROR, "oob", "broadcast " + key + ": " + st.message());
+    return st.code();
+  } catch (...) {
+    return PLEXUS_ERR_SYSTEM;
+  }
+}
+
+}  // namespace plexus

@@ -1,0 +1,51 @@
+// What the host gives every backend: the plexus_host_v1 table (logger,
+// configuration, out-of-band exchange over the rendezvous store, local
+// address). One HostServices lives as long as the backend it was given to.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "plexus/backend.h"
+#include "plexus/rendezvous_store.hpp"
+
+// One communicator's out-of-band channel: the store, a key prefix unique to
+// the communicator, and a call counter that keeps successive exchanges apart.
+// Owned by the host; valid during comm_create.
+struct plexus_oob {
+  plexus::RendezvousStore* store;  // not owned
+  std::string prefix;              // "<communicator name>/oob"
+  uint32_t rank;
+  uint32_t size;
+  uint64_t calls = 0;
+};
+
+namespace plexus {
+
+class HostServices {
+ public:
+  // overrides: configuration keys that win over the environment.
+  HostServices(std::string backend_name, std::string local_address,
+               std::map<std::string, std::string> overrides);
+  HostServices(const HostServices&) = delete;
+  HostServices& operator=(const HostServices&) = delete;
+
+  const plexus_host_v1* table() const { return &table_; }
+
+ private:
+  static void Log(void* ctx, int32_t level, const char* message);
+  static int64_t GetConfig(void* ctx, const char* key, char* buf, size_t len);
+  static int32_t OobAllgather(void* ctx, plexus_oob* oob, const void* in, void* out,
+                              uint64_t bytes_per_rank, int64_t timeout_ms);
+  static int32_t OobBroadcast(void* ctx, plexus_oob* oob, void* buf, uint64_t bytes,
+                              uint32_t root, int64_t timeout_ms);
+
+  std::string backend_name_;
+  std::string local_address_;
+  std::map<std::string, std::string> overrides_;
+  plexus_host_v1 table_{};
+};
+
+}  // namespace plexus

@@ -1,0 +1,145 @@
+// plexus-info: which backends this installation can find, what each one can
+// do, and why any was rejected.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "backend_calls.hpp"
+#include "host_services.hpp"
+#include "plexus/algos/dtype.hpp"
+#include "plugin_loader.hpp"
+
+namespace {
+
+constexpr const char* kUsage = R"(Usage: plexus-info [--help] [--version] [BACKEND|PATH ...]
+
+Lists every Plexus backend plugin (libplexus-<name>.so) found on the search
+path, with its file, ABI version, implementation version and capabilities;
+a plugin that was found but rejected is listed with the reason. With
+arguments, only those backends (names or paths) are examined.
+
+Search path, in order:
+  $PLEXUS_PLUGIN_PATH (':'-separated directories)
+  the installed plugin directory
+  the build tree's backend directories
+
+Options:
+  -h, --help     show this help and exit
+  -V, --version  show the Plexus version and ABI version and exit
+
+Exit status: 0 when at least one backend loaded, 1 otherwise, 2 on bad usage.
+)";
+
+std::string Bits(uint32_t mask, uint32_t first, uint32_t last, const char* (*name)(uint32_t)) {
+  std::string out;
+  for (uint32_t i = first; i <= last; ++i) {
+    if (mask >> i & 1u) out += std::string(out.empty() ? "" : " ") + name(i);
+  }
+  return out.empty() ? "(none)" : out;
+}
+
+const char* MemoryName(uint32_t m) {
+  return m == PLEXUS_MEMORY_HOST ? "host" : m == PLEXUS_MEMORY_CUDA ? "cuda" : "?";
+}
+
+void PrintCaps(const plexus_capabilities& c) {
+  std::printf("  collectives:  %s\n",
+              Bits(c.collectives, 0, PLEXUS_COLL_COUNT_V1 - 1, plexus::algos::CollectiveName).c_str());
+  std::printf("  memory:       %s\n", Bits(c.memory_types, 1, 2, MemoryName).c_str());
+  std::printf("  dtypes:       %s\n",
+              Bits(c.dtypes, 1, PLEXUS_DTYPE_MAX_V1, plexus::algos::DtypeName).c_str());
+  for (uint32_t op = PLEXUS_OP_SUM; op <= PLEXUS_OP_MAX_V1; ++op) {
+    std::printf("  reduce %-5s  %s\n", plexus::algos::ReduceOpName(op),
+                Bits(c.reduce_dtypes[op], 1, PLEXUS_DTYPE_MAX_V1, plexus::algos::DtypeName).c_str());
+  }
+  std::string flags;
+  if (c.flags & PLEXUS_CAP_IN_PLACE) flags += " in-place";
+  if (c.flags & PLEXUS_CAP_STREAM_ORDERED) flags += " stream-ordered";
+  if (c.flags & PLEXUS_CAP_ABORT) flags += " abort";
+  std::printf("  flags:       %s\n", flags.empty() ? " (none)" : flags.c_str());
+  std::printf("  threads:      %s\n", c.thread_level == PLEXUS_THREAD_MULTIPLE ? "multiple"
+                                      : c.thread_level == PLEXUS_THREAD_SERIALIZED
+                                          ? "serialized"
+                                          : "unknown");
+}
+
+// Returns true when the plugin loaded and initialised.
+bool Examine(const std::string& path) {
+  std::unique_ptr<plexus::LoadedLibrary> lib;
+  plexus::Status st = plexus::LoadBackendLibrary(path, &lib);
+  if (!st.ok()) {
+    std::printf("REJECTED %s\n  reason: %s\n\n", path.c_str(), st.message().c_str());
+    return false;
+  }
+  const plexus_backend_v1& t = lib->table();
+  std::printf("%s\n  file:         %s\n  ABI:          %u.%u (table %u bytes)\n"
+              "  version:      %s\n",
+              t.name, path.c_str(), unsigned(t.abi_major), unsigned(t.abi_minor),
+              lib->plugin_struct_size(), t.version);
+  auto host = std::make_unique<plexus::HostServices>(t.name, "", std::map<std::string, std::string>{});
+  std::shared_ptr<plexus::Backend> backend;
+  st = plexus::Backend::Open(std::move(lib), std::move(host), &backend);
+  if (!st.ok()) {
+    std::printf("  UNUSABLE here: %s\n\n", st.message().c_str());
+    return false;
+  }
+  PrintCaps(backend->capabilities());
+  std::printf("\n");
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> wanted;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (a == "-V" || a == "--version") {
+      std::printf("plexus-info %s, backend ABI %d.%d\n", PLEXUS_VERSION_STRING, PLEXUS_ABI_MAJOR,
+                  PLEXUS_ABI_MINOR);
+      return 0;
+    }
+    if (!a.empty() && a[0] == '-') {
+      std::fprintf(stderr, "plexus-info: unknown option '%s'\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+    wanted.push_back(a);
+  }
+  std::printf("Plexus %s, backend ABI %d.%d\nsearch path:\n", PLEXUS_VERSION_STRING,
+              PLEXUS_ABI_MAJOR, PLEXUS_ABI_MINOR);
+  for (const auto& d : plexus::PluginSearchDirs()) {
+    std::printf("  %-60s (%s)\n", d.dir.c_str(), d.origin.c_str());
+  }
+  const char* chosen = std::getenv("PLEXUS_BACKEND");
+  std::printf("PLEXUS_BACKEND: %s\n\n", chosen ? chosen : "(unset: first usable of nccl, ucx, mpi, tcp)");
+
+  std::vector<std::string> paths;
+  if (wanted.empty()) {
+    paths = plexus::DiscoverPluginFiles();
+  } else {
+    for (const auto& w : wanted) {
+      auto c = plexus::CandidatePaths(w);
+      bool found = false;
+      for (const auto& p : c) {
+        if (access(p.c_str(), F_OK) == 0) {
+          paths.push_back(p);
+          found = true;
+          break;
+        }
+      }
+      if (!found) std::printf("NOT FOUND %s (looked for %s)\n\n", w.c_str(),
+                              c.empty() ? "nothing" : c.front().c_str());
+    }
+  }
+  int usable = 0;
+  for (const auto& p : paths) usable += Examine(p) ? 1 : 0;
+  std::printf("%d usable backend(s), %zu examined\n", usable, paths.size());
+  return usable > 0 ? 0 : 1;
+}
