@@ -1,0 +1,171 @@
+// Wire format of the rendezvous store (TcpStoreServer <-> TcpStoreClient).
+//
+// Internal to libplexus: nothing outside core/src/store and its tests includes this.
+//
+// Every message, in both directions, is one frame:
+//
+//   offset size  field
+//   0      4     magic        u32 = kMagic; on the wire the bytes 'P' 'L' 'X' 'S'
+//   4      2     version      u16 = kProtocolVersion
+//   6      1     command      u8  (Command below)
+//   7      1     flags        u8  reserved, must be 0 (so a future flag is detected, not ignored)
+//   8      4     key_len      u32
+//   12     8     value_len    u64
+//   20     key_len   key bytes
+//   ..     value_len value bytes
+//
+// All integers, in the header and in the bodies below, are LITTLE-ENDIAN, encoded
+// byte by byte (never by memcpy of a struct), so the format is the same on every host.
+//
+// Bodies per command ("value" is the value field; the key field is the key):
+//   SET   key = key; value = the bytes to store (<= kStoreMaxValueBytes)
+//   GET   key = key; value = u64 timeout_ms (exactly 8 bytes)
+//   ADD   key = key; value = i64 delta (exactly 8 bytes)
+//   WAIT  key empty; value = u64 timeout_ms, u32 count (<= kStoreMaxKeysPerWait),
+//         then count times { u32 len (<= kStoreMaxKeyBytes), len key bytes }; nothing after
+//   REPLY key empty; value = i32 status (an ABI status code, <= 0),
+//         u32 message_len (<= kMaxReplyMessageBytes), message bytes, then the payload:
+//         GET -> the stored value, ADD -> i64 new value, SET/WAIT/errors -> empty
+//
+// Every length is checked against its command's limit as soon as the 20-byte header
+// is in, before a single byte of key or value is buffered, so a peer announcing a
+// 4 GiB value costs the receiver nothing. The server answers each request with exactly
+// one REPLY, in order; a client sends its next request only after the reply.
+//
+// Counters written by ADD are stored as 8 little-endian bytes, so GET of a counter
+// returns those 8 bytes (the in-process store uses the same encoding).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "plexus/rendezvous_store.hpp"
+#include "plexus/status.hpp"
+
+namespace plexus::store {
+
+inline constexpr uint32_t kMagic = 0x53584C50u;  // "PLXS" as little-endian bytes
+inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr size_t kHeaderBytes = 20;
+// Error messages in replies are truncated to this; they name a key (<= 4 KiB) plus prose.
+inline constexpr size_t kMaxReplyMessageBytes = 8192;
+// Largest legal WAIT body: timeout + count + kStoreMaxKeysPerWait maximal keys (~16 MiB).
+inline constexpr uint64_t kMaxWaitBodyBytes =
+    12 + uint64_t{kStoreMaxKeysPerWait} * (4 + uint64_t{kStoreMaxKeyBytes});
+// Largest legal REPLY body.
+inline constexpr uint64_t kMaxReplyBodyBytes = 8 + kMaxReplyMessageBytes + kStoreMaxValueBytes;
+
+enum class Command : uint8_t {
+  kSet = 1,
+  kGet = 2,
+  kAdd = 3,
+  kWait = 4,
+  kReply = 16,
+};
+
+// "SET", "GET", ...; "UNKNOWN" for any other value.
+const char* CommandName(Command command);
+
+struct FrameHeader {
+  uint32_t magic = kMagic;
+  uint16_t version = kProtocolVersion;
+  Command command = Command::kReply;
+  uint8_t flags = 0;
+  uint32_t key_len = 0;
+  uint64_t value_len = 0;
+
+  // Header + key + value. Only meaningful once ParseHeader accepted the header
+  // (the lengths are then bounded, so this cannot overflow).
+  size_t FrameBytes() const { return kHeaderBytes + size_t{key_len} + size_t(value_len); }
+};
+
+// A decoded request. Only the fields of `command` are set.
+struct Request {
+  Command command = Command::kSet;
+  std::string key;                // SET, GET, ADD
+  Bytes value;                    // SET
+  int64_t delta = 0;              // ADD
+  uint64_t timeout_ms = 0;        // GET, WAIT
+  std::vector<std::string> keys;  // WAIT
+};
+
+// A decoded reply.
+struct Reply {
+  int32_t status = PLEXUS_OK;
+  std::string message;
+  Bytes payload;
+};
+
+// --- Parsing. Pure functions: no I/O, no globals, no exceptions escape; safe to fuzz.
+// Errors are INVALID_ARGUMENT with a message saying what was wrong ("bad magic 0x...").
+
+// Decodes and validates the first kHeaderBytes of `bytes` (magic, version, known
+// command, zero flags, every length within its command's limit). `bytes` shorter
+// than kHeaderBytes is INVALID_ARGUMENT; callers with a stream check the size first.
+Status ParseHeader(std::span<const uint8_t> bytes, FrameHeader* out);
+
+// Parses one request frame from the start of `bytes`.
+//   complete frame -> OK, *consumed = its size, *out filled
+//   too few bytes  -> OK, *consumed = 0 (read more and call again); *out untouched
+//   malformed      -> error, *consumed = 0. Also an error: a valid REPLY frame.
+// Allocates only after every length was validated.
+Status ParseRequest(std::span<const uint8_t> bytes, Request* out, size_t* consumed);
+
+// Same contract for a REPLY frame (any other command is an error, as is a
+// status code > 0: a server never answers "in progress").
+Status ParseReply(std::span<const uint8_t> bytes, Reply* out, size_t* consumed);
+
+// --- Encoding. Each replaces *out with one complete frame. The request encoders
+// reject keys/values/key counts over the limits with INVALID_ARGUMENT (so a client
+// finds out locally instead of being disconnected).
+Status EncodeSet(std::string_view key, std::span<const uint8_t> value, Bytes* out);
+Status EncodeGet(std::string_view key, uint64_t timeout_ms, Bytes* out);
+Status EncodeAdd(std::string_view key, int64_t delta, Bytes* out);
+Status EncodeWait(const std::vector<std::string>& keys, uint64_t timeout_ms, Bytes* out);
+// message is truncated to kMaxReplyMessageBytes; payload must be <= kStoreMaxValueBytes.
+void EncodeReply(int32_t status, std::string_view message, std::span<const uint8_t> payload,
+                 Bytes* out);
+
+// Counters (ADD) are 8 little-endian bytes.
+Bytes EncodeCounter(int64_t value);
+// False when `bytes` is not exactly 8 bytes long.
+bool DecodeCounter(std::span<const uint8_t> bytes, int64_t* value);
+
+// A timeout as sent on the wire: negative becomes 0, and anything beyond
+// kMaxTimeoutMs becomes kMaxTimeoutMs (so deadline arithmetic can never overflow).
+inline constexpr uint64_t kMaxTimeoutMs = uint64_t{365} * 24 * 3600 * 1000;  // a year
+uint64_t TimeoutToWire(std::chrono::milliseconds timeout);
+// The same clamp applied to a value read from the wire.
+uint64_t ClampTimeoutMs(uint64_t timeout_ms);
+
+// --- Messages shared by the TCP server and the in-process store, so that both
+// report the same thing in the same words.
+
+// The key in single quotes, with non-printable bytes as \xNN and long keys cut
+// (keys are opaque bytes and may come from an untrusted peer; logs stay one line).
+std::string QuoteKey(std::string_view key);
+std::string GetTimeoutMessage(std::string_view key, uint64_t timeout_ms);
+std::string WaitTimeoutMessage(std::string_view first_missing_key, size_t missing, size_t total,
+                               uint64_t timeout_ms);
+std::string NotACounterMessage(std::string_view key, size_t value_size);
+
+// --- Server knobs that the public TcpStoreServer::Start does not expose (tests use them).
+struct TcpStoreServerOptions {
+  // A client that has sent part of a frame, or has a reply it does not read, and
+  // makes no progress for this long is disconnected, so it cannot hold memory forever.
+  // (An idle client between frames is never timed out: ranks keep their connection.)
+  std::chrono::milliseconds stall_timeout{10000};
+};
+
+// TcpStoreServer::Start with options.
+Status StartTcpStoreServer(const std::string& bind_addr, uint16_t port,
+                           const TcpStoreServerOptions& options,
+                           std::unique_ptr<TcpStoreServer>* out);
+
+}  // namespace plexus::store

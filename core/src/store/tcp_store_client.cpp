@@ -1,0 +1,402 @@
+// TcpStoreClient: a RendezvousStore that talks to a TcpStoreServer.
+//
+// One connection per client, guarded by a mutex: a request is sent and its
+// reply read before the next request may start (the server relies on that).
+// Concurrent callers on one client therefore queue; the time a caller spends
+// queued counts against its own timeout, and the server is sent only the time
+// that is left. The socket is non-blocking and every send/recv waits in poll()
+// against one deadline per call: the caller's timeout plus kSlack, because the
+// server itself answers GET/WAIT with TIMEOUT when the caller's timeout runs
+// out and that reply needs a moment to arrive. Hence a dead or wedged server
+// costs a caller at most timeout + kSlack, never a hang.
+//
+// After any failure mid-request (timeout, reset, garbage) the byte stream's
+// position is unknown, so the connection is dropped; the next request makes
+// one fresh connection attempt. A request is never re-sent (an ADD must not
+// be applied twice).
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "store_protocol.hpp"
+
+namespace plexus {
+namespace store {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kSlack = std::chrono::milliseconds(1000);
+// One connect() attempt may take at most this long, so a host name with an
+// unreachable first address still leaves time to try the others.
+constexpr auto kConnectAttemptLimit = std::chrono::milliseconds(2000);
+constexpr auto kBackoffStart = std::chrono::milliseconds(10);
+constexpr auto kBackoffMax = std::chrono::milliseconds(250);
+
+std::string ErrnoText(int err) {
+  return std::string(std::strerror(err));
+}
+
+Clock::time_point DeadlineAfter(std::chrono::milliseconds timeout) {
+  return Clock::now() + std::chrono::milliseconds(TimeoutToWire(timeout));
+}
+
+// Milliseconds left until deadline for poll(): 0 when past, rounded up otherwise.
+int MsUntil(Clock::time_point deadline) {
+  const auto left = deadline - Clock::now();
+  if (left <= Clock::duration::zero()) return 0;
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+  return static_cast<int>(std::min<int64_t>(ms, 1 << 30));
+}
+
+// Waits for `events` on fd until deadline. Returns 1 ready, 0 deadline passed, -1 error (errno).
+int PollOne(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    int rc = poll(&p, 1, MsUntil(deadline));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0) return -1;
+    if (rc == 0) {
+      if (Clock::now() >= deadline) return 0;
+      continue;  // poll rounds to whole ms; the deadline is not quite reached yet
+    }
+    return 1;  // includes POLLERR/POLLHUP: the following send/recv reports the error
+  }
+}
+
+std::string Endpoint(const std::string& host, uint16_t port) {
+  // A bare IPv6 literal needs brackets to be readable next to a port.
+  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
+  return host + ":" + std::to_string(port);
+}
+
+// One pass over host's addresses, each attempt bounded by deadline (and
+// kConnectAttemptLimit). On success *fd is a connected non-blocking socket
+// with TCP_NODELAY; otherwise *error says why.
+bool ConnectOnce(const std::string& host, uint16_t port, Clock::time_point deadline, int* fd,
+                 std::string* error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  int gai = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (gai != 0) {
+    *error = std::string("cannot resolve host: ") + gai_strerror(gai);
+    return false;
+  }
+  *error = "no address to connect to";
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    int s = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (s < 0) {
+      *error = "socket: " + ErrnoText(errno);
+      continue;
+    }
+    int rc = connect(s, ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      const auto attempt_deadline = std::min(deadline, Clock::now() + kConnectAttemptLimit);
+      int ready = PollOne(s, POLLOUT, attempt_deadline);
+      if (ready == 1) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        rc = getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0 ? 0 : -1;
+        if (rc != 0) errno = err != 0 ? err : errno;
+      } else {
+        errno = ready == 0 ? ETIMEDOUT : errno;
+        rc = -1;
+      }
+    }
+    if (rc != 0) {
+      *error = "connect: " + ErrnoText(errno);
+      close(s);
+      continue;
+    }
+    // Requests are small and latency-bound: do not let Nagle hold them back.
+    int one = 1;
+    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    *fd = s;
+    freeaddrinfo(res);
+    return true;
+  }
+  freeaddrinfo(res);
+  return false;
+}
+
+class TcpStoreClient final : public RendezvousStore {
+ public:
+  TcpStoreClient(std::string host, uint16_t port, int fd)
+      : host_(std::move(host)), port_(port), endpoint_(Endpoint(host_, port)), fd_(fd) {}
+  ~TcpStoreClient() override { DropConnection(); }
+
+  Status Set(const std::string& key, const Bytes& value,
+             std::chrono::milliseconds timeout) override {
+    Reply reply;
+    Status s = Call(
+        Command::kSet, key, timeout,
+        [&](uint64_t, Bytes* out) { return EncodeSet(key, value, out); }, &reply);
+    if (!s.ok()) return s;
+    return FromReply(reply);
+  }
+
+  Status Get(const std::string& key, Bytes* value, std::chrono::milliseconds timeout) override {
+    if (value == nullptr) return Status::InvalidArgument("store Get: value is null");
+    Reply reply;
+    Status s = Call(
+        Command::kGet, key, timeout,
+        [&](uint64_t ms, Bytes* out) { return EncodeGet(key, ms, out); }, &reply);
+    if (!s.ok()) return s;
+    s = FromReply(reply);
+    if (s.ok()) *value = std::move(reply.payload);
+    return s;
+  }
+
+  Status Add(const std::string& key, int64_t delta, int64_t* new_value,
+             std::chrono::milliseconds timeout) override {
+    if (new_value == nullptr) return Status::InvalidArgument("store Add: new_value is null");
+    Reply reply;
+    Status s = Call(
+        Command::kAdd, key, timeout,
+        [&](uint64_t, Bytes* out) { return EncodeAdd(key, delta, out); }, &reply);
+    if (!s.ok()) return s;
+    s = FromReply(reply);
+    if (!s.ok()) return s;
+    if (!DecodeCounter(reply.payload, new_value)) {
+      return Status::Remote("store server " + endpoint_ + " answered ADD with a " +
+                            std::to_string(reply.payload.size()) + "-byte payload, not 8");
+    }
+    return Status::Ok();
+  }
+
+  Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    Reply reply;
+    Status s = Call(
+        Command::kWait, keys.empty() ? std::string() : keys.front(), timeout,
+        [&](uint64_t ms, Bytes* out) { return EncodeWait(keys, ms, out); }, &reply);
+    if (!s.ok()) return s;
+    return FromReply(reply);
+  }
+
+ private:
+  // The connection is owned by one call at a time. A flag under a mutex with a
+  // condition variable rather than std::timed_mutex: the latter's
+  // try_lock_until(steady_clock) uses pthread_mutex_clocklock, which
+  // ThreadSanitizer (GCC 12) does not intercept, drowning real reports.
+  bool AcquireConnection(Clock::time_point deadline) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!idle_cv_.wait_until(lock, deadline, [this] { return !busy_; })) return false;
+    busy_ = true;
+    return true;
+  }
+  void ReleaseConnection() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_ = false;
+    }
+    idle_cv_.notify_one();
+  }
+  struct ConnectionGuard {
+    explicit ConnectionGuard(TcpStoreClient* c) : client(c) {}
+    ~ConnectionGuard() { client->ReleaseConnection(); }
+    ConnectionGuard(const ConnectionGuard&) = delete;
+    ConnectionGuard& operator=(const ConnectionGuard&) = delete;
+    TcpStoreClient* client;
+  };
+
+  Status FromReply(const Reply& reply) const {
+    if (reply.status == PLEXUS_OK) return Status::Ok();
+    return Status(reply.status, reply.message).WithContext("store " + endpoint_);
+  }
+
+  void DropConnection() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+
+  std::string Describe(Command command, const std::string& key) const {
+    return std::string("store ") + CommandName(command) +
+           (command == Command::kWait ? " starting at key " : " of key ") + QuoteKey(key) + " to " +
+           endpoint_;
+  }
+
+  // Encodes the request, sends it and reads its reply, within timeout (+ kSlack
+  // for the reply to travel). Time spent waiting for another thread's request
+  // on this connection counts against timeout, so the server is sent the time
+  // that is actually left (GET/WAIT park for that long).
+  // encode(timeout_ms, Bytes* out) -> Status builds the request frame.
+  template <typename Encoder>
+  Status Call(Command command, const std::string& key, std::chrono::milliseconds timeout,
+              const Encoder& encode, Reply* reply) {
+    const uint64_t timeout_ms = TimeoutToWire(timeout);
+    const auto user_deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    Bytes request;
+    Status s;
+    try {
+      // Encoding up front validates every length before waiting for anything.
+      s = encode(timeout_ms, &request);
+    } catch (const std::exception& e) {
+      s = Status::System(std::string("cannot encode the request: ") + e.what());
+    }
+    if (!s.ok()) return s.WithContext(Describe(command, key));
+
+    // Waiting for the connection is bounded like everything else (the holder
+    // may be a GET parked for minutes).
+    if (!AcquireConnection(user_deadline)) {
+      return Status::Timeout("timed out after " + std::to_string(timeout_ms) +
+                             " ms waiting for another request on this connection")
+          .WithContext(Describe(command, key));
+    }
+    ConnectionGuard release(this);
+    const auto now = Clock::now();
+    // Rounded up, so that an uncontended GET parks for exactly its timeout.
+    const uint64_t left_ms =
+        user_deadline <= now
+            ? 0
+            : static_cast<uint64_t>(
+                  std::chrono::ceil<std::chrono::milliseconds>(user_deadline - now).count());
+    // Whatever the command, the whole call ends by user_deadline + kSlack.
+    const auto io_deadline = now + std::chrono::milliseconds(left_ms) + kSlack;
+    const bool has_timeout = command == Command::kGet || command == Command::kWait;
+    try {
+      if (has_timeout && left_ms != timeout_ms) s = encode(left_ms, &request);
+      if (s.ok() && fd_ < 0) {
+        std::string error;
+        if (!ConnectOnce(host_, port_, io_deadline, &fd_, &error)) {
+          fd_ = -1;
+          s = Status::Remote("lost the connection to the server and could not reconnect: " + error);
+        }
+      }
+      if (s.ok()) s = SendAll(request, io_deadline);
+      if (s.ok()) s = ReceiveReply(io_deadline, reply);
+    } catch (const std::exception& e) {
+      s = Status::System(std::string("out of memory: ") + e.what());
+    }
+    if (!s.ok()) {
+      DropConnection();
+      return s.WithContext(Describe(command, key));
+    }
+    return s;
+  }
+
+  Status SendAll(const Bytes& data, Clock::time_point deadline) {
+    size_t sent = 0;
+    while (sent < data.size()) {
+      ssize_t n = send(fd_, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+      if (n > 0) {
+        sent += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+        return Status::Remote("connection to the server failed while sending: " + ErrnoText(errno));
+      }
+      int ready = PollOne(fd_, POLLOUT, deadline);
+      if (ready == 0) return Status::Timeout("timed out sending the request");
+      if (ready < 0) return Status::System("poll: " + ErrnoText(errno));
+    }
+    return Status::Ok();
+  }
+
+  // Reads exactly buf.size() - *have more bytes into buf.
+  Status RecvInto(Bytes& buf, size_t* have, Clock::time_point deadline) {
+    while (*have < buf.size()) {
+      ssize_t n = recv(fd_, buf.data() + *have, buf.size() - *have, 0);
+      if (n > 0) {
+        *have += static_cast<size_t>(n);
+        continue;
+      }
+      if (n == 0) return Status::Remote("the server closed the connection");
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        return Status::Remote("connection to the server failed: " + ErrnoText(errno));
+      }
+      int ready = PollOne(fd_, POLLIN, deadline);
+      if (ready == 0) return Status::Timeout("timed out waiting for the reply");
+      if (ready < 0) return Status::System("poll: " + ErrnoText(errno));
+    }
+    return Status::Ok();
+  }
+
+  Status ReceiveReply(Clock::time_point deadline, Reply* reply) {
+    Bytes buf(kHeaderBytes);
+    size_t have = 0;
+    Status s = RecvInto(buf, &have, deadline);
+    if (!s.ok()) return s;
+    FrameHeader header;
+    s = ParseHeader(buf, &header);
+    if (s.ok() && header.command != Command::kReply) {
+      s = Status::InvalidArgument(std::string("a ") + CommandName(header.command) +
+                                  " frame instead of a reply");
+    }
+    if (!s.ok()) return Status::Remote("the server sent a bad reply: " + s.message());
+    buf.resize(header.FrameBytes());  // bounded: ParseHeader checked the lengths
+    s = RecvInto(buf, &have, deadline);
+    if (!s.ok()) return s;
+    size_t consumed = 0;
+    s = ParseReply(buf, reply, &consumed);
+    if (!s.ok() || consumed != buf.size()) {
+      return Status::Remote("the server sent a bad reply: " +
+                            (s.ok() ? std::string("length mismatch") : s.message()));
+    }
+    return Status::Ok();
+  }
+
+  const std::string host_;
+  const uint16_t port_;
+  const std::string endpoint_;       // "host:port" for messages
+  std::mutex mu_;                    // guards busy_
+  std::condition_variable idle_cv_;  // signalled when busy_ becomes false
+  bool busy_ = false;                // a call owns fd_
+  int fd_;  // used only by the call that set busy_; -1 after a failure until the next call
+            // reconnects
+};
+
+}  // namespace
+}  // namespace store
+
+Status ConnectTcpStore(const std::string& host, uint16_t port, std::chrono::milliseconds timeout,
+                       std::unique_ptr<RendezvousStore>* out) {
+  using store::Clock;
+  if (out == nullptr) return Status::InvalidArgument("ConnectTcpStore: out is null");
+  if (host.empty()) return Status::InvalidArgument("ConnectTcpStore: empty host");
+  if (port == 0) return Status::InvalidArgument("ConnectTcpStore: port 0");
+  const std::string endpoint = store::Endpoint(host, port);
+  const auto deadline = store::DeadlineAfter(timeout);
+  auto backoff = store::kBackoffStart;
+  std::string error;
+  int attempts = 0;
+  for (;;) {
+    int fd = -1;
+    ++attempts;
+    // Connection refused is expected while the server is still starting up;
+    // resolution failures are retried too (DNS for a fresh pod may lag).
+    if (store::ConnectOnce(host, port, deadline, &fd, &error)) {
+      try {
+        *out = std::make_unique<store::TcpStoreClient>(host, port, fd);
+      } catch (const std::exception& e) {
+        close(fd);
+        return Status::System(std::string("ConnectTcpStore: ") + e.what());
+      }
+      return Status::Ok();
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) break;
+    std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
+    backoff = std::min(backoff * 2, store::kBackoffMax);
+  }
+  return Status::Timeout("could not connect to store server " + endpoint + " within " +
+                         std::to_string(store::TimeoutToWire(timeout)) + " ms (" +
+                         std::to_string(attempts) + " attempts; last error: " + error + ")");
+}
+
+}  // namespace plexus

@@ -1,0 +1,599 @@
+// TcpStoreServer: the rendezvous store served over TCP by one background thread.
+//
+// How it works. One thread owns everything: the listening socket, every client
+// socket (all non-blocking) and the key-value map, so there are no locks. Each
+// turn of the loop it poll()s the listener, an eventfd that Stop() signals, and
+// every client, then
+//   - accepts new clients;
+//   - reads into each client's frame buffer, never past the end of the current
+//     frame: first exactly the 20-byte header, which is validated (magic,
+//     version, command, lengths) before the buffer is grown to the frame's size,
+//     so an announced 4 GiB value is refused without allocating it;
+//   - executes complete frames: SET/ADD reply at once and wake parked clients;
+//     GET/WAIT on missing keys "park" the client with a deadline;
+//   - writes pending replies;
+//   - expires deadlines: a parked client gets TIMEOUT naming the missing key,
+//     and a client stalled mid-frame (or not reading its reply) for
+//     stall_timeout is disconnected.
+// A client is served one request at a time (a client library sends its next
+// request only after the reply), which bounds each client's memory to one
+// frame in and one reply out. A misbehaving client is disconnected with one
+// "plexus store:" line on stderr; nothing it sends can stop the loop.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "store_protocol.hpp"
+
+namespace plexus {
+namespace store {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// After accept() fails for lack of descriptors/memory the pending connection
+// stays queued and poll() would report it forever; pause accepting this long.
+constexpr auto kAcceptPause = std::chrono::milliseconds(100);
+
+void LogLine(const std::string& text) {
+  // One fwrite per line so that lines from concurrent threads do not interleave.
+  const std::string line = "plexus store: " + text + "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
+}
+
+std::string ErrnoText(int err) {
+  return std::string(std::strerror(err));
+}
+
+std::string FormatAddress(const sockaddr_storage& addr) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  uint16_t port = 0;
+  if (addr.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+    port = ntohs(a->sin_port);
+    return std::string(host) + ":" + std::to_string(port);
+  }
+  if (addr.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
+    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+    port = ntohs(a->sin6_port);
+    return "[" + std::string(host) + "]:" + std::to_string(port);
+  }
+  return "<unknown address family>";
+}
+
+struct Client {
+  int fd = -1;
+  std::string peer;  // "ip:port", for log lines
+  bool closed = false;
+
+  // The frame being received. Sized kHeaderBytes until the header is validated,
+  // then the whole frame. in_have bytes of it have arrived.
+  Bytes in = Bytes(kHeaderBytes);
+  size_t in_have = 0;
+  bool header_ok = false;
+
+  // The reply being sent; out_sent bytes of it are gone.
+  Bytes out;
+  size_t out_sent = 0;
+
+  // Last time bytes moved in either direction (or a reply was queued): the stall clock.
+  Clock::time_point last_progress;
+
+  // A GET or WAIT waiting for keys.
+  bool parked = false;
+  Request pending;
+  size_t wait_next = 0;  // keys before this index of pending.keys are known to exist
+  Clock::time_point deadline;
+
+  bool FrameComplete() const { return header_ok && in_have == in.size(); }
+  bool Partial() const { return in_have > 0 && !FrameComplete(); }
+  bool HasOutput() const { return out_sent < out.size(); }
+  // Ready to execute its next frame right now.
+  bool Runnable() const { return !closed && FrameComplete() && !parked && !HasOutput(); }
+  bool WantsRead() const { return !closed && !FrameComplete(); }
+  // Subject to the stall timeout: the peer owes us bytes or owes us reading.
+  bool Stallable() const { return Partial() || HasOutput(); }
+};
+
+class TcpStoreServerImpl final : public TcpStoreServer {
+ public:
+  TcpStoreServerImpl(int listen_fd, int wake_fd, uint16_t port, TcpStoreServerOptions options)
+      : listen_fd_(listen_fd), wake_fd_(wake_fd), port_(port), options_(options) {}
+
+  ~TcpStoreServerImpl() override {
+    Stop();
+    // Run() closes the listener when it ends (so connects are refused at once,
+    // even if the thread died early); the eventfd lives as long as the object
+    // because Stop() may write to it at any time before joining.
+    if (listen_fd_ >= 0) close(listen_fd_);
+    close(wake_fd_);
+  }
+
+  uint16_t port() const override { return port_; }
+
+  Status StartThread() {
+    try {
+      thread_ = std::thread([this] { Run(); });
+    } catch (const std::exception& e) {
+      return Status::System(std::string("cannot start the store server thread: ") + e.what());
+    }
+    return Status::Ok();
+  }
+
+  void Stop() override {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    if (!thread_.joinable()) return;
+    const uint64_t one = 1;
+    // eventfd writes of 8 bytes cannot be partial; EAGAIN only if the counter
+    // would overflow, which means a wake-up is already pending anyway.
+    ssize_t n = write(wake_fd_, &one, sizeof(one));
+    (void)n;
+    thread_.join();
+  }
+
+ private:
+  void Run();
+  void RunLoop();
+  void AcceptAll(Clock::time_point now);
+  void ReadFrom(Client& c, Clock::time_point now);
+  void WriteTo(Client& c, Clock::time_point now);
+  void Execute(Client& c, Clock::time_point now);
+  void QueueReply(Client& c, int32_t status, std::string_view message,
+                  std::span<const uint8_t> payload, Clock::time_point now);
+  // Replies to c if its parked request can now complete; returns whether it did.
+  bool TryComplete(Client& c, Clock::time_point now);
+  void WakeParked(Clock::time_point now);
+  void ExpireDeadlines(Clock::time_point now);
+  void Disconnect(Client& c, const std::string& reason);
+  int PollTimeoutMs(Clock::time_point now) const;
+
+  int listen_fd_;      // closed by Run() when the thread ends
+  const int wake_fd_;  // Stop() signals it; closed by the destructor
+  const uint16_t port_;
+  const TcpStoreServerOptions options_;
+
+  std::mutex stop_mu_;  // makes Stop() safe to call from several threads
+  std::thread thread_;
+
+  // Owned by the server thread only.
+  std::vector<std::unique_ptr<Client>> clients_;
+  std::unordered_map<std::string, Bytes> data_;
+  Clock::time_point accept_resume_{};  // accepting is paused until then
+};
+
+void TcpStoreServerImpl::Run() {
+  try {
+    RunLoop();
+  } catch (const std::exception& e) {
+    // Per-client failures are handled inside; this is e.g. bad_alloc building
+    // the poll set. The clients then see their connection close (REMOTE).
+    LogLine(std::string("server thread failed and stopped: ") + e.what());
+  }
+  for (auto& c : clients_) {
+    if (c->fd >= 0) close(c->fd);
+  }
+  clients_.clear();
+  close(listen_fd_);
+  listen_fd_ = -1;  // read again only by the destructor, after join()
+}
+
+void TcpStoreServerImpl::RunLoop() {
+  std::vector<pollfd> fds;
+  std::vector<Client*> polled;  // polled[i] is the client of fds[i + 2]
+  for (;;) {
+    Clock::time_point now = Clock::now();
+    fds.clear();
+    polled.clear();
+    fds.push_back({wake_fd_, POLLIN, 0});
+    fds.push_back({listen_fd_, static_cast<short>(now >= accept_resume_ ? POLLIN : 0), 0});
+    for (auto& c : clients_) {
+      short events = 0;
+      if (c->WantsRead()) events |= POLLIN;
+      if (c->HasOutput()) events |= POLLOUT;
+      // A client with events == 0 is still polled: POLLHUP/POLLERR are always reported.
+      fds.push_back({c->fd, events, 0});
+      polled.push_back(c.get());
+    }
+
+    int rc = poll(fds.data(), fds.size(), PollTimeoutMs(now));
+    if (rc < 0 && errno != EINTR) {
+      LogLine("poll failed: " + ErrnoText(errno) + "; server stopped");
+      return;
+    }
+    now = Clock::now();
+    if (rc > 0) {
+      if (fds[0].revents != 0) return;  // Stop()
+      if (fds[1].revents & POLLIN) AcceptAll(now);
+      for (size_t i = 0; i < polled.size(); ++i) {
+        Client& c = *polled[i];
+        const short re = fds[i + 2].revents;
+        if (re == 0 || c.closed) continue;
+        if ((re & POLLOUT) && c.HasOutput()) WriteTo(c, now);
+        if (!c.closed && (re & (POLLIN | POLLHUP | POLLERR))) {
+          if (c.WantsRead()) {
+            ReadFrom(c, now);
+          } else if (re & (POLLHUP | POLLERR)) {
+            Disconnect(c, c.HasOutput() ? "connection lost before the reply was sent" : "");
+          }
+        }
+      }
+    }
+
+    // Execute every complete frame; a SET may make parked clients runnable
+    // again, hence the loop (each pass executes at least one frame or stops).
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (size_t i = 0; i < clients_.size(); ++i) {  // index: Execute never adds clients
+        Client& c = *clients_[i];
+        if (!c.Runnable()) continue;
+        Execute(c, now);
+        progress = true;
+      }
+    }
+    ExpireDeadlines(now);
+    // Optimistic write: most replies fit the socket buffer, so they leave now
+    // instead of after another poll round trip.
+    for (auto& c : clients_) {
+      if (!c->closed && c->HasOutput()) WriteTo(*c, now);
+    }
+    std::erase_if(clients_, [](const std::unique_ptr<Client>& c) {
+      if (!c->closed) return false;
+      close(c->fd);
+      return true;
+    });
+  }
+}
+
+int TcpStoreServerImpl::PollTimeoutMs(Clock::time_point now) const {
+  Clock::time_point wake = now + std::chrono::seconds(60);
+  if (now < accept_resume_) wake = std::min(wake, accept_resume_);
+  for (const auto& c : clients_) {
+    if (c->Runnable()) return 0;
+    if (c->parked) wake = std::min(wake, c->deadline);
+    if (c->Stallable()) wake = std::min(wake, c->last_progress + options_.stall_timeout);
+  }
+  if (wake <= now) return 0;
+  // Round up so we do not spin with 0 ms timeouts just before a deadline.
+  auto ms = std::chrono::ceil<std::chrono::milliseconds>(wake - now).count();
+  return static_cast<int>(std::clamp<int64_t>(ms, 0, 60000));
+}
+
+void TcpStoreServerImpl::AcceptAll(Clock::time_point now) {
+  for (;;) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    int fd =
+        accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      const int err = errno;
+      if (err == EAGAIN || err == EWOULDBLOCK) return;
+      if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
+      // EMFILE/ENFILE/ENOBUFS/ENOMEM or worse: existing clients keep being served.
+      LogLine("accept failed: " + ErrnoText(err) + "; not accepting new clients for " +
+              std::to_string(kAcceptPause.count()) + " ms");
+      accept_resume_ = now + kAcceptPause;
+      return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // replies are small
+    try {
+      auto c = std::make_unique<Client>();
+      c->fd = fd;
+      c->peer = FormatAddress(addr);
+      c->last_progress = now;
+      clients_.push_back(std::move(c));
+    } catch (const std::exception&) {
+      LogLine("out of memory accepting a client from " + FormatAddress(addr));
+      close(fd);
+      return;
+    }
+  }
+}
+
+void TcpStoreServerImpl::ReadFrom(Client& c, Clock::time_point now) {
+  try {
+    // Read until EAGAIN or the frame is complete; never past the frame's end.
+    while (!c.FrameComplete()) {
+      ssize_t n = recv(c.fd, c.in.data() + c.in_have, c.in.size() - c.in_have, 0);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        const int err = errno;
+        Disconnect(c, c.Partial() ? "receive failed mid-frame: " + ErrnoText(err) : "");
+        return;
+      }
+      if (n == 0) {
+        // A clean close between frames is how clients leave; only log a torn frame.
+        Disconnect(c, c.in_have > 0
+                          ? "connection closed mid-frame after " + std::to_string(c.in_have) +
+                                " of " + std::to_string(c.in.size()) + " bytes"
+                          : "");
+        return;
+      }
+      c.in_have += static_cast<size_t>(n);
+      c.last_progress = now;
+      if (!c.header_ok && c.in_have == kHeaderBytes) {
+        FrameHeader h;
+        Status s = ParseHeader(c.in, &h);
+        if (!s.ok()) {
+          Disconnect(c, s.message());
+          return;
+        }
+        if (h.command == Command::kReply) {
+          Disconnect(c, "sent a REPLY frame, which only servers send");
+          return;
+        }
+        // Safe: every length in h was checked against its limit by ParseHeader.
+        c.in.resize(h.FrameBytes());
+        c.header_ok = true;
+      }
+    }
+  } catch (const std::exception& e) {
+    Disconnect(c, std::string("cannot buffer the request: ") + e.what());
+  }
+}
+
+void TcpStoreServerImpl::WriteTo(Client& c, Clock::time_point now) {
+  while (c.HasOutput()) {
+    ssize_t n = send(c.fd, c.out.data() + c.out_sent, c.out.size() - c.out_sent, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      Disconnect(c, "sending the reply failed: " + ErrnoText(errno));
+      return;
+    }
+    c.out_sent += static_cast<size_t>(n);
+    c.last_progress = now;
+  }
+  // Drop the buffer rather than keep a 64 MiB GET reply's capacity per client.
+  Bytes().swap(c.out);
+  c.out_sent = 0;
+}
+
+void TcpStoreServerImpl::QueueReply(Client& c, int32_t status, std::string_view message,
+                                    std::span<const uint8_t> payload, Clock::time_point now) {
+  EncodeReply(status, message, payload, &c.out);
+  c.out_sent = 0;
+  c.last_progress = now;  // the stall clock for "does not read its reply" starts now
+}
+
+void TcpStoreServerImpl::Execute(Client& c, Clock::time_point now) {
+  Request req;
+  size_t consumed = 0;
+  try {
+    Status s = ParseRequest(c.in, &req, &consumed);
+    if (!s.ok() || consumed != c.in.size()) {
+      // The header was validated already, so this is a bad body (e.g. WAIT keys).
+      Disconnect(c, s.ok() ? "internal frame length mismatch" : s.message());
+      return;
+    }
+    // Reset the frame buffer, releasing a large SET's memory.
+    c.in = Bytes(kHeaderBytes);
+    c.in_have = 0;
+    c.header_ok = false;
+
+    switch (req.command) {
+      case Command::kSet:
+        data_[req.key] = std::move(req.value);
+        QueueReply(c, PLEXUS_OK, "", {}, now);
+        WakeParked(now);
+        break;
+      case Command::kAdd: {
+        auto it = data_.find(req.key);
+        int64_t value = 0;
+        if (it != data_.end() && !DecodeCounter(it->second, &value)) {
+          QueueReply(c, PLEXUS_ERR_INVALID_USAGE, NotACounterMessage(req.key, it->second.size()),
+                     {}, now);
+          break;
+        }
+        // Unsigned arithmetic: wraps instead of signed-overflow UB.
+        value =
+            static_cast<int64_t>(static_cast<uint64_t>(value) + static_cast<uint64_t>(req.delta));
+        Bytes encoded = EncodeCounter(value);
+        QueueReply(c, PLEXUS_OK, "", encoded, now);
+        data_[req.key] = std::move(encoded);
+        WakeParked(now);
+        break;
+      }
+      case Command::kGet:
+      case Command::kWait:
+        c.pending = std::move(req);
+        c.pending.timeout_ms = ClampTimeoutMs(c.pending.timeout_ms);
+        c.wait_next = 0;
+        c.parked = true;
+        c.deadline = now + std::chrono::milliseconds(c.pending.timeout_ms);
+        // If the keys are missing, ExpireDeadlines (later this same turn, same
+        // `now`) answers a zero timeout; otherwise SET/ADD or the deadline will.
+        TryComplete(c, now);
+        break;
+      case Command::kReply:  // rejected when the header arrived
+        Disconnect(c, "sent a REPLY frame");
+        break;
+    }
+  } catch (const std::exception& e) {
+    Disconnect(c, std::string("failed to execute ") + CommandName(req.command) + ": " + e.what());
+  }
+}
+
+bool TcpStoreServerImpl::TryComplete(Client& c, Clock::time_point now) {
+  if (c.pending.command == Command::kGet) {
+    auto it = data_.find(c.pending.key);
+    if (it == data_.end()) return false;
+    c.parked = false;
+    QueueReply(c, PLEXUS_OK, "", it->second, now);
+  } else {
+    // Keys never disappear, so keys before wait_next need no second look.
+    auto& keys = c.pending.keys;
+    while (c.wait_next < keys.size() && data_.count(keys[c.wait_next]) != 0) ++c.wait_next;
+    if (c.wait_next < keys.size()) return false;
+    c.parked = false;
+    QueueReply(c, PLEXUS_OK, "", {}, now);
+  }
+  c.pending = Request();
+  return true;
+}
+
+void TcpStoreServerImpl::WakeParked(Clock::time_point now) {
+  for (auto& c : clients_) {
+    if (c->parked && !c->closed) TryComplete(*c, now);
+  }
+}
+
+void TcpStoreServerImpl::ExpireDeadlines(Clock::time_point now) {
+  for (auto& cp : clients_) {
+    Client& c = *cp;
+    if (c.closed) continue;
+    if (c.parked && c.deadline <= now) {
+      std::string message;
+      if (c.pending.command == Command::kGet) {
+        message = GetTimeoutMessage(c.pending.key, c.pending.timeout_ms);
+      } else {
+        const auto& keys = c.pending.keys;
+        size_t missing = 0;
+        for (size_t i = c.wait_next; i < keys.size(); ++i) missing += data_.count(keys[i]) == 0;
+        message = WaitTimeoutMessage(keys[c.wait_next], missing, keys.size(), c.pending.timeout_ms);
+      }
+      c.parked = false;
+      c.pending = Request();
+      QueueReply(c, PLEXUS_ERR_TIMEOUT, message, {}, now);
+      continue;
+    }
+    if (c.Stallable() && now - c.last_progress >= options_.stall_timeout) {
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(options_.stall_timeout);
+      Disconnect(c, c.Partial()
+                        ? "stalled for " + std::to_string(ms.count()) +
+                              " ms in the middle of a frame (" + std::to_string(c.in_have) +
+                              " bytes received)"
+                        : "did not read its reply for " + std::to_string(ms.count()) + " ms");
+    }
+  }
+}
+
+void TcpStoreServerImpl::Disconnect(Client& c, const std::string& reason) {
+  if (c.closed) return;
+  if (!reason.empty()) LogLine("disconnecting client " + c.peer + ": " + reason);
+  c.closed = true;
+  c.parked = false;
+  // The fd is closed when the client is erased at the end of the loop turn, so
+  // that a descriptor number is never reused while still in this turn's poll set.
+  // Free buffers now: a closed client must not hold 64 MiB until then.
+  Bytes().swap(c.in);
+  Bytes().swap(c.out);
+  c.out_sent = 0;
+  c.in_have = 0;
+  c.header_ok = false;
+  c.pending = Request();
+}
+
+// Creates, binds and listens; on failure closes what it opened.
+Status OpenListener(const std::string& bind_addr, uint16_t port, int* out_fd, uint16_t* out_port) {
+  const bool any = bind_addr.empty() || bind_addr == "0.0.0.0";
+  addrinfo hints{};
+  hints.ai_family = any ? AF_INET : AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  const std::string shown = (any ? std::string("0.0.0.0") : bind_addr) + ":" + service;
+  int gai = getaddrinfo(any ? nullptr : bind_addr.c_str(), service.c_str(), &hints, &res);
+  if (gai != 0) {
+    return Status::InvalidArgument("store server: cannot resolve bind address '" + bind_addr +
+                                   "': " + gai_strerror(gai));
+  }
+  std::string last_error = "no usable address";
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) {
+      last_error = "socket: " + ErrnoText(errno);
+      continue;
+    }
+    // A restarted job must be able to bind the port its predecessor left in TIME_WAIT.
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+      last_error = "bind: " + ErrnoText(errno);
+      close(fd);
+      continue;
+    }
+    if (listen(fd, SOMAXCONN) != 0) {
+      last_error = "listen: " + ErrnoText(errno);
+      close(fd);
+      continue;
+    }
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0) {
+      last_error = "getsockname: " + ErrnoText(errno);
+      close(fd);
+      continue;
+    }
+    *out_port = local.ss_family == AF_INET6
+                    ? ntohs(reinterpret_cast<const sockaddr_in6*>(&local)->sin6_port)
+                    : ntohs(reinterpret_cast<const sockaddr_in*>(&local)->sin_port);
+    *out_fd = fd;
+    freeaddrinfo(res);
+    return Status::Ok();
+  }
+  freeaddrinfo(res);
+  return Status::System("store server: cannot listen on " + shown + ": " + last_error);
+}
+
+}  // namespace
+
+Status StartTcpStoreServer(const std::string& bind_addr, uint16_t port,
+                           const TcpStoreServerOptions& options,
+                           std::unique_ptr<TcpStoreServer>* out) {
+  if (out == nullptr) return Status::InvalidArgument("store server: out is null");
+  if (options.stall_timeout.count() <= 0) {
+    return Status::InvalidArgument("store server: stall_timeout must be positive");
+  }
+  int listen_fd = -1;
+  uint16_t bound_port = 0;
+  Status s = OpenListener(bind_addr, port, &listen_fd, &bound_port);
+  if (!s.ok()) return s;
+  int wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd < 0) {
+    const int err = errno;
+    close(listen_fd);
+    return Status::System("store server: eventfd: " + ErrnoText(err));
+  }
+  std::unique_ptr<TcpStoreServerImpl> server;
+  try {
+    server = std::make_unique<TcpStoreServerImpl>(listen_fd, wake_fd, bound_port, options);
+  } catch (const std::exception& e) {
+    close(listen_fd);
+    close(wake_fd);
+    return Status::System(std::string("store server: ") + e.what());
+  }
+  s = server->StartThread();  // on failure the destructor closes both descriptors
+  if (!s.ok()) return s;
+  *out = std::move(server);
+  return Status::Ok();
+}
+
+}  // namespace store
+
+Status TcpStoreServer::Start(const std::string& bind_addr, uint16_t port,
+                             std::unique_ptr<TcpStoreServer>* out) {
+  return store::StartTcpStoreServer(bind_addr, port, store::TcpStoreServerOptions{}, out);
+}
+
+}  // namespace plexus

@@ -1,0 +1,520 @@
+#include "launcher.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "exit_status.hpp"
+#include "output_prefixer.hpp"
+#include "program_path.hpp"
+#include "signal_watcher.hpp"
+
+namespace plexus::run {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// After the last rank exited, how long to keep reading pipes that a leftover
+// background process still holds open before giving up on them.
+constexpr std::chrono::milliseconds kDrainTimeout{1000};
+// Upper bound on one poll() so that a lost wake-up can only ever cost this much.
+constexpr int kMaxPollMs = 1000;
+
+void PrintError(const std::string& text) {
+  std::string line = "plexus-run: " + text + "\n";
+  (void)WriteAll(STDERR_FILENO, line.data(), line.size());
+}
+
+std::string Plural(int n, const char* word) {
+  return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
+}
+
+std::string FormatSeconds(std::chrono::milliseconds ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g s", static_cast<double>(ms.count()) / 1000.0);
+  return buf;
+}
+
+// NULL-terminated char* view of a vector of strings, built before fork():
+// the child may not allocate.
+class CStringArray {
+ public:
+  explicit CStringArray(const std::vector<std::string>& strings) {
+    ptrs_.reserve(strings.size() + 1);
+    for (const std::string& s : strings) ptrs_.push_back(const_cast<char*>(s.c_str()));
+    ptrs_.push_back(nullptr);
+  }
+  char** get() { return ptrs_.data(); }
+
+ private:
+  std::vector<char*> ptrs_;
+};
+
+void CloseFd(int* fd) {
+  if (*fd >= 0) ::close(*fd);
+  *fd = -1;
+}
+
+class Launcher {
+ public:
+  explicit Launcher(const LaunchConfig& config) : config_(config) {}
+  ~Launcher();
+
+  int Run();
+
+ private:
+  enum class Cause { kNone, kRankFailed, kInterrupted, kTimeout, kCannotExecute, kInternal };
+
+  struct Stream {
+    int fd = -1;
+    OutputPrefixer prefixer;
+  };
+  struct Rank {
+    pid_t pid = -1;
+    bool exited = false;
+    int how = 0;    // siginfo si_code: CLD_EXITED, CLD_KILLED or CLD_DUMPED
+    int value = 0;  // siginfo si_status: the exit code or the signal
+    Stream out;
+    Stream err;
+  };
+
+  bool InstallSignals();
+  void RestoreSignals();
+  bool SpawnAll();
+  bool Spawn(int index);
+  void Loop();
+  void ReadStream(Stream* stream);
+  void CheckExits();
+  void HandleSignals();
+  void BeginStop(Cause cause, int sig);
+  void SignalRanks(int sig);
+  void KillRemaining();
+  bool AllExited() const;
+  void ReapAll();
+  int Report();
+
+  const LaunchConfig& config_;
+  std::string program_path_;
+  std::vector<std::string> sh_argv_;  // "/bin/sh prog args" for scripts without #!
+  std::vector<Rank> ranks_;
+  SignalWatcher watcher_;
+  struct sigaction saved_sigpipe_ {};
+  bool sigpipe_saved_ = false;
+  int dev_null_ = -1;
+
+  bool stopping_ = false;
+  bool killed_ = false;  // SIGKILL has been sent to every group
+  Clock::time_point stop_deadline_;
+  std::optional<Clock::time_point> job_deadline_;
+  std::optional<Clock::time_point> drain_deadline_;
+
+  Cause cause_ = Cause::kNone;
+  int failed_rank_ = -1;
+  int cause_errno_ = 0;
+  std::string internal_error_;
+  int interrupt_signal_ = 0;  // first SIGINT/SIGTERM/SIGHUP received
+  int stopped_count_ = 0;     // ranks still running when the job was stopped
+  int sigkilled_count_ = 0;   // of those, how many outlived the grace period
+};
+
+Launcher::~Launcher() {
+  for (Rank& r : ranks_) {
+    CloseFd(&r.out.fd);
+    CloseFd(&r.err.fd);
+  }
+  CloseFd(&dev_null_);
+  RestoreSignals();
+}
+
+int Launcher::Run() {
+  const std::string& program = config_.argv.front();
+  int err = ResolveProgram(program, std::getenv("PATH"), &program_path_);
+  if (err != 0) {
+    PrintError("cannot execute '" + program + "': " + std::strerror(err));
+    return kExitCannotExecute;
+  }
+  sh_argv_ = config_.argv;
+  sh_argv_[0] = program_path_;
+  sh_argv_.insert(sh_argv_.begin(), "sh");
+
+  if (!InstallSignals()) return kExitRankFailed;
+  if (config_.timeout.count() > 0) job_deadline_ = Clock::now() + config_.timeout;
+  SpawnAll();  // on failure it has already begun stopping the ranks it started
+  Loop();
+  ReapAll();
+  int code = Report();
+  RestoreSignals();
+  return code;
+}
+
+bool Launcher::InstallSignals() {
+  std::string error;
+  // A signal the launcher was started with ignored (nohup, "cmd &" in a
+  // script) is left ignored, so the ranks inherit that across exec().
+  std::vector<int> watched = {SIGCHLD};
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction current {};
+    if (::sigaction(sig, nullptr, &current) == 0 && current.sa_handler == SIG_IGN) continue;
+    watched.push_back(sig);
+  }
+  if (!watcher_.Install(watched, &error)) {
+    PrintError("cannot install signal handlers: " + error);
+    return false;
+  }
+  // A closed stdout (plexus-run ... | head) must not kill the launcher while
+  // ranks are running; OutputPrefixer then just drops their output.
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigpipe_saved_ = ::sigaction(SIGPIPE, &ignore, &saved_sigpipe_) == 0;
+  return true;
+}
+
+void Launcher::RestoreSignals() {
+  if (sigpipe_saved_) ::sigaction(SIGPIPE, &saved_sigpipe_, nullptr);
+  sigpipe_saved_ = false;
+}
+
+bool Launcher::SpawnAll() {
+  dev_null_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ranks_.reserve(config_.rank_env.size());
+  for (size_t i = 0; i < config_.rank_env.size(); ++i) {
+    // Built with append(): g++ 12 -O3 flags `"[" + std::string` with a bogus -Wrestrict.
+    std::string prefix;
+    if (config_.prefix_output) prefix.append("[").append(std::to_string(i)).append("] ");
+    ranks_.push_back(Rank{.out = {-1, OutputPrefixer(prefix, STDOUT_FILENO)},
+                          .err = {-1, OutputPrefixer(prefix, STDERR_FILENO)}});
+    // A rank that could not start stays in ranks_ with pid -1, marked exited.
+    if (!Spawn(static_cast<int>(i))) return false;
+    // A Ctrl-C while starting 512 ranks should not wait for all of them.
+    HandleSignals();
+    if (stopping_) return false;
+  }
+  return true;
+}
+
+bool Launcher::Spawn(int index) {
+  Rank& rank = ranks_[index];
+  int out_pipe[2] = {-1, -1};
+  int err_pipe[2] = {-1, -1};
+  int status_pipe[2] = {-1, -1};  // carries errno from a failed exec, closes on success
+  auto fail = [&](const char* what) {
+    internal_error_ =
+        std::string(what) + " for rank " + std::to_string(index) + ": " + std::strerror(errno);
+    rank.exited = true;  // never started: not one of the ranks to stop
+    for (int* fd : {&out_pipe[0], &out_pipe[1], &err_pipe[0], &err_pipe[1], &status_pipe[0],
+                    &status_pipe[1]}) {
+      CloseFd(fd);
+    }
+    BeginStop(Cause::kInternal, SIGTERM);
+    return false;
+  };
+  // O_CLOEXEC everywhere: rank 5 must not inherit rank 4's pipes, or rank 4's
+  // output would never reach EOF while rank 5 lives.
+  if (config_.prefix_output &&
+      (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0)) {
+    return fail("pipe");
+  }
+  if (::pipe2(status_pipe, O_CLOEXEC) != 0) return fail("pipe");
+
+  // Everything the child touches is prepared here: after fork() in a
+  // multithreaded process only async-signal-safe calls are allowed.
+  CStringArray argv(config_.argv);
+  CStringArray sh_argv(sh_argv_);
+  CStringArray envp(config_.rank_env[index]);
+  const char* path = program_path_.c_str();
+  // Rank 0 may read our stdin (e.g. piped input), unless it is a terminal: a
+  // rank in its own process group that reads the terminal is stopped by SIGTTIN.
+  const int stdin_fd = (index == 0 && !::isatty(STDIN_FILENO)) ? -1 : dev_null_;
+  const struct sigaction child_sigpipe = saved_sigpipe_;
+  const pid_t parent = ::getpid();
+
+  pid_t pid = ::fork();
+  if (pid < 0) return fail("fork");
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    // If the launcher dies without a chance to clean up (SIGKILL, OOM), take
+    // the rank with it; check getppid() in case that already happened.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(kExitCannotExecute);
+    if (stdin_fd >= 0) ::dup2(stdin_fd, STDIN_FILENO);
+    if (out_pipe[1] >= 0) ::dup2(out_pipe[1], STDOUT_FILENO);
+    if (err_pipe[1] >= 0) ::dup2(err_pipe[1], STDERR_FILENO);
+    ::sigaction(SIGPIPE, &child_sigpipe, nullptr);  // whatever plexus-run was given
+    ::execve(path, argv.get(), envp.get());
+    if (errno == ENOEXEC) ::execve("/bin/sh", sh_argv.get(), envp.get());  // as execvp() does
+    int e = errno;
+    (void)!::write(status_pipe[1], &e, sizeof(e));
+    ::_exit(kExitCannotExecute);
+  }
+  rank.pid = pid;
+  // Also from the parent, so the group exists before we could signal it.
+  ::setpgid(pid, pid);
+  CloseFd(&out_pipe[1]);
+  CloseFd(&err_pipe[1]);
+  CloseFd(&status_pipe[1]);
+  int exec_errno = 0;
+  ssize_t n;
+  do {
+    n = ::read(status_pipe[0], &exec_errno, sizeof(exec_errno));
+  } while (n < 0 && errno == EINTR);
+  CloseFd(&status_pipe[0]);
+  rank.out.fd = out_pipe[0];
+  rank.err.fd = err_pipe[0];
+  for (int fd : {rank.out.fd, rank.err.fd}) {
+    if (fd >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  }
+  if (n == static_cast<ssize_t>(sizeof(exec_errno))) {
+    // exec failed: the child is exiting with 127; not a rank failure to report.
+    int status;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    rank.pid = -1;
+    rank.exited = true;
+    cause_errno_ = exec_errno;
+    failed_rank_ = index;
+    BeginStop(Cause::kCannotExecute, SIGTERM);
+    return false;
+  }
+  return true;
+}
+
+bool Launcher::AllExited() const {
+  return std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.exited; });
+}
+
+void Launcher::Loop() {
+  std::vector<pollfd> fds;
+  std::vector<Stream*> streams;  // streams[i] belongs to fds[i + 1]
+  bool check_exits = true;
+  while (true) {
+    if (check_exits) CheckExits();
+    check_exits = false;
+    const Clock::time_point now = Clock::now();
+
+    if (!stopping_ && job_deadline_ && now >= *job_deadline_) BeginStop(Cause::kTimeout, SIGTERM);
+    if (stopping_ && !killed_ && (now >= stop_deadline_ || AllExited())) KillRemaining();
+
+    fds.clear();
+    streams.clear();
+    fds.push_back({watcher_.fd(), POLLIN, 0});
+    for (Rank& r : ranks_) {
+      for (Stream* s : {&r.out, &r.err}) {
+        if (s->fd < 0) continue;
+        fds.push_back({s->fd, POLLIN, 0});
+        streams.push_back(s);
+      }
+    }
+    if (AllExited()) {
+      if (!drain_deadline_) drain_deadline_ = now + kDrainTimeout;
+      if (streams.empty() || now >= *drain_deadline_) break;
+    }
+
+    std::optional<Clock::time_point> wake;
+    auto earliest = [&](Clock::time_point t) { wake = wake ? std::min(*wake, t) : t; };
+    if (!stopping_ && job_deadline_) earliest(*job_deadline_);
+    if (stopping_ && !killed_) earliest(stop_deadline_);
+    if (drain_deadline_) earliest(*drain_deadline_);
+    int timeout_ms = kMaxPollMs;
+    if (wake) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(*wake - now).count();
+      timeout_ms = static_cast<int>(std::clamp<long long>(left, 0, kMaxPollMs));
+    }
+
+    int ready = ::poll(fds.data(), fds.size(), timeout_ms);
+    if (ready < 0 && errno != EINTR) {
+      internal_error_ = std::string("poll: ") + std::strerror(errno);
+      if (!stopping_) BeginStop(Cause::kInternal, SIGTERM);
+      if (!killed_) KillRemaining();
+      check_exits = true;
+      ::usleep(10000);  // do not spin if poll keeps failing; the exit checks go on
+      continue;
+    }
+    if (ready <= 0) {
+      check_exits = true;  // a timer expired; also a cheap safety net for exits
+      continue;
+    }
+    if (fds[0].revents != 0) {
+      watcher_.Drain();
+      if (watcher_.Take(SIGCHLD) > 0) check_exits = true;
+      HandleSignals();
+    }
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) ReadStream(streams[i - 1]);
+    }
+  }
+  for (Rank& r : ranks_) {
+    for (Stream* s : {&r.out, &r.err}) {
+      s->prefixer.Flush();
+      CloseFd(&s->fd);
+    }
+  }
+}
+
+void Launcher::ReadStream(Stream* stream) {
+  char buf[65536];
+  ssize_t n = ::read(stream->fd, buf, sizeof(buf));
+  if (n > 0) {
+    stream->prefixer.Feed(buf, static_cast<size_t>(n));
+    return;
+  }
+  if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return;
+  // EOF (every writer is gone) or a read error: print what is left, stop watching.
+  stream->prefixer.Flush();
+  CloseFd(&stream->fd);
+}
+
+void Launcher::CheckExits() {
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    Rank& r = ranks_[i];
+    if (r.exited) continue;
+    siginfo_t info;
+    std::memset(&info, 0, sizeof(info));
+    // WNOWAIT: look, but leave the zombie, so that r.pid (= its process group
+    // id) stays reserved until ReapAll().
+    if (::waitid(P_PID, static_cast<id_t>(r.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+        info.si_pid == 0) {
+      continue;
+    }
+    r.exited = true;
+    r.how = info.si_code;
+    r.value = info.si_status;
+    const bool failed = !(info.si_code == CLD_EXITED && info.si_status == 0);
+    if (failed && !stopping_) {
+      failed_rank_ = static_cast<int>(i);
+      BeginStop(Cause::kRankFailed, SIGTERM);
+    }
+  }
+}
+
+void Launcher::HandleSignals() {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    int count = watcher_.Take(sig);
+    if (count == 0) continue;
+    if (interrupt_signal_ == 0) interrupt_signal_ = sig;
+    if (!stopping_) {
+      // Forward the very signal: a rank may treat SIGINT (checkpoint and
+      // leave) differently from SIGTERM.
+      BeginStop(Cause::kInterrupted, sig);
+      if (count > 1 && !killed_) KillRemaining();
+    } else if (!killed_) {
+      // A second Ctrl-C means "now": skip the rest of the grace period.
+      KillRemaining();
+    }
+  }
+}
+
+void Launcher::BeginStop(Cause cause, int sig) {
+  if (stopping_) return;
+  stopping_ = true;
+  cause_ = cause;
+  stop_deadline_ = Clock::now() + config_.grace;
+  stopped_count_ = static_cast<int>(
+      std::count_if(ranks_.begin(), ranks_.end(), [](const Rank& r) { return !r.exited; }));
+  SignalRanks(sig);
+}
+
+void Launcher::SignalRanks(int sig) {
+  for (const Rank& r : ranks_) {
+    if (r.pid <= 0) continue;
+    // The whole group, so that children of the rank (a shell's commands, a
+    // data-loader's workers) get it too. Harmless if the group is empty.
+    ::kill(-r.pid, sig);
+    // A rank that moved itself to another group still gets it directly.
+    if (!r.exited && ::getpgid(r.pid) != r.pid) ::kill(r.pid, sig);
+  }
+}
+
+void Launcher::KillRemaining() {
+  killed_ = true;
+  sigkilled_count_ = static_cast<int>(
+      std::count_if(ranks_.begin(), ranks_.end(), [](const Rank& r) { return !r.exited; }));
+  SignalRanks(SIGKILL);
+}
+
+void Launcher::ReapAll() {
+  for (Rank& r : ranks_) {
+    if (r.pid <= 0) continue;
+    int status;
+    while (::waitpid(r.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+int Launcher::Report() {
+  // " (2 got SIGKILL)" when the grace period ran out (or a second Ctrl-C came).
+  const std::string killed_note =
+      sigkilled_count_ > 0 ? " (" + std::to_string(sigkilled_count_) + " got SIGKILL)" : "";
+  const std::string stopped =
+      stopped_count_ > 0 ? Plural(stopped_count_, "rank") + killed_note : "";
+  int code = kExitOk;
+  switch (cause_) {
+    case Cause::kNone:
+      return kExitOk;
+    case Cause::kRankFailed: {
+      const Rank& r = ranks_[failed_rank_];
+      std::string line = "rank " + std::to_string(failed_rank_) + " (pid " + std::to_string(r.pid) +
+                         ") " + DescribeExit(r.how, r.value);
+      if (stopped_count_ == 1 && ranks_.size() == 2) {
+        line += "; stopped the other rank" + killed_note;
+      } else if (stopped_count_ == static_cast<int>(ranks_.size()) - 1) {
+        line += "; stopped the other " + stopped;
+      } else if (stopped_count_ > 0) {
+        line += "; stopped the " + stopped + " still running";
+      }
+      PrintError(line);
+      code = kExitRankFailed;
+      break;
+    }
+    case Cause::kInterrupted:
+      PrintError("received " + SignalName(interrupt_signal_) +
+                 (stopped.empty() ? "" : "; stopped " + stopped));
+      code = kExitRankFailed;
+      break;
+    case Cause::kTimeout:
+      PrintError("job timed out after " + FormatSeconds(config_.timeout) + " (--timeout)" +
+                 (stopped.empty() ? "" : "; stopped " + stopped));
+      code = kExitTimeout;
+      break;
+    case Cause::kCannotExecute:
+      PrintError("cannot execute '" + config_.argv.front() + "' (rank " +
+                 std::to_string(failed_rank_) + "): " + std::strerror(cause_errno_) +
+                 (stopped.empty() ? "" : "; stopped " + stopped));
+      code = kExitCannotExecute;
+      break;
+    case Cause::kInternal:
+      PrintError(internal_error_ + (stopped.empty() ? "" : "; stopped " + stopped));
+      code = kExitRankFailed;
+      break;
+  }
+  // Interrupted at any point (also while stopping for another reason): the
+  // shell convention 128 + signal, so scripts can tell a Ctrl-C apart.
+  if (interrupt_signal_ != 0) code = kExitSignalBase + interrupt_signal_;
+  return code;
+}
+
+}  // namespace
+
+int RunJob(const LaunchConfig& config) {
+  if (config.argv.empty() || config.rank_env.empty()) {
+    PrintError("internal error: RunJob needs a program and at least one rank");
+    return kExitUsage;
+  }
+  Launcher launcher(config);
+  return launcher.Run();
+}
+
+}  // namespace plexus::run

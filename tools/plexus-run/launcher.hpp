@@ -1,0 +1,58 @@
+// The part of plexus-run that starts the ranks, watches them and stops them.
+//
+// Life of a job:
+//  1. prog is resolved on PATH once; if it cannot be executed nothing starts
+//     and the result is kExitCannotExecute.
+//  2. Each rank is fork()ed into a process group of its own (setpgid), with
+//     PR_SET_PDEATHSIG so that a launcher killed by SIGKILL does not leave
+//     ranks behind, and its stdout/stderr on pipes read by the launcher.
+//  3. One thread polls those pipes plus a signal pipe (SignalWatcher) and
+//     prefixes each line with "[rank] " (OutputPrefixer).
+//  4. The first rank to exit non-zero or by a signal, a SIGINT/SIGTERM/SIGHUP
+//     to the launcher, or --timeout ends the job: every rank's process group
+//     gets SIGTERM (for an interrupt: the signal received), then SIGKILL once
+//     the grace period is over, or at once on a second interrupt. When the
+//     last rank is gone, whatever is left in the ranks' groups gets SIGKILL,
+//     so grandchildren such as a shell's "sleep" are not orphaned.
+//  5. One line on stderr says which rank failed and how; see RunJob().
+//
+// Process groups are signalled with kill(-pid): a rank that has exited is
+// watched with waitid(WNOWAIT) and only reaped at the very end, so its pid,
+// which is also its group id, cannot be reused by an unrelated process while
+// the launcher may still signal it.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace plexus::run {
+
+// Exit codes of plexus-run.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitRankFailed = 1;       // a rank failed, or the launcher itself did
+inline constexpr int kExitUsage = 2;            // bad command line
+inline constexpr int kExitTimeout = 124;        // --timeout expired (like timeout(1))
+inline constexpr int kExitCannotExecute = 127;  // prog not found / not executable (like sh)
+inline constexpr int kExitSignalBase = 128;     // + the signal that interrupted plexus-run
+
+struct LaunchConfig {
+  std::vector<std::string> argv;                   // prog and its arguments; argv[0] is prog
+  std::vector<std::vector<std::string>> rank_env;  // "NAME=value" lists, one per rank
+  std::chrono::milliseconds grace{3000};           // SIGTERM → SIGKILL delay
+  std::chrono::milliseconds timeout{0};            // whole-job limit; 0 = none
+  bool prefix_output = true;  // false: ranks write straight to our stdout/stderr
+};
+
+// Runs one job to its end and returns plexus-run's exit code: kExitOk when
+// every rank exited 0; kExitRankFailed, kExitTimeout, kExitCannotExecute or
+// kExitSignalBase + signal otherwise, after printing one "plexus-run: ..."
+// line to stderr, e.g.
+//   plexus-run: rank 2 (pid 1234) exited with code 3; stopped the other 3 ranks
+// Blocks until every rank has been reaped. Installs signal handlers for its
+// duration (SIGCHLD, and SIGINT/SIGTERM/SIGHUP unless they are ignored, which
+// then stay ignored for the ranks too, as nohup expects), and ignores
+// SIGPIPE; restores all of them before returning. Call from one thread only.
+int RunJob(const LaunchConfig& config);
+
+}  // namespace plexus::run

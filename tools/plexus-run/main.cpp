@@ -1,0 +1,360 @@
+// plexus-run: the local launcher. `plexus-run -n N prog args...` starts N
+// copies of prog on this host with the rank variables set (rank_environment),
+// hosts the rendezvous store they meet at, prefixes their output with the rank
+// and stops the job when one rank fails (launcher).
+//
+// This file holds the command line, --help, and the order of things: token,
+// store, environments, job.
+#include <fcntl.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "launcher.hpp"
+#include "plexus/rendezvous_store.hpp"
+#include "rank_environment.hpp"
+
+#ifndef PLEXUS_VERSION
+#define PLEXUS_VERSION "unknown"  // meson passes the project version
+#endif
+
+extern char** environ;
+
+namespace plexus::run {
+namespace {
+
+// Two pipes per rank must fit under the usual 1024-descriptor limit with room
+// to spare; a bigger job on one host is almost certainly a typo.
+constexpr int kMaxRanks = 4096;
+
+struct Options {
+  int nproc = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0: whatever the OS picks
+  bool host_store = true;
+  bool prefix_output = true;
+  std::chrono::milliseconds grace{3000};
+  std::chrono::milliseconds timeout{0};
+  std::vector<std::string> argv;
+};
+
+constexpr size_t kHelpColumn = 27;  // where descriptions start in --help
+constexpr size_t kHelpWidth = 79;
+
+// Word-wraps text to kHelpWidth, continuation lines indented to indent.
+std::string Wrap(const std::string& text, size_t indent) {
+  std::string out;
+  size_t column = indent;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find(' ', pos);
+    if (end == std::string::npos) end = text.size();
+    const size_t word = end - pos;
+    if (column > indent && column + 1 + word > kHelpWidth) {
+      out += "\n" + std::string(indent, ' ');
+      column = indent;
+    } else if (column > indent) {
+      out += ' ';
+      ++column;
+    }
+    out.append(text, pos, word);
+    column += word;
+    pos = end + 1;
+  }
+  return out;
+}
+
+void PrintHelp() {
+  std::string text =
+      "Usage: plexus-run -n N [options] prog [args...]\n"
+      "\n"
+      "Starts N copies of prog on this host (like torchrun --no-python). plexus-run\n"
+      "hosts the rendezvous store the ranks meet at, prefixes every line they print\n"
+      "with \"[rank] \", and when one rank exits non-zero or is killed it stops the\n"
+      "others and exits non-zero, saying which rank failed and how.\n"
+      "\n"
+      "Options:\n"
+      "  -n, --nproc N           number of ranks to start, 1.." +
+      std::to_string(kMaxRanks) +
+      " (required)\n"
+      "      --nproc-per-node N  same as --nproc (torchrun's name; --nproc_per_node too)\n"
+      "      --master-addr ADDR  address the store listens on and ranks connect to\n"
+      "                          (default 127.0.0.1; --master_addr too)\n"
+      "      --master-port PORT  port of the store (default 0: a free port chosen by\n"
+      "                          the OS; --master_port too)\n"
+      "      --no-store          do not host the store; only pick a free port for it\n"
+      "                          (PLEXUS_STORE_HOSTED=0: rank 0 hosts it)\n"
+      "      --no-prefix         no \"[rank] \" prefix: ranks write straight to\n"
+      "                          plexus-run's stdout and stderr\n"
+      "      --grace SECONDS     when stopping ranks, time between SIGTERM and SIGKILL\n"
+      "                          (default 3)\n"
+      "      --timeout SECONDS   stop the whole job after this long and exit 124\n"
+      "                          (default 0: no limit)\n"
+      "  -h, --help              print this help and exit\n"
+      "  -V, --version           print the version and exit\n"
+      "\n"
+      "Options end at prog: \"plexus-run -n 2 ls -l\" runs \"ls -l\" twice.\n"
+      "SIGINT, SIGTERM and SIGHUP sent to plexus-run are forwarded to every rank\n"
+      "(a second one sends SIGKILL). Rank 0 reads plexus-run's stdin unless it is a\n"
+      "terminal; the other ranks read /dev/null.\n"
+      "\n"
+      "Variables set for every rank (the rest of the environment, NCCL_*, UCX_*\n"
+      "and OMPI_* included, is passed through unchanged):\n";
+  for (const VariableDoc& v : RankVariables()) {
+    std::string name = v.name;
+    name.resize(std::max<size_t>(name.size() + 1, kHelpColumn - 2), ' ');
+    text += "  " + name + Wrap(v.meaning, kHelpColumn) + "\n";
+  }
+  text +=
+      "\n"
+      "Exit status:\n"
+      "  0      every rank exited with 0\n"
+      "  1      a rank exited non-zero or was killed by a signal (others were stopped)\n"
+      "  2      bad command line\n"
+      "  124    --timeout expired\n"
+      "  127    prog could not be executed\n"
+      "  128+S  plexus-run was interrupted by signal S\n";
+  std::fputs(text.c_str(), stdout);
+}
+
+[[noreturn]] void UsageError(const std::string& message) {
+  std::fprintf(stderr,
+               "plexus-run: %s\n"
+               "Usage: plexus-run -n N [options] prog [args...]\n"
+               "Try 'plexus-run --help' for more information.\n",
+               message.c_str());
+  std::exit(kExitUsage);
+}
+
+long ParseInt(const char* option, const char* text, long min, long max) {
+  errno = 0;
+  char* end = nullptr;
+  long value = std::strtol(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || value < min || value > max) {
+    UsageError(std::string("invalid value '") + text + "' for " + option + " (expected " +
+               std::to_string(min) + ".." + std::to_string(max) + ")");
+  }
+  return value;
+}
+
+std::chrono::milliseconds ParseSeconds(const char* option, const char* text) {
+  errno = 0;
+  char* end = nullptr;
+  double value = std::strtod(text, &end);
+  // Capped at a year: the millisecond count must not overflow, and poll()
+  // deadlines that far out are a mistake anyway.
+  if (errno != 0 || end == text || *end != '\0' || !std::isfinite(value) || value < 0 ||
+      value > 365.0 * 24 * 3600) {
+    UsageError(std::string("invalid value '") + text + "' for " + option +
+               " (expected a number of seconds >= 0)");
+  }
+  return std::chrono::milliseconds(static_cast<long long>(std::llround(value * 1000)));
+}
+
+Options ParseArgs(int argc, char** argv) {
+  enum : int {
+    kMasterAddr = 1000,
+    kMasterPort,
+    kNoStore,
+    kNoPrefix,
+    kGrace,
+    kTimeout,
+  };
+  static const option kLongOptions[] = {
+      {"nproc", required_argument, nullptr, 'n'},
+      {"nproc-per-node", required_argument, nullptr, 'n'},
+      {"nproc_per_node", required_argument, nullptr, 'n'},
+      {"master-addr", required_argument, nullptr, kMasterAddr},
+      {"master_addr", required_argument, nullptr, kMasterAddr},
+      {"master-port", required_argument, nullptr, kMasterPort},
+      {"master_port", required_argument, nullptr, kMasterPort},
+      {"no-store", no_argument, nullptr, kNoStore},
+      {"no-prefix", no_argument, nullptr, kNoPrefix},
+      {"grace", required_argument, nullptr, kGrace},
+      {"timeout", required_argument, nullptr, kTimeout},
+      {"help", no_argument, nullptr, 'h'},
+      {"version", no_argument, nullptr, 'V'},
+      {nullptr, 0, nullptr, 0},
+  };
+  Options opts;
+  opterr = 0;  // our own messages, which name the option as the user wrote it
+  int long_index = -1;
+  int c;
+  // "+": stop at the first non-option, so prog's own options stay prog's.
+  // ":": report a missing argument as ':' rather than '?'.
+  while ((long_index = -1, c = getopt_long(argc, argv, "+:n:hV", kLongOptions, &long_index)) !=
+         -1) {
+    const std::string name =
+        long_index >= 0 ? std::string("--") + kLongOptions[long_index].name : "-n";
+    switch (c) {
+      case 'n':
+        opts.nproc = static_cast<int>(ParseInt(name.c_str(), optarg, 1, kMaxRanks));
+        break;
+      case kMasterAddr:
+        if (*optarg == '\0') UsageError("--master-addr needs a non-empty address");
+        opts.master_addr = optarg;
+        break;
+      case kMasterPort:
+        opts.master_port = static_cast<int>(ParseInt(name.c_str(), optarg, 0, 65535));
+        break;
+      case kNoStore:
+        opts.host_store = false;
+        break;
+      case kNoPrefix:
+        opts.prefix_output = false;
+        break;
+      case kGrace:
+        opts.grace = ParseSeconds("--grace", optarg);
+        break;
+      case kTimeout:
+        opts.timeout = ParseSeconds("--timeout", optarg);
+        break;
+      case 'h':
+        PrintHelp();
+        std::exit(kExitOk);
+      case 'V':
+        std::printf("plexus-run %s\n", PLEXUS_VERSION);
+        std::exit(kExitOk);
+      case ':':
+        UsageError(std::string("option '") + argv[optind - 1] + "' needs an argument");
+      default:  // '?'
+        if (optopt != 0 && optopt < 256) {
+          UsageError(std::string("unknown option '-") + static_cast<char>(optopt) + "'");
+        }
+        UsageError(std::string("unknown option '") + argv[optind - 1] + "'");
+    }
+  }
+  if (opts.nproc == 0) UsageError("missing -n N (the number of ranks)");
+  if (optind >= argc) UsageError("missing the program to run");
+  opts.argv.assign(argv + optind, argv + argc);
+  return opts;
+}
+
+// Makes sure descriptors 0, 1 and 2 are open (on /dev/null if need be), so a
+// pipe the launcher creates can never become a rank's stdout by accident.
+void EnsureStandardFds() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) == -1 && errno == EBADF) {
+      int opened = ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+      if (opened >= 0 && opened != fd) {
+        ::dup2(opened, fd);
+        ::close(opened);
+      }
+    }
+  }
+}
+
+// --no-store: binds addr:0, reads the port the OS chose and closes the socket.
+// Racy by nature (someone else may take the port before rank 0 binds it);
+// that is the price of not hosting the store.
+bool PickFreePort(const std::string& addr, uint16_t* port, std::string* error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* list = nullptr;
+  int rc = ::getaddrinfo(addr.c_str(), "0", &hints, &list);
+  if (rc != 0) {
+    *error = "cannot resolve '" + addr + "': " + ::gai_strerror(rc);
+    return false;
+  }
+  *error = "no usable address for '" + addr + "'";
+  bool found = false;
+  for (addrinfo* ai = list; ai != nullptr && !found; ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    sockaddr_storage bound{};
+    socklen_t len = sizeof(bound);
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+      *error = "cannot bind '" + addr + "': " + std::strerror(errno);
+    } else if (::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) == 0) {
+      *port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                                : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+      found = true;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(list);
+  return found;
+}
+
+int Main(int argc, char** argv) {
+  EnsureStandardFds();
+  Options opts = ParseArgs(argc, argv);
+
+  JobInfo job;
+  job.world_size = opts.nproc;
+  job.master_addr = opts.master_addr;
+  job.store_hosted = opts.host_store;
+  // A token given by the caller (an outer launcher, a multi-host script) is
+  // the job's secret; otherwise every job gets a fresh one.
+  const char* given_token = std::getenv("PLEXUS_TOKEN");
+  if (given_token != nullptr && *given_token != '\0') {
+    job.token = given_token;
+  } else if (std::string error; !MakeJobToken(&job.token, &error)) {
+    std::fprintf(stderr, "plexus-run: cannot make a job token: %s\n", error.c_str());
+    return kExitRankFailed;
+  } else {
+    // Also ours: the store server below takes its secret from this process's
+    // environment, like every other Plexus component. No thread exists yet,
+    // so setenv() is safe here.
+    ::setenv("PLEXUS_TOKEN", job.token.c_str(), 1);
+  }
+
+  // The store is up before any rank starts, so ranks only ever connect; its
+  // port is free by construction, no bind-close-rebind race.
+  std::unique_ptr<TcpStoreServer> server;
+  if (opts.host_store) {
+    Status status =
+        TcpStoreServer::Start(opts.master_addr, static_cast<uint16_t>(opts.master_port), &server);
+    if (!status.ok() || server == nullptr) {
+      std::fprintf(stderr, "plexus-run: cannot host the rendezvous store on %s:%d: %s\n",
+                   opts.master_addr.c_str(), opts.master_port,
+                   status.ok() ? "no server returned" : status.ToString().c_str());
+      return kExitRankFailed;
+    }
+    job.master_port = server->port();
+  } else if (opts.master_port != 0) {
+    job.master_port = static_cast<uint16_t>(opts.master_port);
+  } else if (std::string error; !PickFreePort(opts.master_addr, &job.master_port, &error)) {
+    std::fprintf(stderr, "plexus-run: cannot pick a free port: %s\n", error.c_str());
+    return kExitRankFailed;
+  }
+
+  std::vector<std::string> base_env;
+  for (char** e = environ; *e != nullptr; ++e) base_env.emplace_back(*e);
+  LaunchConfig config;
+  config.argv = std::move(opts.argv);
+  config.grace = opts.grace;
+  config.timeout = opts.timeout;
+  config.prefix_output = opts.prefix_output;
+  config.rank_env.reserve(opts.nproc);
+  for (int rank = 0; rank < opts.nproc; ++rank) {
+    config.rank_env.push_back(BuildRankEnvironment(base_env, job, rank));
+  }
+
+  std::fflush(stdout);  // nothing of ours may be buffered across the ranks' output
+  int code = RunJob(config);
+  if (server) server->Stop();
+  return code;
+}
+
+}  // namespace
+}  // namespace plexus::run
+
+int main(int argc, char** argv) {
+  return plexus::run::Main(argc, argv);
+}

@@ -1,0 +1,94 @@
+#include "rank_environment.hpp"
+
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string_view>
+
+namespace plexus::run {
+namespace {
+
+constexpr VariableDoc kVariables[] = {
+    {"RANK", "this rank, 0..WORLD_SIZE-1"},
+    {"WORLD_SIZE", "number of ranks (-n)"},
+    {"LOCAL_RANK", "rank on this host (equal to RANK: one host)"},
+    {"LOCAL_WORLD_SIZE", "ranks on this host (equal to WORLD_SIZE)"},
+    {"MASTER_ADDR", "address of the rendezvous store (--master-addr)"},
+    {"MASTER_PORT", "port of the rendezvous store"},
+    {"PLEXUS_RANK", "same as RANK"},
+    {"PLEXUS_WORLD_SIZE", "same as WORLD_SIZE"},
+    {"PLEXUS_LOCAL_RANK", "same as LOCAL_RANK"},
+    {"PLEXUS_LOCAL_WORLD_SIZE", "same as LOCAL_WORLD_SIZE"},
+    {"PLEXUS_MASTER_ADDR", "same as MASTER_ADDR"},
+    {"PLEXUS_MASTER_PORT", "same as MASTER_PORT"},
+    {"PLEXUS_STORE_HOSTED",
+     "1: plexus-run serves the store, ranks only connect; 0 with --no-store (rank 0 hosts it)"},
+    {"PLEXUS_TOKEN",
+     "job secret authenticating store and TCP peers: 64 hex digits from getrandom(), "
+     "or the caller's PLEXUS_TOKEN if set and non-empty"},
+};
+
+bool IsOurs(std::string_view entry) {
+  size_t eq = entry.find('=');
+  std::string_view name = entry.substr(0, eq);
+  for (const VariableDoc& v : kVariables) {
+    if (name == v.name) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::span<const VariableDoc> RankVariables() {
+  return kVariables;
+}
+
+bool MakeJobToken(std::string* token, std::string* error) {
+  unsigned char bytes[32];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      *error = std::string("getrandom: ") + std::strerror(errno);
+      return false;
+    }
+    got += static_cast<size_t>(n);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  token->clear();
+  for (unsigned char b : bytes) {
+    token->push_back(kHex[b >> 4]);
+    token->push_back(kHex[b & 15]);
+  }
+  return true;
+}
+
+std::vector<std::string> BuildRankEnvironment(const std::vector<std::string>& base,
+                                              const JobInfo& job, int rank) {
+  std::vector<std::string> env;
+  env.reserve(base.size() + std::size(kVariables));
+  for (const std::string& entry : base) {
+    // Dropping stale copies matters: a nested launch or a user's RANK=7 in the
+    // shell must not leave two definitions for getenv() to pick from.
+    if (!IsOurs(entry)) env.push_back(entry);
+  }
+  const std::string r = std::to_string(rank);
+  const std::string n = std::to_string(job.world_size);
+  const std::string port = std::to_string(job.master_port);
+  for (const char* prefix : {"", "PLEXUS_"}) {
+    const std::string p = prefix;
+    env.push_back(p + "RANK=" + r);
+    env.push_back(p + "WORLD_SIZE=" + n);
+    env.push_back(p + "LOCAL_RANK=" + r);
+    env.push_back(p + "LOCAL_WORLD_SIZE=" + n);
+    env.push_back(p + "MASTER_ADDR=" + job.master_addr);
+    env.push_back(p + "MASTER_PORT=" + port);
+  }
+  env.push_back(std::string("PLEXUS_STORE_HOSTED=") + (job.store_hosted ? "1" : "0"));
+  env.push_back("PLEXUS_TOKEN=" + job.token);
+  return env;
+}
+
+}  // namespace plexus::run

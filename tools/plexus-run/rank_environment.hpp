@@ -1,0 +1,41 @@
+// The environment each rank is started with: the launcher's own environment,
+// untouched, plus the variables that tell a rank who it is and where the
+// rendezvous store is. Both the torchrun names (RANK, MASTER_ADDR, ...) and the
+// PLEXUS_ ones are set, so a program finds them whichever it looks for first.
+// Nothing else is added, removed or changed (NCCL_*, UCX_*, OMPI_* included).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace plexus::run {
+
+struct JobInfo {
+  int world_size = 0;
+  std::string master_addr;
+  uint16_t master_port = 0;
+  bool store_hosted = true;  // the launcher serves the store; ranks only connect
+  std::string token;         // PLEXUS_TOKEN
+};
+
+struct VariableDoc {
+  const char* name;
+  const char* meaning;
+};
+
+// Every variable BuildRankEnvironment sets, in the order --help lists them.
+std::span<const VariableDoc> RankVariables();
+
+// A fresh job secret: 32 bytes from getrandom(), as 64 lower-case hex digits.
+// Returns false and fills *error if the kernel gives no randomness.
+bool MakeJobToken(std::string* token, std::string* error);
+
+// base holds "NAME=value" entries (the launcher's environ). Returns base with
+// every RankVariables() entry replaced by this rank's value. Single-host
+// launcher, so LOCAL_RANK == RANK and LOCAL_WORLD_SIZE == WORLD_SIZE.
+std::vector<std::string> BuildRankEnvironment(const std::vector<std::string>& base,
+                                              const JobInfo& job, int rank);
+
+}  // namespace plexus::run
