@@ -10,42 +10,32 @@
 #include <chrono>
 #include <cstring>
 
-#include "frame.hpp"
-
 namespace plexus::tcp {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct PendingSend {
-  uint32_t peer;
-  FrameHeader header;
-  size_t header_done = 0;
-  const uint8_t* data;
-  size_t bytes;
-  size_t done = 0;
-  bool complete() const { return header_done == sizeof(FrameHeader) && done == bytes; }
-};
-
-struct PendingRecv {
-  uint32_t peer;
-  FrameHeader header;
-  size_t header_done = 0;
-  uint8_t* data;
-  size_t bytes;
-  size_t done = 0;
-  bool header_checked = false;
-  bool complete() const { return header_checked && done == bytes; }
-};
-
 std::string Errno(const char* what, int err) { return std::string(what) + ": " + std::strerror(err); }
+
+bool WouldBlock(int err) { return err == EAGAIN || err == EWOULDBLOCK || err == EINTR; }
+
+void Drain(int fd) {
+  uint64_t value;
+  (void)!read(fd, &value, sizeof value);
+}
 
 }  // namespace
 
 SocketTransport::SocketTransport(uint32_t rank, uint32_t size, std::vector<int> peer_fds,
                                  int64_t timeout_ms)
-    : rank_(rank), size_(size), fds_(std::move(peer_fds)), timeout_ms_(timeout_ms) {
+    : rank_(rank),
+      size_(size),
+      fds_(std::move(peer_fds)),
+      timeout_ms_(timeout_ms),
+      sendq_(size),
+      recvq_(size) {
   abort_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 }
 
 SocketTransport::~SocketTransport() {
@@ -53,12 +43,18 @@ SocketTransport::~SocketTransport() {
     if (fd >= 0) close(fd);
   }
   if (abort_fd_ >= 0) close(abort_fd_);
+  if (wake_fd_ >= 0) close(wake_fd_);
 }
 
 void SocketTransport::Abort() {
   aborted_.store(true);
   const uint64_t one = 1;
   if (abort_fd_ >= 0) (void)!write(abort_fd_, &one, sizeof one);
+}
+
+void SocketTransport::Wake() {
+  const uint64_t one = 1;
+  if (wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof one);
 }
 
 void SocketTransport::Fail(const std::string& reason) {
@@ -69,6 +65,7 @@ void SocketTransport::Fail(const std::string& reason) {
       if (fds_[p] < 0) continue;
       // Best effort: a FAIL frame fits any socket buffer unless the peer has
       // stopped reading, in which case it will see the shutdown instead.
+      // (If a data frame was half sent, the peer reports a malformed frame.)
       iovec iov[2] = {{const_cast<FrameHeader*>(&h), sizeof h},
                       {const_cast<char*>(text.data()), text.size()}};
       msghdr msg{};
@@ -95,141 +92,190 @@ algos::Status SocketTransport::ReadFailText(uint32_t peer, uint64_t bytes) {
   return {PLEXUS_ERR_REMOTE, "rank " + std::to_string(peer) + " failed: " + text};
 }
 
+algos::Status SocketTransport::Describe(int32_t code, const std::string& what, uint32_t peer,
+                                        const algos::OpSignature& sig) const {
+  return {code, "rank " + std::to_string(peer) + " " + what + " during " + DescribeOp(sig) +
+                    " (seen by rank " + std::to_string(rank_) + ")"};
+}
+
+void SocketTransport::Post(Transfer* t) {
+  t->header_done = 0;
+  t->done = 0;
+  t->complete = false;
+  if (t->is_send) {
+    t->header = MakeDataHeader(t->sig, t->bytes);
+    sendq_[t->peer].push_back(t);
+  } else {
+    recvq_[t->peer].push_back(t);
+  }
+}
+
+algos::Status SocketTransport::SendSome(Transfer& t, bool* progressed) {
+  iovec iov[2];
+  int n_iov = 0;
+  if (t.header_done < sizeof t.header) {
+    iov[n_iov++] = {reinterpret_cast<uint8_t*>(&t.header) + t.header_done,
+                    sizeof t.header - t.header_done};
+  }
+  if (t.done < t.bytes) iov[n_iov++] = {t.data + t.done, t.bytes - t.done};
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = size_t(n_iov);
+  const ssize_t n = sendmsg(fds_[t.peer], &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n < 0) {
+    if (WouldBlock(errno)) return {};
+    return Describe(PLEXUS_ERR_REMOTE, "is unreachable (" + Errno("send", errno) + ")", t.peer,
+                    t.sig);
+  }
+  const size_t sent = size_t(n);
+  const size_t h = std::min(sent, sizeof t.header - t.header_done);
+  t.header_done += h;
+  t.done += sent - h;
+  t.complete = t.header_done == sizeof t.header && t.done == t.bytes;
+  *progressed = true;
+  return {};
+}
+
+algos::Status SocketTransport::RecvSome(Transfer& t, bool* progressed) {
+  const bool in_header = t.header_done < sizeof t.header;
+  ssize_t n;
+  if (in_header) {
+    n = recv(fds_[t.peer], reinterpret_cast<uint8_t*>(&t.header) + t.header_done,
+             sizeof t.header - t.header_done, MSG_DONTWAIT);
+  } else {
+    n = recv(fds_[t.peer], t.data + t.done, t.bytes - t.done, MSG_DONTWAIT);
+  }
+  if (n == 0 || (n < 0 && !WouldBlock(errno))) {
+    const std::string why = n == 0 ? "closed the connection" : Errno("recv", errno);
+    return Describe(PLEXUS_ERR_REMOTE, why + "; did it exit or crash?", t.peer, t.sig);
+  }
+  if (n < 0) return {};
+  *progressed = true;
+  if (in_header) {
+    t.header_done += size_t(n);
+    if (t.header_done < sizeof t.header) return {};
+    algos::Status st = ValidateHeader(t.header, t.sig, t.bytes, rank_, t.peer);
+    if (!st.ok()) return st;
+    if (t.header.kind == kFrameFail) return ReadFailText(t.peer, t.header.payload_bytes);
+  } else {
+    t.done += size_t(n);
+  }
+  t.complete = t.header_done == sizeof t.header && t.done == t.bytes;
+  return {};
+}
+
+algos::Status SocketTransport::Drive(const std::function<bool()>& done) {
+  std::vector<pollfd> pfds;
+  std::vector<uint32_t> peers;
+  auto last_progress = Clock::now();
+  for (;;) {
+    if (aborted_.load()) return {PLEXUS_ERR_ABORTED, "communicator aborted"};
+    // Try every head once before sleeping: data is often already there.
+    bool progressed = false;
+    for (uint32_t p = 0; p < size_; ++p) {
+      while (!sendq_[p].empty()) {
+        Transfer& t = *sendq_[p].front();
+        bool moved = false;
+        algos::Status st = SendSome(t, &moved);
+        if (!st.ok()) return st;
+        progressed |= moved;
+        if (!t.complete) break;
+        sendq_[p].pop_front();
+      }
+      while (!recvq_[p].empty()) {
+        Transfer& t = *recvq_[p].front();
+        bool moved = false;
+        algos::Status st = RecvSome(t, &moved);
+        if (!st.ok()) return st;
+        progressed |= moved;
+        if (!t.complete) break;
+        recvq_[p].pop_front();
+      }
+    }
+    if (done()) return {};
+    const auto now = Clock::now();
+    if (progressed) last_progress = now;
+
+    pfds.clear();
+    peers.clear();
+    for (uint32_t p = 0; p < size_; ++p) {
+      short events = (sendq_[p].empty() ? 0 : POLLOUT) | (recvq_[p].empty() ? 0 : POLLIN);
+      if (events) {
+        pfds.push_back({fds_[p], events, 0});
+        peers.push_back(p);
+      }
+    }
+    pfds.push_back({abort_fd_, POLLIN, 0});
+    pfds.push_back({wake_fd_, POLLIN, 0});
+    const int64_t idle_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - last_progress).count();
+    if (idle_ms >= timeout_ms_) {
+      std::string waiting;
+      for (uint32_t p : peers) waiting += " " + std::to_string(p);
+      return {PLEXUS_ERR_TIMEOUT,
+              "rank " + std::to_string(rank_) + " made no progress for " +
+                  std::to_string(timeout_ms_) + " ms waiting for rank(s)" + waiting};
+    }
+    if (progressed) continue;  // retry at once before sleeping
+    const int rc = poll(pfds.data(), pfds.size(), int(std::min<int64_t>(timeout_ms_ - idle_ms, 1000)));
+    if (rc < 0 && errno != EINTR) return {PLEXUS_ERR_SYSTEM, Errno("poll", errno)};
+    if (pfds[pfds.size() - 1].revents) {
+      Drain(wake_fd_);
+      return {};
+    }
+  }
+}
+
+void SocketTransport::DropQueued() {
+  for (auto& q : sendq_) q.clear();
+  for (auto& q : recvq_) q.clear();
+}
+
 algos::Status SocketTransport::Exchange(const algos::OpSignature& sig,
                                         std::span<const algos::SendSpec> sends,
                                         std::span<const algos::RecvSpec> recvs) {
-  std::vector<PendingSend> out;
-  std::vector<PendingRecv> in;
-  out.reserve(sends.size());
-  in.reserve(recvs.size());
+  std::vector<Transfer> transfers(sends.size() + recvs.size());
+  size_t i = 0;
   for (const auto& s : sends) {
     if (s.peer >= size_ || s.peer == rank_) {
       return {PLEXUS_ERR_INTERNAL, "algorithm sent to invalid peer " + std::to_string(s.peer)};
     }
-    out.push_back({s.peer, MakeDataHeader(sig, s.bytes), 0, static_cast<const uint8_t*>(s.data),
-                   s.bytes});
+    Transfer& t = transfers[i++];
+    t.is_send = true;
+    t.peer = s.peer;
+    t.sig = sig;
+    t.data = const_cast<uint8_t*>(static_cast<const uint8_t*>(s.data));
+    t.bytes = s.bytes;
   }
   for (const auto& r : recvs) {
     if (r.peer >= size_ || r.peer == rank_) {
       return {PLEXUS_ERR_INTERNAL, "algorithm received from invalid peer " +
                                        std::to_string(r.peer)};
     }
-    in.push_back({r.peer, {}, 0, static_cast<uint8_t*>(r.data), r.bytes});
+    Transfer& t = transfers[i++];
+    t.peer = r.peer;
+    t.sig = sig;
+    t.data = static_cast<uint8_t*>(r.data);
+    t.bytes = r.bytes;
   }
-
-  // One pollfd per distinct peer; a peer can be both sent to and received from.
-  std::vector<pollfd> pfds;
-  std::vector<uint32_t> pfd_peer;
-  auto slot = [&](uint32_t peer) {
-    for (size_t i = 0; i < pfd_peer.size(); ++i) {
-      if (pfd_peer[i] == peer) return i;
+  for (Transfer& t : transfers) Post(&t);
+  auto all_done = [&] {
+    for (const Transfer& t : transfers) {
+      if (!t.complete) return false;
     }
-    pfd_peer.push_back(peer);
-    pfds.push_back({fds_[peer], 0, 0});
-    return pfd_peer.size() - 1;
+    return true;
   };
-  std::vector<size_t> out_slot, in_slot;
-  for (auto& s : out) out_slot.push_back(slot(s.peer));
-  for (auto& r : in) in_slot.push_back(slot(r.peer));
-  const size_t abort_index = pfds.size();
-  pfds.push_back({abort_fd_, POLLIN, 0});
-
-  auto last_progress = Clock::now();
   for (;;) {
-    if (aborted_.load()) {
-      return {PLEXUS_ERR_ABORTED, "communicator aborted during " + DescribeOp(sig)};
-    }
-    bool all_done = true;
-    for (size_t i = 0; i < abort_index; ++i) pfds[i].events = 0;
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (!out[i].complete()) pfds[out_slot[i]].events |= POLLOUT, all_done = false;
-    }
-    for (size_t i = 0; i < in.size(); ++i) {
-      if (!in[i].complete()) pfds[in_slot[i]].events |= POLLIN, all_done = false;
-    }
-    if (all_done) return {};
-
-    const auto idle = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() -
-                                                                            last_progress);
-    const int64_t left_ms = timeout_ms_ - idle.count();
-    if (left_ms <= 0) {
-      std::string waiting;
-      for (auto& r : in) {
-        if (!r.complete()) waiting += " " + std::to_string(r.peer);
+    algos::Status st = Drive(all_done);
+    if (!st.ok()) {
+      DropQueued();  // `transfers` dies with this frame
+      if (st.code == PLEXUS_ERR_TIMEOUT || st.code == PLEXUS_ERR_ABORTED) {
+        st.message += " in " + DescribeOp(sig);
       }
-      for (auto& s : out) {
-        if (!s.complete()) waiting += " " + std::to_string(s.peer);
-      }
-      return {PLEXUS_ERR_TIMEOUT, "no progress for " + std::to_string(timeout_ms_) + " ms in " +
-                                      DescribeOp(sig) + " on rank " + std::to_string(rank_) +
-                                      ", waiting for rank(s)" + waiting};
+      return st;
     }
-    const int rc = poll(pfds.data(), pfds.size(), int(std::min<int64_t>(left_ms, 1000)));
-    if (rc < 0) {
-      if (errno == EINTR) continue;
-      return {PLEXUS_ERR_SYSTEM, Errno("poll", errno)};
-    }
-    if (pfds[abort_index].revents) continue;  // loop top reports ABORTED
-
-    bool progressed = false;
-    for (size_t i = 0; i < out.size(); ++i) {
-      PendingSend& s = out[i];
-      const short rev = pfds[out_slot[i]].revents;
-      if (s.complete() || !(rev & (POLLOUT | POLLERR | POLLHUP))) continue;
-      iovec iov[2];
-      int n_iov = 0;
-      if (s.header_done < sizeof s.header) {
-        iov[n_iov++] = {reinterpret_cast<uint8_t*>(&s.header) + s.header_done,
-                        sizeof s.header - s.header_done};
-      }
-      if (s.done < s.bytes) iov[n_iov++] = {const_cast<uint8_t*>(s.data) + s.done, s.bytes - s.done};
-      msghdr msg{};
-      msg.msg_iov = iov;
-      msg.msg_iovlen = size_t(n_iov);
-      const ssize_t n = sendmsg(fds_[s.peer], &msg, MSG_NOSIGNAL);
-      if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
-        return {PLEXUS_ERR_REMOTE, "lost connection to rank " + std::to_string(s.peer) +
-                                       " while sending " + DescribeOp(sig) + " (" +
-                                       Errno("send", errno) + ")"};
-      }
-      size_t sent = size_t(n);
-      const size_t h = std::min(sent, sizeof s.header - s.header_done);
-      s.header_done += h;
-      s.done += sent - h;
-      progressed = true;
-    }
-    for (size_t i = 0; i < in.size(); ++i) {
-      PendingRecv& r = in[i];
-      const short rev = pfds[in_slot[i]].revents;
-      if (r.complete() || !(rev & (POLLIN | POLLERR | POLLHUP))) continue;
-      ssize_t n;
-      if (r.header_done < sizeof r.header) {
-        n = recv(fds_[r.peer], reinterpret_cast<uint8_t*>(&r.header) + r.header_done,
-                 sizeof r.header - r.header_done, 0);
-      } else {
-        n = recv(fds_[r.peer], r.data + r.done, r.bytes - r.done, 0);
-      }
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        const std::string why = n == 0 ? "closed the connection" : Errno("recv", errno);
-        return {PLEXUS_ERR_REMOTE, "rank " + std::to_string(r.peer) + " " + why + " during " +
-                                       DescribeOp(sig) + " (seen by rank " +
-                                       std::to_string(rank_) + "); did it exit or crash?"};
-      }
-      if (n < 0) continue;
-      progressed = true;
-      if (r.header_done < sizeof r.header) {
-        r.header_done += size_t(n);
-        if (r.header_done < sizeof r.header) continue;
-        algos::Status st = ValidateHeader(r.header, sig, r.bytes, rank_, r.peer);
-        if (!st.ok()) return st;
-        if (r.header.kind == kFrameFail) return ReadFailText(r.peer, r.header.payload_bytes);
-        r.header_checked = true;
-      } else {
-        r.done += size_t(n);
-      }
-    }
-    if (progressed) last_progress = Clock::now();
+    if (all_done()) return {};
+    // Woken for new posts: collectives don't take them mid-step; keep going.
   }
 }
 

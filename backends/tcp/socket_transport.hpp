@@ -1,24 +1,51 @@
 // SocketTransport: the TCP backend's PeerTransport. One connected,
-// non-blocking stream socket per peer; Exchange() drives all of a step's
-// sends and receives with poll(), so it never spins and never deadlocks on a
-// full socket buffer. An eventfd lets Abort() wake a blocked Exchange from
-// any thread.
+// non-blocking stream socket per peer, driven with poll() so it never spins.
+//
+// Transfers are queued per peer and direction; only the head of each queue is
+// on the wire, because frames on one stream must follow each other. Exchange()
+// (what collective algorithms use) queues a step's sends and receives and
+// drives them all together, so a rank that sends and receives in one step can
+// never deadlock on full socket buffers. Point-to-point operations use the
+// same queues through Post() and Drive(), which lets several of them be in
+// flight at once while the worker keeps accepting new ones.
+//
+// Two eventfds wake a blocked Drive(): abort (any thread; the transport is
+// unusable afterwards) and wake (new work was posted; Drive returns so the
+// caller can add it).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "frame.hpp"
 #include "plexus/algos/transport.hpp"
 
 namespace plexus::tcp {
 
+// One frame to send or to receive. Owned by whoever posted it; must outlive
+// its completion (or the failure of the transport).
+struct Transfer {
+  bool is_send = false;
+  uint32_t peer = 0;
+  algos::OpSignature sig;  // what the frame says (send) or must say (recv)
+  uint8_t* data = nullptr;
+  size_t bytes = 0;
+  // Progress, owned by the transport.
+  FrameHeader header{};
+  size_t header_done = 0;
+  size_t done = 0;
+  bool complete = false;
+};
+
 class SocketTransport final : public algos::PeerTransport {
  public:
   // Takes ownership of peer_fds (index = peer rank; -1 at index rank).
-  // timeout_ms: how long Exchange may go without progress.
+  // timeout_ms: how long the transport may go without progress.
   SocketTransport(uint32_t rank, uint32_t size, std::vector<int> peer_fds, int64_t timeout_ms);
   ~SocketTransport() override;
 
@@ -27,24 +54,44 @@ class SocketTransport final : public algos::PeerTransport {
   algos::Status Exchange(const algos::OpSignature& sig, std::span<const algos::SendSpec> sends,
                          std::span<const algos::RecvSpec> recvs) override;
 
-  // Makes a running or later Exchange return ABORTED. Any thread; idempotent.
+  // Queues t behind the transfers already queued for its peer and direction.
+  void Post(Transfer* t);
+
+  // Moves queued transfers until done() is true, the wake eventfd fires
+  // (returns OK), no progress is made for the timeout (TIMEOUT naming the
+  // peers), a peer fails (REMOTE) or Abort() is called (ABORTED).
+  algos::Status Drive(const std::function<bool()>& done);
+
+  // Makes a running or later Drive return ABORTED. Any thread; idempotent.
   void Abort();
+  // Makes a running Drive return OK so the caller can post more. Any thread.
+  void Wake();
 
   // Tells every peer, best effort and within a short bound, why this rank is
   // giving up, then shuts the sockets down so no peer waits for a timeout.
-  // Called by the owner after a failed Exchange.
   void Fail(const std::string& reason);
+
+  // Forgets every queued transfer (after a failure, before their owners go).
+  void DropQueued();
 
  private:
   algos::Status ReadFailText(uint32_t peer, uint64_t bytes);
+  algos::Status Describe(int32_t code, const std::string& what, uint32_t peer,
+                         const algos::OpSignature& sig) const;
+  // One non-blocking I/O attempt on the head transfer; sets *progressed.
+  algos::Status SendSome(Transfer& t, bool* progressed);
+  algos::Status RecvSome(Transfer& t, bool* progressed);
 
   const uint32_t rank_;
   const uint32_t size_;
   std::vector<int> fds_;
   const int64_t timeout_ms_;
   int abort_fd_ = -1;
+  int wake_fd_ = -1;
   std::atomic<bool> aborted_{false};
   std::once_flag failed_once_;
+  std::vector<std::deque<Transfer*>> sendq_;  // per peer
+  std::vector<std::deque<Transfer*>> recvq_;  // per peer
 };
 
 }  // namespace plexus::tcp

@@ -1,6 +1,9 @@
 #include "tcp_comm.hpp"
 
+#include <list>
+
 #include "frame.hpp"
+#include "plexus/algos/dtype.hpp"
 #include "tcp_log.hpp"
 
 namespace plexus::tcp {
@@ -12,7 +15,9 @@ TcpComm::TcpComm(const plexus_host_v1& host, uint32_t rank, uint32_t size, int64
       size_(size),
       timeout_ms_(timeout_ms),
       name_(std::move(name)),
-      transport_(std::move(transport)) {
+      transport_(std::move(transport)),
+      sends_to_(size),
+      recvs_from_(size) {
   worker_ = std::thread([this] { WorkerLoop(); });
 }
 
@@ -33,25 +38,105 @@ void TcpComm::Complete(plexus_request* req, int32_t status) {
   req->done_cv.notify_all();
 }
 
-int32_t TcpComm::Post(algos::OpSignature sig, OpBody body, plexus_request** req) {
+int32_t TcpComm::Enqueue(PendingOp op, plexus_request** req) {
   auto* r = new (std::nothrow) plexus_request;
   if (!r) {
-    SetError("out of memory posting " + DescribeOp(sig));
+    SetError("out of memory posting " + DescribeOp(op.sig));
     return PLEXUS_ERR_SYSTEM;
   }
   r->default_timeout_ms = timeout_ms_;
-  std::lock_guard<std::mutex> lock(mutex_);
-  sig.seq = next_seq_++;
-  if (!broken_.ok()) {
-    // Posting still succeeds so the caller gets the error from the request,
-    // like every other failure of an operation that was accepted.
-    r->status = broken_.code;
-  } else {
-    queue_.push_back({sig, std::move(body), r});
-    queue_cv_.notify_one();
+  op.req = r;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!broken_.ok()) {
+      // Posting still succeeds so the caller gets the error from the request,
+      // like every other failure of an operation that was accepted.
+      r->status = broken_.code;
+    } else {
+      const bool p2p = !op.body;
+      if (p2p) {
+        uint64_t& counter = op.transfer.is_send ? sends_to_[op.transfer.peer]
+                                                : recvs_from_[op.transfer.peer];
+        op.sig.seq = counter++;
+      } else {
+        op.sig.seq = next_seq_++;
+      }
+      queue_.push_back(std::move(op));
+      queue_cv_.notify_one();
+    }
   }
+  transport_->Wake();  // a worker driving point-to-point traffic picks it up
   *req = r;
   return PLEXUS_OK;
+}
+
+int32_t TcpComm::Post(algos::OpSignature sig, OpBody body, plexus_request** req) {
+  PendingOp op;
+  op.sig = sig;
+  op.body = std::move(body);
+  return Enqueue(std::move(op), req);
+}
+
+int32_t TcpComm::PostP2P(bool is_send, uint32_t peer, void* data, uint64_t count,
+                         plexus_dtype_t dtype, plexus_request** req) {
+  PendingOp op;
+  // Both directions frame the message as a "send" from its sender, so the
+  // receiver can check count and dtype against what it posted.
+  op.sig = {0, PLEXUS_COLL_SEND, dtype, 0, count, is_send ? rank_ : peer};
+  op.transfer.is_send = is_send;
+  op.transfer.peer = peer;
+  op.transfer.data = static_cast<uint8_t*>(data);
+  op.transfer.bytes = count * algos::DtypeSize(dtype);
+  return Enqueue(std::move(op), req);
+}
+
+void TcpComm::RecordFailure(const algos::Status& st) {
+  Log(host_, st.code == PLEXUS_ERR_ABORTED ? PLEXUS_LOG_INFO : PLEXUS_LOG_ERROR,
+      name_ + " rank " + std::to_string(rank_) + ": " + st.message);
+  if (st.code != PLEXUS_ERR_ABORTED) transport_->Fail(st.message);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (broken_.ok()) broken_ = st;
+  last_error_ = st.message;
+}
+
+algos::Status TcpComm::RunP2P(PendingOp first) {
+  std::list<PendingOp> active;
+  auto start = [&](PendingOp op) {
+    active.push_back(std::move(op));
+    PendingOp& a = active.back();
+    a.transfer.sig = a.sig;
+    transport_->Post(&a.transfer);
+  };
+  start(std::move(first));
+  while (!active.empty()) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      while (!queue_.empty() && !queue_.front().body && broken_.ok()) {
+        start(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+    algos::Status st = transport_->Drive([&] {
+      for (const PendingOp& a : active) {
+        if (a.transfer.complete) return true;
+      }
+      return false;
+    });
+    if (!st.ok()) {
+      transport_->DropQueued();
+      for (PendingOp& a : active) Complete(a.req, st.code);
+      return st;
+    }
+    for (auto it = active.begin(); it != active.end();) {
+      if (it->transfer.complete) {
+        Complete(it->req, PLEXUS_OK);
+        it = active.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  return {};
 }
 
 void TcpComm::WorkerLoop() {
@@ -69,15 +154,13 @@ void TcpComm::WorkerLoop() {
         continue;
       }
     }
-    algos::Status st = op.body(*transport_, op.sig);
-    if (!st.ok()) {
-      Log(host_, st.code == PLEXUS_ERR_ABORTED ? PLEXUS_LOG_INFO : PLEXUS_LOG_ERROR,
-          name_ + " rank " + std::to_string(rank_) + ": " + st.message);
-      if (st.code != PLEXUS_ERR_ABORTED) transport_->Fail(st.message);
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (broken_.ok()) broken_ = st;
-      last_error_ = st.message;
+    if (!op.body) {
+      algos::Status st = RunP2P(std::move(op));
+      if (!st.ok()) RecordFailure(st);
+      continue;
     }
+    algos::Status st = op.body(*transport_, op.sig);
+    if (!st.ok()) RecordFailure(st);
     Complete(op.req, st.code);
   }
 }

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "plexus/algos/status.hpp"
 #include "plexus/algos/transport.hpp"
@@ -43,8 +44,14 @@ class TcpComm {
   uint32_t rank() const { return rank_; }
   uint32_t size() const { return size_; }
 
-  // Queues body; on success *req is a new request owned by the caller.
+  // Queues a collective; on success *req is a new request owned by the caller.
   int32_t Post(algos::OpSignature sig, OpBody body, plexus_request** req);
+
+  // Queues one point-to-point message of `bytes` bytes to or from peer.
+  // Consecutive point-to-point operations are in flight together, so a rank
+  // may post a send and a receive to the same peer before waiting for either.
+  int32_t PostP2P(bool is_send, uint32_t peer, void* data, uint64_t count, plexus_dtype_t dtype,
+                  plexus_request** req);
 
   void Abort();
   void SetError(const std::string& message);
@@ -53,10 +60,16 @@ class TcpComm {
  private:
   struct PendingOp {
     algos::OpSignature sig;
-    OpBody body;
-    plexus_request* req;
+    OpBody body;  // empty for point-to-point
+    plexus_request* req = nullptr;
+    Transfer transfer;  // point-to-point only
   };
+  int32_t Enqueue(PendingOp op, plexus_request** req);
   void WorkerLoop();
+  // Runs the point-to-point operations at the head of the queue, taking in
+  // more as they are posted, until none is left in flight.
+  algos::Status RunP2P(PendingOp first);
+  void RecordFailure(const algos::Status& st);
   static void Complete(plexus_request* req, int32_t status);
 
   const plexus_host_v1& host_;
@@ -70,6 +83,8 @@ class TcpComm {
   std::condition_variable queue_cv_;
   std::deque<PendingOp> queue_;
   uint64_t next_seq_ = 0;
+  std::vector<uint64_t> sends_to_;      // per peer: point-to-point sequence numbers
+  std::vector<uint64_t> recvs_from_;
   bool stopping_ = false;
   algos::Status broken_;  // first failure; OK while healthy
   std::string last_error_;

@@ -20,16 +20,24 @@ struct plexus_backend_ctx {
   plexus_host_v1 host;
 };
 
+namespace plexus::tcp {
+// PLEXUS_TCP_ALGO: which allreduce algorithm to use.
+enum class Algo { kAuto, kRing, kRecursiveDoubling };
+// Below this many bytes recursive doubling's log2(size) latency wins over the
+// ring's 2(size-1) steps; measured with plexus-bench on loopback.
+constexpr uint64_t kRecursiveDoublingMaxBytes = 64 << 10;
+}  // namespace plexus::tcp
+
 struct plexus_comm {
   std::unique_ptr<plexus::tcp::TcpComm> impl;
+  plexus::tcp::Algo algo = plexus::tcp::Algo::kAuto;
 };
 
 namespace plexus::tcp {
 namespace {
 
 constexpr uint32_t kAllDtypes = 0x1ffeu;  // bits 1..12
-constexpr uint32_t kCollectives = (1u << PLEXUS_COLL_ALLREDUCE) | (1u << PLEXUS_COLL_BROADCAST) |
-                                  (1u << PLEXUS_COLL_ALLGATHER) | (1u << PLEXUS_COLL_BARRIER);
+constexpr uint32_t kCollectives = (1u << PLEXUS_COLL_COUNT_V1) - 1;  // all of v1
 
 // Runs fn, turning any escaping exception into PLEXUS_ERR_INTERNAL.
 template <typename Fn>
@@ -131,7 +139,24 @@ int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
     }
     auto transport = std::make_unique<SocketTransport>(config->rank, config->size, std::move(fds),
                                                        config->timeout_ms);
+    Algo algo = Algo::kAuto;
+    if (ctx->host.get_config) {
+      char value[32] = "";
+      if (ctx->host.get_config(ctx->host.ctx, "PLEXUS_TCP_ALGO", value, sizeof value) >= 0) {
+        const std::string v = value;
+        if (v == "ring") {
+          algo = Algo::kRing;
+        } else if (v == "rd" || v == "recursive_doubling") {
+          algo = Algo::kRecursiveDoubling;
+        } else if (v != "auto" && !v.empty()) {
+          WriteError(error_buf, error_len, "tcp: PLEXUS_TCP_ALGO='" + v +
+                                               "' is not one of auto, ring, rd");
+          return PLEXUS_ERR_INVALID_ARGUMENT;
+        }
+      }
+    }
     auto* comm = new plexus_comm;
+    comm->algo = algo;
     comm->impl = std::make_unique<TcpComm>(ctx->host, config->rank, config->size,
                                            config->timeout_ms, config->name,
                                            std::move(transport));
@@ -206,9 +231,13 @@ int32_t Allreduce(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_
       return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, "tcp allreduce: NULL buffer");
     }
     algos::OpSignature sig{0, PLEXUS_COLL_ALLREDUCE, dtype, op, count, 0};
-    return comm->impl->Post(sig, [sendbuf, recvbuf](algos::PeerTransport& t,
-                                                    const algos::OpSignature& s) {
-      return algos::RingAllreduce(t, s, sendbuf, recvbuf);
+    const bool ring = comm->algo == Algo::kRing ||
+                      (comm->algo == Algo::kAuto &&
+                       count * algos::DtypeSize(dtype) > kRecursiveDoublingMaxBytes);
+    return comm->impl->Post(sig, [sendbuf, recvbuf, ring](algos::PeerTransport& t,
+                                                          const algos::OpSignature& s) {
+      return ring ? algos::RingAllreduce(t, s, sendbuf, recvbuf)
+                  : algos::RecursiveDoublingAllreduce(t, s, sendbuf, recvbuf);
     }, req_out);
   });
 }
@@ -248,6 +277,108 @@ int32_t Allgather(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_
   });
 }
 
+int32_t Reduce(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+               plexus_dtype_t dtype, plexus_reduce_op_t op, uint32_t root,
+               const plexus_placement* placement, plexus_request** req_out) {
+  return Guarded(comm, [&] {
+    int32_t rc = CheckCommon(comm, "reduce", count, dtype, placement, req_out);
+    if (rc != PLEXUS_OK) return rc;
+    if (!algos::CanReduce(dtype, op)) {
+      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT,
+                    "tcp reduce: unknown reduce op code " + std::to_string(op));
+    }
+    if (root >= comm->impl->size()) {
+      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT,
+                    "tcp reduce: root " + std::to_string(root) + " is not a rank (size " +
+                        std::to_string(comm->impl->size()) + ")");
+    }
+    const bool is_root = comm->impl->rank() == root;
+    if (count > 0 && (!sendbuf || (is_root && !recvbuf))) {
+      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, "tcp reduce: NULL buffer");
+    }
+    algos::OpSignature sig{0, PLEXUS_COLL_REDUCE, dtype, op, count, root};
+    return comm->impl->Post(sig, [sendbuf, recvbuf](algos::PeerTransport& t,
+                                                    const algos::OpSignature& s) {
+      return algos::BinomialReduce(t, s, sendbuf, recvbuf);
+    }, req_out);
+  });
+}
+
+int32_t ReduceScatter(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                      plexus_dtype_t dtype, plexus_reduce_op_t op,
+                      const plexus_placement* placement, plexus_request** req_out) {
+  return Guarded(comm, [&] {
+    int32_t rc = CheckCommon(comm, "reduce_scatter", count, dtype, placement, req_out);
+    if (rc != PLEXUS_OK) return rc;
+    if (!algos::CanReduce(dtype, op)) {
+      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT,
+                    "tcp reduce_scatter: unknown reduce op code " + std::to_string(op));
+    }
+    if (count > 0 && (!sendbuf || !recvbuf)) {
+      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, "tcp reduce_scatter: NULL buffer");
+    }
+    algos::OpSignature sig{0, PLEXUS_COLL_REDUCE_SCATTER, dtype, op, count, 0};
+    return comm->impl->Post(sig, [sendbuf, recvbuf](algos::PeerTransport& t,
+                                                    const algos::OpSignature& s) {
+      return algos::RingReduceScatter(t, s, sendbuf, recvbuf);
+    }, req_out);
+  });
+}
+
+int32_t Alltoall(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                 plexus_dtype_t dtype, const plexus_placement* placement,
+                 plexus_request** req_out) {
+  return Guarded(comm, [&] {
+    int32_t rc = CheckCommon(comm, "alltoall", count, dtype, placement, req_out);
+    if (rc != PLEXUS_OK) return rc;
+    if (count > 0 && (!sendbuf || !recvbuf)) {
+      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, "tcp alltoall: NULL buffer");
+    }
+    const uint64_t bytes = count * algos::DtypeSize(dtype) * comm->impl->size();
+    const auto* s = static_cast<const uint8_t*>(sendbuf);
+    const auto* r = static_cast<const uint8_t*>(recvbuf);
+    if (count > 0 && s < r + bytes && r < s + bytes) {
+      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT,
+                    "tcp alltoall: sendbuf and recvbuf overlap (alltoall is not in place)");
+    }
+    algos::OpSignature sig{0, PLEXUS_COLL_ALLTOALL, dtype, 0, count, 0};
+    return comm->impl->Post(sig, [sendbuf, recvbuf](algos::PeerTransport& t,
+                                                    const algos::OpSignature& sg) {
+      return algos::PairwiseAlltoall(t, sg, sendbuf, recvbuf);
+    }, req_out);
+  });
+}
+
+int32_t PointToPoint(bool is_send, plexus_comm* comm, void* buf, uint64_t count,
+                     plexus_dtype_t dtype, uint32_t peer, const plexus_placement* placement,
+                     plexus_request** req_out) {
+  const char* what = is_send ? "send" : "recv";
+  return Guarded(comm, [&] {
+    int32_t rc = CheckCommon(comm, what, count, dtype, placement, req_out);
+    if (rc != PLEXUS_OK) return rc;
+    if (peer >= comm->impl->size() || peer == comm->impl->rank()) {
+      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT,
+                    std::string("tcp ") + what + ": peer " + std::to_string(peer) +
+                        " is not another rank (rank " + std::to_string(comm->impl->rank()) +
+                        ", size " + std::to_string(comm->impl->size()) + ")");
+    }
+    if (count > 0 && !buf) {
+      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, std::string("tcp ") + what + ": NULL buffer");
+    }
+    return comm->impl->PostP2P(is_send, peer, buf, count, dtype, req_out);
+  });
+}
+
+int32_t Send(plexus_comm* comm, const void* buf, uint64_t count, plexus_dtype_t dtype,
+             uint32_t peer, const plexus_placement* placement, plexus_request** req_out) {
+  return PointToPoint(true, comm, const_cast<void*>(buf), count, dtype, peer, placement, req_out);
+}
+
+int32_t Recv(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype, uint32_t peer,
+             const plexus_placement* placement, plexus_request** req_out) {
+  return PointToPoint(false, comm, buf, count, dtype, peer, placement, req_out);
+}
+
 int32_t Barrier(plexus_comm* comm, plexus_request** req_out) {
   return Guarded(comm, [&] {
     if (!comm || !comm->impl) return PLEXUS_ERR_INVALID_ARGUMENT;
@@ -280,6 +411,11 @@ const plexus_backend_v1 kTable = [] {
   t.broadcast = Broadcast;
   t.allgather = Allgather;
   t.barrier = Barrier;
+  t.reduce = Reduce;
+  t.reduce_scatter = ReduceScatter;
+  t.alltoall = Alltoall;
+  t.send = Send;
+  t.recv = Recv;
   return t;
 }();
 

@@ -16,6 +16,25 @@ namespace plexus::algos {
 Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
                      void* recvbuf);
 
+// Recursive doubling (with a fold for non-powers of two): log2(size) rounds
+// of whole-vector exchanges; for small vectors. sendbuf may equal recvbuf.
+Status RecursiveDoublingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
+                                  void* recvbuf);
+
+// Binomial tree towards sig.root; only the root's recvbuf is written (and may
+// equal sendbuf); other ranks' recvbuf is ignored.
+Status BinomialReduce(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
+                      void* recvbuf);
+
+// Ring reduce-scatter of size blocks of sig.count elements; rank r receives
+// block r. recvbuf may equal sendbuf + rank * count * elem_size.
+Status RingReduceScatter(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
+                         void* recvbuf);
+
+// Pairwise exchange; sendbuf and recvbuf hold size blocks and must not overlap.
+Status PairwiseAlltoall(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
+                        void* recvbuf);
+
 // Binomial tree rooted at sig.root.
 Status BinomialBroadcast(PeerTransport& t, const OpSignature& sig, void* buf);
 
