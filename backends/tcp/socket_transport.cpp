@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -77,9 +78,10 @@ void SocketTransport::Fail(const std::string& reason) {
   });
 }
 
-algos::Status SocketTransport::ReadFailText(uint32_t peer, uint64_t bytes) {
-  std::string text(bytes, '\0');
-  size_t got = 0;
+algos::Status SocketTransport::ReadFailText(uint32_t peer, std::string prefix, uint64_t bytes) {
+  std::string text = std::move(prefix);
+  size_t got = text.size();
+  text.resize(bytes);
   const auto deadline = Clock::now() + std::chrono::seconds(1);
   while (got < bytes && Clock::now() < deadline) {
     pollfd p{fds_[peer], POLLIN, 0};
@@ -93,9 +95,10 @@ algos::Status SocketTransport::ReadFailText(uint32_t peer, uint64_t bytes) {
 }
 
 algos::Status SocketTransport::Describe(int32_t code, const std::string& what, uint32_t peer,
-                                        const algos::OpSignature& sig) const {
+                                        const algos::OpSignature& sig,
+                                        const std::string& hint) const {
   return {code, "rank " + std::to_string(peer) + " " + what + " during " + DescribeOp(sig) +
-                    " (seen by rank " + std::to_string(rank_) + ")"};
+                    " (seen by rank " + std::to_string(rank_) + ")" + hint};
 }
 
 void SocketTransport::Post(Transfer* t) {
@@ -140,26 +143,39 @@ algos::Status SocketTransport::RecvSome(Transfer& t, bool* progressed) {
   const bool in_header = t.header_done < sizeof t.header;
   ssize_t n;
   if (in_header) {
-    n = recv(fds_[t.peer], reinterpret_cast<uint8_t*>(&t.header) + t.header_done,
-             sizeof t.header - t.header_done, MSG_DONTWAIT);
+    // Read the header and, optimistically, the payload this rank expects in
+    // one call; if the header turns out not to match, the comm fails anyway.
+    iovec iov[2] = {{reinterpret_cast<uint8_t*>(&t.header) + t.header_done,
+                     sizeof t.header - t.header_done},
+                    {t.data, t.bytes}};
+    n = readv(fds_[t.peer], iov, t.bytes ? 2 : 1);
   } else {
     n = recv(fds_[t.peer], t.data + t.done, t.bytes - t.done, MSG_DONTWAIT);
   }
   if (n == 0 || (n < 0 && !WouldBlock(errno))) {
     const std::string why = n == 0 ? "closed the connection" : Errno("recv", errno);
-    return Describe(PLEXUS_ERR_REMOTE, why + "; did it exit or crash?", t.peer, t.sig);
+    return Describe(PLEXUS_ERR_REMOTE, why, t.peer, t.sig, "; did it exit or crash?");
   }
   if (n < 0) return {};
   *progressed = true;
+  size_t got = size_t(n);
   if (in_header) {
-    t.header_done += size_t(n);
-    if (t.header_done < sizeof t.header) return {};
-    algos::Status st = ValidateHeader(t.header, t.sig, t.bytes, rank_, t.peer);
-    if (!st.ok()) return st;
-    if (t.header.kind == kFrameFail) return ReadFailText(t.peer, t.header.payload_bytes);
-  } else {
-    t.done += size_t(n);
+    const size_t h = std::min(got, sizeof t.header - t.header_done);
+    t.header_done += h;
+    got -= h;
+    if (t.header_done == sizeof t.header) {
+      algos::Status st = ValidateHeader(t.header, t.sig, t.bytes, rank_, t.peer);
+      if (!st.ok()) return st;
+      if (t.header.kind == kFrameFail) {
+        // Some of the text may already sit in t.data from the readv above.
+        const size_t have = std::min<size_t>(got, t.header.payload_bytes);
+        std::string prefix = have ? std::string(reinterpret_cast<char*>(t.data), have) : "";
+        return ReadFailText(t.peer, std::move(prefix),
+                            t.header.payload_bytes);
+      }
+    }
   }
+  t.done += got;
   t.complete = t.header_done == sizeof t.header && t.done == t.bytes;
   return {};
 }

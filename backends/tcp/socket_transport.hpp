@@ -75,9 +75,10 @@ class SocketTransport final : public algos::PeerTransport {
   void DropQueued();
 
  private:
-  algos::Status ReadFailText(uint32_t peer, uint64_t bytes);
+  // Reads the rest of a FAIL frame's text (prefix already read) and reports it.
+  algos::Status ReadFailText(uint32_t peer, std::string prefix, uint64_t bytes);
   algos::Status Describe(int32_t code, const std::string& what, uint32_t peer,
-                         const algos::OpSignature& sig) const;
+                         const algos::OpSignature& sig, const std::string& hint = "") const;
   // One non-blocking I/O attempt on the head transfer; sets *progressed.
   algos::Status SendSome(Transfer& t, bool* progressed);
   algos::Status RecvSome(Transfer& t, bool* progressed);

@@ -45,6 +45,7 @@ int32_t TcpComm::Enqueue(PendingOp op, plexus_request** req) {
     return PLEXUS_ERR_SYSTEM;
   }
   r->default_timeout_ms = timeout_ms_;
+  r->comm = this;
   op.req = r;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -139,13 +140,45 @@ algos::Status TcpComm::RunP2P(PendingOp first) {
   return {};
 }
 
+void TcpComm::Execute(PendingOp op) {
+  if (!op.body) {
+    algos::Status st = RunP2P(std::move(op));
+    if (!st.ok()) RecordFailure(st);
+  } else {
+    algos::Status st = op.body(*transport_, op.sig);
+    if (!st.ok()) RecordFailure(st);
+    Complete(op.req, st.code);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_ = false;
+  }
+  queue_cv_.notify_all();
+}
+
+void TcpComm::RunInlineIfNext(plexus_request* req) {
+  PendingOp op;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (running_ || queue_.empty() || queue_.front().req != req || !broken_.ok()) return;
+    op = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
+  }
+  Execute(std::move(op));
+}
+
 void TcpComm::WorkerLoop() {
   for (;;) {
     PendingOp op;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      queue_cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
-      if (queue_.empty()) return;  // stopping, and nothing left to complete
+      // Operations run one at a time, in order, whichever thread runs them.
+      queue_cv_.wait(lock, [&] { return (!queue_.empty() && !running_) || stopping_; });
+      if (stopping_) {
+        queue_cv_.wait(lock, [&] { return !running_; });
+        if (queue_.empty()) return;  // nothing left to complete
+      }
       op = std::move(queue_.front());
       queue_.pop_front();
       if (!broken_.ok()) {
@@ -153,15 +186,9 @@ void TcpComm::WorkerLoop() {
         Complete(op.req, broken_.code);
         continue;
       }
+      running_ = true;
     }
-    if (!op.body) {
-      algos::Status st = RunP2P(std::move(op));
-      if (!st.ok()) RecordFailure(st);
-      continue;
-    }
-    algos::Status st = op.body(*transport_, op.sig);
-    if (!st.ok()) RecordFailure(st);
-    Complete(op.req, st.code);
+    Execute(std::move(op));
   }
 }
 

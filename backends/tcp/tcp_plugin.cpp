@@ -201,6 +201,7 @@ int32_t Test(plexus_request* req) {
 int32_t Wait(plexus_request* req, int64_t timeout_ms) {
   if (!req) return PLEXUS_ERR_INVALID_ARGUMENT;
   if (timeout_ms < 0) timeout_ms = req->default_timeout_ms;
+  if (timeout_ms > 0 && req->comm) req->comm->RunInlineIfNext(req);
   std::unique_lock<std::mutex> lock(req->mutex);
   const bool done = req->done_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),
                                           [&] { return req->status != PLEXUS_IN_PROGRESS; });
