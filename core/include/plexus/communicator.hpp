@@ -110,6 +110,34 @@ class Communicator {
     return allgather(send.data(), recv.data(), send.size(), kDTypeOf<T>);
   }
 
+  // Only root's recv is written; other ranks may pass an empty recv.
+  template <Element T>
+  Work reduce(std::span<const T> send, std::span<T> recv, ReduceOp op, uint32_t root) {
+    CheckSpan(rank() != root || recv.size() == send.size(), "reduce: root's recv size differs");
+    return reduce(send.data(), recv.data(), send.size(), kDTypeOf<T>, op, root);
+  }
+  // send.size() must be size() * recv.size(); rank r receives block r reduced.
+  template <Element T>
+  Work reduce_scatter(std::span<const T> send, std::span<T> recv, ReduceOp op = ReduceOp::Sum) {
+    CheckSpan(send.size() == recv.size() * size(), "reduce_scatter: send must hold size() * recv");
+    return reduce_scatter(send.data(), recv.data(), recv.size(), kDTypeOf<T>, op);
+  }
+  // Both spans hold size() blocks; block j of send goes to rank j.
+  template <Element T>
+  Work alltoall(std::span<const T> send, std::span<T> recv) {
+    CheckSpan(send.size() == recv.size() && send.size() % size() == 0,
+              "alltoall: send and recv must both hold size() equal blocks");
+    return alltoall(send.data(), recv.data(), send.size() / size(), kDTypeOf<T>);
+  }
+  template <Element T>
+  Work send(std::span<const T> buf, uint32_t peer) {
+    return send(buf.data(), buf.size(), kDTypeOf<T>, peer);
+  }
+  template <Element T>
+  Work recv(std::span<T> buf, uint32_t peer) {
+    return recv(buf.data(), buf.size(), kDTypeOf<T>, peer);
+  }
+
   // Aborts every pending operation (they fail with PLEXUS_ERR_ABORTED) and
   // makes the communicator unusable. Any thread; idempotent.
   void abort();
