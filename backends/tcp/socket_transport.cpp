@@ -1,6 +1,7 @@
 #include "socket_transport.hpp"
 
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -37,6 +38,24 @@ SocketTransport::SocketTransport(uint32_t rank, uint32_t size, std::vector<int> 
       recvq_(size) {
   abort_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  // Every socket is registered once, edge-triggered for both directions:
+  // Drive() always tries every queue head until it would block before it
+  // sleeps, so an edge is never needed twice. The eventfds are
+  // level-triggered; the abort one is never drained.
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  for (uint32_t p = 0; p < size_; ++p) {
+    if (fds_[p] < 0) continue;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+    ev.data.u32 = p;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fds_[p], &ev);
+  }
+  for (int fd : {abort_fd_, wake_fd_}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = fd == abort_fd_ ? kAbortKey : kWakeKey;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  }
 }
 
 SocketTransport::~SocketTransport() {
@@ -45,6 +64,7 @@ SocketTransport::~SocketTransport() {
   }
   if (abort_fd_ >= 0) close(abort_fd_);
   if (wake_fd_ >= 0) close(wake_fd_);
+  if (epoll_fd_ >= 0) close(epoll_fd_);
 }
 
 void SocketTransport::Abort() {
@@ -181,12 +201,12 @@ algos::Status SocketTransport::RecvSome(Transfer& t, bool* progressed) {
 }
 
 algos::Status SocketTransport::Drive(const std::function<bool()>& done) {
-  std::vector<pollfd> pfds;
-  std::vector<uint32_t> peers;
   auto last_progress = Clock::now();
+  epoll_event events[16];
   for (;;) {
     if (aborted_.load()) return {PLEXUS_ERR_ABORTED, "communicator aborted"};
-    // Try every head once before sleeping: data is often already there.
+    // Try every head until it would block: data is often already there, and
+    // the edge-triggered registration relies on it.
     bool progressed = false;
     for (uint32_t p = 0; p < size_; ++p) {
       while (!sendq_[p].empty()) {
@@ -210,34 +230,28 @@ algos::Status SocketTransport::Drive(const std::function<bool()>& done) {
     }
     if (done()) return {};
     const auto now = Clock::now();
-    if (progressed) last_progress = now;
-
-    pfds.clear();
-    peers.clear();
-    for (uint32_t p = 0; p < size_; ++p) {
-      short events = (sendq_[p].empty() ? 0 : POLLOUT) | (recvq_[p].empty() ? 0 : POLLIN);
-      if (events) {
-        pfds.push_back({fds_[p], events, 0});
-        peers.push_back(p);
-      }
+    if (progressed) {
+      last_progress = now;
+      continue;  // something moved: try again before sleeping
     }
-    pfds.push_back({abort_fd_, POLLIN, 0});
-    pfds.push_back({wake_fd_, POLLIN, 0});
     const int64_t idle_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(now - last_progress).count();
     if (idle_ms >= timeout_ms_) {
       std::string waiting;
-      for (uint32_t p : peers) waiting += " " + std::to_string(p);
+      for (uint32_t p = 0; p < size_; ++p) {
+        if (!sendq_[p].empty() || !recvq_[p].empty()) waiting += " " + std::to_string(p);
+      }
       return {PLEXUS_ERR_TIMEOUT,
               "rank " + std::to_string(rank_) + " made no progress for " +
                   std::to_string(timeout_ms_) + " ms waiting for rank(s)" + waiting};
     }
-    if (progressed) continue;  // retry at once before sleeping
-    const int rc = poll(pfds.data(), pfds.size(), int(std::min<int64_t>(timeout_ms_ - idle_ms, 1000)));
-    if (rc < 0 && errno != EINTR) return {PLEXUS_ERR_SYSTEM, Errno("poll", errno)};
-    if (pfds[pfds.size() - 1].revents) {
-      Drain(wake_fd_);
-      return {};
+    const int n = epoll_wait(epoll_fd_, events, 16, int(std::min<int64_t>(timeout_ms_ - idle_ms, 1000)));
+    if (n < 0 && errno != EINTR) return {PLEXUS_ERR_SYSTEM, Errno("epoll_wait", errno)};
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.u32 == kWakeKey) {
+        Drain(wake_fd_);
+        return {};
+      }
     }
   }
 }

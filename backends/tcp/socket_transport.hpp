@@ -1,5 +1,5 @@
 // SocketTransport: the TCP backend's PeerTransport. One connected,
-// non-blocking stream socket per peer, driven with poll() so it never spins.
+// non-blocking stream socket per peer, driven with epoll so it never spins.
 //
 // Transfers are queued per peer and direction; only the head of each queue is
 // on the wire, because frames on one stream must follow each other. Exchange()
@@ -89,6 +89,10 @@ class SocketTransport final : public algos::PeerTransport {
   const int64_t timeout_ms_;
   int abort_fd_ = -1;
   int wake_fd_ = -1;
+  int epoll_fd_ = -1;
+  // epoll keys of the two eventfds (peer sockets use their rank).
+  static constexpr uint32_t kAbortKey = 0xFFFFFFFE;
+  static constexpr uint32_t kWakeKey = 0xFFFFFFFF;
   std::atomic<bool> aborted_{false};
   std::once_flag failed_once_;
   std::vector<std::deque<Transfer*>> sendq_;  // per peer
