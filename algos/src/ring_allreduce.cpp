@@ -34,23 +34,35 @@ Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendb
   const uint32_t right = (r + 1) % n;
   const BlockLayout blocks(sig.count, n);
   const uint64_t seg = std::max<uint64_t>(1, kSegmentBytes / elem);
-  std::vector<uint8_t> scratch(std::min(blocks.max_length(), seg) * elem);
+  std::vector<uint8_t> scratch[2];
+  for (auto& sc : scratch) sc.resize(std::min(blocks.max_length(), seg) * elem);
 
   // One ring step: send block send_b to the right, receive block recv_b from
-  // the left, segment by segment; `reduce` chooses reduce-into or copy-into.
+  // the left, segment by segment. When reducing, segments go into two scratch
+  // buffers in turn so that segment k is reduced while k+1 is in flight.
   auto step = [&](uint32_t send_b, uint32_t recv_b, bool reduce) -> Status {
     const uint64_t send_len = blocks.length(send_b);
     const uint64_t recv_len = blocks.length(recv_b);
     const uint64_t segs = std::max(SegmentCount(send_len, seg), SegmentCount(recv_len, seg));
-    for (uint64_t k = 0; k < segs; ++k) {
+    uint64_t tickets[2] = {0, 0};
+    auto start = [&](uint64_t k) -> Status {
       const uint64_t s_elems = SegmentLength(send_len, seg, k);
       const uint64_t r_elems = SegmentLength(recv_len, seg, k);
       uint8_t* dest = out + (blocks.offset(recv_b) + k * seg) * elem;
       SendSpec send{right, out + (blocks.offset(send_b) + k * seg) * elem, s_elems * elem};
-      RecvSpec recv{left, reduce ? scratch.data() : dest, r_elems * elem};
-      PLEXUS_ALGOS_RETURN_IF_ERROR(t.Exchange(sig, std::span(&send, s_elems ? 1 : 0),
-                                              std::span(&recv, r_elems ? 1 : 0)));
-      if (reduce && r_elems) ReduceInto(dest, scratch.data(), r_elems, sig.dtype, sig.op);
+      RecvSpec recv{left, reduce ? scratch[k % 2].data() : dest, r_elems * elem};
+      return t.Start(sig, std::span(&send, s_elems ? 1 : 0), std::span(&recv, r_elems ? 1 : 0),
+                     &tickets[k % 2]);
+    };
+    if (segs > 0) PLEXUS_ALGOS_RETURN_IF_ERROR(start(0));
+    for (uint64_t k = 0; k < segs; ++k) {
+      if (k + 1 < segs) PLEXUS_ALGOS_RETURN_IF_ERROR(start(k + 1));
+      PLEXUS_ALGOS_RETURN_IF_ERROR(t.Finish(tickets[k % 2]));
+      const uint64_t r_elems = SegmentLength(recv_len, seg, k);
+      if (reduce && r_elems) {
+        ReduceInto(out + (blocks.offset(recv_b) + k * seg) * elem, scratch[k % 2].data(), r_elems,
+                   sig.dtype, sig.op);
+      }
     }
     return {};
   };

@@ -261,16 +261,27 @@ void SocketTransport::DropQueued() {
   for (auto& q : recvq_) q.clear();
 }
 
-algos::Status SocketTransport::Exchange(const algos::OpSignature& sig,
-                                        std::span<const algos::SendSpec> sends,
-                                        std::span<const algos::RecvSpec> recvs) {
-  std::vector<Transfer> transfers(sends.size() + recvs.size());
-  size_t i = 0;
+algos::Status SocketTransport::Start(const algos::OpSignature& sig,
+                                     std::span<const algos::SendSpec> sends,
+                                     std::span<const algos::RecvSpec> recvs, uint64_t* ticket) {
   for (const auto& s : sends) {
     if (s.peer >= size_ || s.peer == rank_) {
       return {PLEXUS_ERR_INTERNAL, "algorithm sent to invalid peer " + std::to_string(s.peer)};
     }
-    Transfer& t = transfers[i++];
+  }
+  for (const auto& r : recvs) {
+    if (r.peer >= size_ || r.peer == rank_) {
+      return {PLEXUS_ERR_INTERNAL, "algorithm received from invalid peer " +
+                                       std::to_string(r.peer)};
+    }
+  }
+  Batch& batch = batches_.emplace_back();
+  batch.ticket = ++last_ticket_;
+  batch.sig = sig;
+  batch.transfers.resize(sends.size() + recvs.size());
+  size_t i = 0;
+  for (const auto& s : sends) {
+    Transfer& t = batch.transfers[i++];
     t.is_send = true;
     t.peer = s.peer;
     t.sig = sig;
@@ -278,35 +289,52 @@ algos::Status SocketTransport::Exchange(const algos::OpSignature& sig,
     t.bytes = s.bytes;
   }
   for (const auto& r : recvs) {
-    if (r.peer >= size_ || r.peer == rank_) {
-      return {PLEXUS_ERR_INTERNAL, "algorithm received from invalid peer " +
-                                       std::to_string(r.peer)};
-    }
-    Transfer& t = transfers[i++];
+    Transfer& t = batch.transfers[i++];
     t.peer = r.peer;
     t.sig = sig;
     t.data = static_cast<uint8_t*>(r.data);
     t.bytes = r.bytes;
   }
-  for (Transfer& t : transfers) Post(&t);
-  auto all_done = [&] {
-    for (const Transfer& t : transfers) {
-      if (!t.complete) return false;
+  for (Transfer& t : batch.transfers) Post(&t);
+  *ticket = batch.ticket;
+  return {};
+}
+
+algos::Status SocketTransport::Finish(uint64_t ticket) {
+  auto covered_done = [&] {
+    for (const Batch& b : batches_) {
+      if (b.ticket > ticket) break;
+      for (const Transfer& t : b.transfers) {
+        if (!t.complete) return false;
+      }
     }
     return true;
   };
   for (;;) {
-    algos::Status st = Drive(all_done);
+    algos::Status st = Drive(covered_done);
     if (!st.ok()) {
-      DropQueued();  // `transfers` dies with this frame
       if (st.code == PLEXUS_ERR_TIMEOUT || st.code == PLEXUS_ERR_ABORTED) {
-        st.message += " in " + DescribeOp(sig);
+        st.message += " in " + DescribeOp(batches_.empty() ? algos::OpSignature{}
+                                                            : batches_.front().sig);
       }
+      DropQueued();
+      batches_.clear();
       return st;
     }
-    if (all_done()) return {};
+    if (covered_done()) break;
     // Woken for new posts: collectives don't take them mid-step; keep going.
   }
+  while (!batches_.empty() && batches_.front().ticket <= ticket) batches_.pop_front();
+  return {};
+}
+
+algos::Status SocketTransport::Exchange(const algos::OpSignature& sig,
+                                        std::span<const algos::SendSpec> sends,
+                                        std::span<const algos::RecvSpec> recvs) {
+  uint64_t ticket = 0;
+  algos::Status st = Start(sig, sends, recvs, &ticket);
+  if (!st.ok()) return st;
+  return Finish(ticket);
 }
 
 }  // namespace plexus::tcp

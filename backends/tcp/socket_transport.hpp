@@ -53,6 +53,9 @@ class SocketTransport final : public algos::PeerTransport {
   uint32_t size() const override { return size_; }
   algos::Status Exchange(const algos::OpSignature& sig, std::span<const algos::SendSpec> sends,
                          std::span<const algos::RecvSpec> recvs) override;
+  algos::Status Start(const algos::OpSignature& sig, std::span<const algos::SendSpec> sends,
+                      std::span<const algos::RecvSpec> recvs, uint64_t* ticket) override;
+  algos::Status Finish(uint64_t ticket) override;
 
   // Queues t behind the transfers already queued for its peer and direction.
   void Post(Transfer* t);
@@ -97,6 +100,16 @@ class SocketTransport final : public algos::PeerTransport {
   std::once_flag failed_once_;
   std::vector<std::deque<Transfer*>> sendq_;  // per peer
   std::vector<std::deque<Transfer*>> recvq_;  // per peer
+
+  // Batches started by Start() and not yet finished, oldest first. A deque
+  // keeps the Transfer addresses in the queues valid as batches come and go.
+  struct Batch {
+    uint64_t ticket = 0;
+    algos::OpSignature sig;
+    std::vector<Transfer> transfers;
+  };
+  std::deque<Batch> batches_;
+  uint64_t last_ticket_ = 0;
 };
 
 }  // namespace plexus::tcp

@@ -55,6 +55,22 @@ class PeerTransport {
   // abort. After a failure the transport is unusable.
   virtual Status Exchange(const OpSignature& sig, std::span<const SendSpec> sends,
                           std::span<const RecvSpec> recvs) = 0;
+
+  // Optional pipelining: Start() queues a batch of transfers and returns a
+  // ticket at once; Finish(ticket) blocks until that batch (and every batch
+  // started before it) has completed. Buffers stay borrowed until then. An
+  // algorithm can so reduce one segment while the next is on the wire. The
+  // default runs the batch at once with Exchange(), which is correct for any
+  // transport, just not overlapped.
+  virtual Status Start(const OpSignature& sig, std::span<const SendSpec> sends,
+                       std::span<const RecvSpec> recvs, uint64_t* ticket) {
+    *ticket = 0;
+    return Exchange(sig, sends, recvs);
+  }
+  virtual Status Finish(uint64_t ticket) {
+    (void)ticket;
+    return {};
+  }
 };
 
 }  // namespace plexus::algos
