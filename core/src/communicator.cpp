@@ -33,8 +33,12 @@ CommState::~CommState() {
       backend->AbortComm(comm);
       aborted = true;
     }
-    // After an abort every request completes promptly.
-    while (backend->Wait(r, 1000) == PLEXUS_ERR_TIMEOUT && backend->Test(r) == PLEXUS_IN_PROGRESS) {
+    // After an abort every request completes promptly; a backend that breaks
+    // that promise costs a leaked request, not a hung process.
+    if (backend->Wait(r, 10000) == PLEXUS_ERR_TIMEOUT && backend->Test(r) == PLEXUS_IN_PROGRESS) {
+      LogLine(PLEXUS_LOG_ERROR, "plexus", name + ": backend '" + backend->name() +
+                                              "' did not complete a request after abort; leaking it");
+      continue;
     }
     backend->FreeRequest(r);
   }
