@@ -45,9 +45,10 @@ Status Backend::Open(std::unique_ptr<LoadedLibrary> lib, std::unique_ptr<HostSer
   int32_t rc = b->t_->init(b->host_->table(), &b->ctx_);
   if (rc != PLEXUS_OK || !b->ctx_) {
     b->ctx_ = nullptr;
+    const std::string why = b->host_->LastProblem();
     return Status(rc != PLEXUS_OK ? rc : PLEXUS_ERR_INTERNAL,
                   "backend '" + b->name_ + "' (" + b->path() + ") failed to initialise: " +
-                      StatusName(rc) + " (see its log lines above)");
+                      StatusName(rc) + (why.empty() ? "" : ": " + why));
   }
   b->caps_.struct_size = sizeof(plexus_capabilities);
   rc = b->t_->get_capabilities(b->ctx_, &b->caps_);

@@ -27,7 +27,16 @@ HostServices::HostServices(std::string backend_name, std::string local_address,
 void HostServices::Log(void* ctx, int32_t level, const char* message) {
   auto* self = static_cast<HostServices*>(ctx);
   if (!self || !message) return;
+  if (level <= PLEXUS_LOG_INFO) {
+    std::lock_guard<std::mutex> lock(self->problem_mutex_);
+    self->last_problem_ = message;
+  }
   LogLine(level, "backend " + self->backend_name_, message);
+}
+
+std::string HostServices::LastProblem() const {
+  std::lock_guard<std::mutex> lock(problem_mutex_);
+  return last_problem_;
 }
 
 int64_t HostServices::GetConfig(void* ctx, const char* key, char* buf, size_t len) {

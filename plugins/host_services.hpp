@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "plexus/backend.h"
@@ -34,6 +35,10 @@ class HostServices {
 
   const plexus_host_v1* table() const { return &table_; }
 
+  // The last error, warning or info line the backend logged (even below the
+  // log threshold), so a failed init can say why. Thread-safe.
+  std::string LastProblem() const;
+
  private:
   static void Log(void* ctx, int32_t level, const char* message);
   static int64_t GetConfig(void* ctx, const char* key, char* buf, size_t len);
@@ -46,6 +51,8 @@ class HostServices {
   std::string local_address_;
   std::map<std::string, std::string> overrides_;
   plexus_host_v1 table_{};
+  mutable std::mutex problem_mutex_;
+  std::string last_problem_;
 };
 
 }  // namespace plexus
