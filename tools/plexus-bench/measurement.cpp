@@ -1,0 +1,320 @@
+#include "measurement.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <limits>
+#include <new>
+#include <vector>
+
+#include "patterns.hpp"
+
+namespace plexus::bench {
+namespace {
+
+constexpr size_t kPage = 4096;
+
+bool CanReduce(const plexus_capabilities& caps, DType t, ReduceOp op) {
+  return (caps.collectives & (1u << PLEXUS_COLL_ALLREDUCE)) &&
+         (caps.reduce_dtypes[static_cast<uint32_t>(op)] & (1u << static_cast<uint32_t>(t)));
+}
+
+bool CanGather(const plexus_capabilities& caps, DType t) {
+  return (caps.collectives & (1u << PLEXUS_COLL_ALLGATHER)) &&
+         (caps.dtypes & (1u << static_cast<uint32_t>(t)));
+}
+
+}  // namespace
+
+double BusFactor(Collective c, uint32_t n) {
+  const double nd = n;
+  switch (c) {
+    case Collective::Allreduce:
+      return 2.0 * (nd - 1) / nd;
+    case Collective::Allgather:
+    case Collective::ReduceScatter:
+    case Collective::Alltoall:
+      return (nd - 1) / nd;
+    case Collective::Broadcast:
+    case Collective::Reduce:
+    case Collective::SendRecv:
+      return 1.0;
+    case Collective::Barrier:
+      return 0.0;
+  }
+  return 0.0;
+}
+
+AlignedBuffer::AlignedBuffer(uint64_t bytes) {
+  const uint64_t rounded = std::max<uint64_t>(kPage, (bytes + kPage - 1) / kPage * kPage);
+  data_ = static_cast<unsigned char*>(std::aligned_alloc(kPage, size_t(rounded)));
+  if (!data_) throw std::bad_alloc();
+  std::memset(data_, kSentinel, size_t(rounded));  // fault the pages in before timing
+}
+
+AlignedBuffer::~AlignedBuffer() {
+  std::free(data_);
+}
+
+Runner::Runner(Communicator& comm, const BenchArgs& args)
+    : comm_(comm),
+      args_(args),
+      rank_(comm.rank()),
+      size_(comm.size()),
+      send_(MovesData(args.collective) ? args.max_bytes : 0),
+      recv_(MovesData(args.collective) ? args.max_bytes : 0) {}
+
+double Runner::MaxOverRanks(double local) {
+  if (size_ == 1) return local;
+  const auto& caps = comm_.capabilities();
+  if (CanReduce(caps, DType::Float64, ReduceOp::Max)) {
+    double v = local;
+    comm_.allreduce(&v, &v, 1, DType::Float64, ReduceOp::Max).wait();
+    return v;
+  }
+  if (CanGather(caps, DType::Float64)) {
+    std::vector<double> all(size_);
+    comm_.allgather(&local, all.data(), 1, DType::Float64).wait();
+    return *std::max_element(all.begin(), all.end());
+  }
+  return local;  // the backend can tell us nothing: rank 0's own time
+}
+
+uint64_t Runner::SumOverRanks(uint64_t local) {
+  if (size_ == 1) return local;
+  const auto& caps = comm_.capabilities();
+  if (CanReduce(caps, DType::UInt64, ReduceOp::Sum)) {
+    uint64_t v = local;
+    comm_.allreduce(&v, &v, 1, DType::UInt64, ReduceOp::Sum).wait();
+    return v;
+  }
+  if (CanGather(caps, DType::UInt64)) {
+    std::vector<uint64_t> all(size_);
+    comm_.allgather(&local, all.data(), 1, DType::UInt64).wait();
+    uint64_t sum = 0;
+    for (uint64_t v : all) sum += v;
+    return sum;
+  }
+  return local;
+}
+
+void Runner::Sync() {
+  if (size_ == 1) return;
+  if (comm_.supports(PLEXUS_COLL_BARRIER)) {
+    comm_.barrier().wait();
+  } else {
+    MaxOverRanks(0.0);
+  }
+}
+
+Runner::Shape Runner::ShapeOf(DType t, uint64_t size) const {
+  const uint64_t es = ElementSize(t);
+  Shape s;
+  switch (args_.collective) {
+    case Collective::Allreduce:
+    case Collective::Broadcast:
+    case Collective::Reduce:
+    case Collective::SendRecv:
+      s.count = size / es;
+      s.bytes = s.count * es;
+      break;
+    case Collective::Allgather:
+    case Collective::ReduceScatter:
+    case Collective::Alltoall:
+      s.count = size / (es * size_);  // per rank / per block
+      s.bytes = s.count * es * size_;
+      break;
+    case Collective::Barrier:
+      break;
+  }
+  return s;
+}
+
+bool Runner::HasPlacement(Placement p) const {
+  const bool in_place_ok = (comm_.capabilities().flags & PLEXUS_CAP_IN_PLACE) != 0;
+  switch (args_.collective) {
+    case Collective::Allreduce:
+    case Collective::Reduce:
+    case Collective::Allgather:
+    case Collective::ReduceScatter:
+      return p == Placement::OutOfPlace || in_place_ok;
+    case Collective::Broadcast:
+      return p == Placement::InPlace;  // one buffer: in place
+    case Collective::Alltoall:
+    case Collective::SendRecv:
+    case Collective::Barrier:
+      return p == Placement::OutOfPlace;
+  }
+  return false;
+}
+
+void Runner::Post(Placement p, DType t, ReduceOp op, const Shape& s, std::vector<Work>* works) {
+  const bool in = p == Placement::InPlace;
+  unsigned char* send = send_.data();
+  unsigned char* recv = recv_.data();
+  const uint64_t block = s.count * ElementSize(t);
+  switch (args_.collective) {
+    case Collective::Allreduce:
+      works->push_back(comm_.allreduce(in ? recv : send, recv, s.count, t, op));
+      break;
+    case Collective::Broadcast:
+      works->push_back(comm_.broadcast(recv, s.count, t, args_.root));
+      break;
+    case Collective::Reduce:
+      works->push_back(comm_.reduce(in ? recv : send, recv, s.count, t, op, args_.root));
+      break;
+    case Collective::Allgather:
+      works->push_back(comm_.allgather(in ? recv + rank_ * block : send, recv, s.count, t));
+      break;
+    case Collective::ReduceScatter:
+      works->push_back(in ? comm_.reduce_scatter(recv, recv + rank_ * block, s.count, t, op)
+                          : comm_.reduce_scatter(send, recv, s.count, t, op));
+      break;
+    case Collective::Alltoall:
+      works->push_back(comm_.alltoall(send, recv, s.count, t));
+      break;
+    case Collective::SendRecv:
+      works->push_back(comm_.send(send, s.count, t, (rank_ + 1) % size_));
+      works->push_back(comm_.recv(recv, s.count, t, (rank_ + size_ - 1) % size_));
+      break;
+    case Collective::Barrier:
+      works->push_back(comm_.barrier());
+      break;
+  }
+}
+
+double Runner::TimeBatch(Placement p, DType t, ReduceOp op, const Shape& s) {
+  std::vector<Work> works;
+  for (int i = 0; i < args_.warmup_iters; ++i) {
+    Post(p, t, op, s, &works);
+    for (Work& w : works) w.wait();
+    works.clear();
+  }
+  // The backend may bound the requests in flight (max_outstanding); waiting
+  // for the oldest before posting more keeps within it.
+  const size_t per_post = args_.collective == Collective::SendRecv ? 2 : 1;
+  const uint32_t max_out = comm_.capabilities().max_outstanding;
+  const size_t window =
+      max_out == 0 ? std::numeric_limits<size_t>::max() : std::max<size_t>(max_out, per_post);
+  std::deque<Work> in_flight;
+  Sync();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < args_.iters; ++i) {
+    while (!in_flight.empty() && in_flight.size() + per_post > window) {
+      in_flight.front().wait();
+      in_flight.pop_front();
+    }
+    Post(p, t, op, s, &works);
+    for (Work& w : works) in_flight.push_back(std::move(w));
+    works.clear();
+    if (args_.blocking) {
+      for (Work& w : in_flight) w.wait();
+      in_flight.clear();
+    }
+  }
+  for (Work& w : in_flight) w.wait();
+  const auto t1 = std::chrono::steady_clock::now();
+  return std::chrono::duration<double>(t1 - t0).count() / args_.iters;
+}
+
+uint64_t Runner::CheckOnce(Placement p, DType t, ReduceOp op, const Shape& s) {
+  const bool in = p == Placement::InPlace;
+  const uint32_t n = size_, r = rank_;
+  const size_t es = ElementSize(t);
+  const uint64_t c = s.count, block = c * es;
+  unsigned char* send = send_.data();
+  unsigned char* recv = recv_.data();
+  const Pattern data = DataPattern();
+  // Output buffers start as the sentinel, so a missing write is caught.
+  std::memset(recv, kSentinel, size_t(s.bytes));
+  switch (args_.collective) {
+    case Collective::Allreduce:
+    case Collective::Reduce:
+      Fill(t, in ? recv : send, c, ReductionInput(t, op, r, n));
+      break;
+    case Collective::Broadcast:
+      if (r == args_.root) Fill(t, recv, c, data, DataOffset(r));
+      break;
+    case Collective::Allgather:
+      Fill(t, in ? recv + r * block : send, c, data, DataOffset(r));
+      break;
+    case Collective::ReduceScatter:
+      Fill(t, in ? recv : send, c * n, ReductionInput(t, op, r, n));
+      break;
+    case Collective::Alltoall:
+      for (uint32_t d = 0; d < n; ++d) Fill(t, send + d * block, c, data, DataOffset(r * n + d));
+      break;
+    case Collective::SendRecv:
+      Fill(t, send, c, data, DataOffset(r));
+      break;
+    case Collective::Barrier:
+      return 0;
+  }
+  std::vector<Work> works;
+  Post(p, t, op, s, &works);
+  for (Work& w : works) w.wait();
+
+  switch (args_.collective) {
+    case Collective::Allreduce:
+      return CountWrong(t, recv, c, ReductionResult(t, op, n));
+    case Collective::Reduce:
+      if (r == args_.root) return CountWrong(t, recv, c, ReductionResult(t, op, n));
+      // Other ranks' recvbuf is not touched (ABI); in place it still holds the input.
+      return in ? CountWrong(t, recv, c, ReductionInput(t, op, r, n)) : CountTouched(recv, c, es);
+    case Collective::Broadcast:
+      return CountWrong(t, recv, c, data, DataOffset(args_.root));
+    case Collective::Allgather: {
+      uint64_t wrong = 0;
+      for (uint32_t src = 0; src < n; ++src) {
+        wrong += CountWrong(t, recv + src * block, c, data, DataOffset(src));
+      }
+      return wrong;
+    }
+    case Collective::ReduceScatter:
+      return CountWrong(t, in ? recv + r * block : recv, c, ReductionResult(t, op, n), r * c);
+    case Collective::Alltoall: {
+      uint64_t wrong = 0;
+      for (uint32_t src = 0; src < n; ++src) {
+        wrong += CountWrong(t, recv + src * block, c, data, DataOffset(src * n + r));
+      }
+      return wrong;
+    }
+    case Collective::SendRecv:
+      return CountWrong(t, recv, c, data, DataOffset((r + n - 1) % n));
+    case Collective::Barrier:
+      break;
+  }
+  return 0;
+}
+
+Cell Runner::MeasureCell(Placement p, DType t, ReduceOp op, const Shape& s) {
+  Cell cell;
+  if (!HasPlacement(p)) return cell;
+  cell.present = true;
+  const double seconds = MaxOverRanks(TimeBatch(p, t, op, s));
+  cell.time_us = seconds * 1e6;
+  cell.algbw_gbs = seconds > 0 ? double(s.bytes) / seconds / 1e9 : 0.0;
+  cell.busbw_gbs = cell.algbw_gbs * BusFactor(args_.collective, size_);
+  if (args_.check && args_.collective != Collective::Barrier) {
+    cell.wrong = int64_t(SumOverRanks(CheckOnce(p, t, op, s)));
+  }
+  return cell;
+}
+
+Row Runner::Measure(DType t, ReduceOp op, uint64_t size) {
+  const Collective c = args_.collective;
+  const Shape s = ShapeOf(t, size);
+  Row row;
+  row.size = s.bytes;
+  row.count = MovesData(c) ? s.bytes / ElementSize(t) : 0;
+  row.type = MovesData(c) ? ToString(t) : "none";
+  row.redop = IsReduction(c) ? ToString(op) : "none";
+  row.root = HasRoot(c) ? int64_t(args_.root) : -1;
+  row.out_of_place = MeasureCell(Placement::OutOfPlace, t, op, s);
+  row.in_place = MeasureCell(Placement::InPlace, t, op, s);
+  return row;
+}
+
+}  // namespace plexus::bench
