@@ -4,7 +4,8 @@
 set -euo pipefail
 
 packages=(g++ meson ninja-build pkg-config doctest-dev libsodium-dev
-          libopenmpi-dev openmpi-bin libucx-dev ucx-utils libgloo-dev)
+          libopenmpi-dev openmpi-bin libucx-dev ucx-utils libgloo-dev
+          clang libclang-rt-14-dev)
 
 missing=()
 for p in "${packages[@]}"; do

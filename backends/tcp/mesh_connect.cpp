@@ -1,3 +1,16 @@
+// The full mesh of one communicator (see mesh_connect.hpp).
+//
+// Authentication. After the hello both sides run the plexus-auth handshake
+// (auth/include/plexus/auth/handshake.hpp), the connecting rank as initiator:
+// each proves it holds the job secret (PLEXUS_TOKEN, read through the host's
+// get_config, never from the environment directly), bound to the communicator
+// nonce and the rank the hello claimed. The secret never goes on the wire. A
+// peer that fails is refused with one log line naming its address, and the
+// listener goes on accepting (so a stranger cannot keep a real rank out); the
+// connecting side of a failed handshake gets an error naming the rank it tried.
+// Without PLEXUS_TOKEN on both sides the handshake agrees to go on
+// unauthenticated (one warning per process); with it on one side only, both
+// refuse.
 #include "mesh_connect.hpp"
 
 #include <arpa/inet.h>
@@ -9,12 +22,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <string>
 #include <utility>
 
+#include "plexus/auth/handshake.hpp"
 #include "tcp_log.hpp"
 
 namespace plexus::tcp {
@@ -119,11 +134,24 @@ algos::Status Listen(const std::string& address, uint32_t backlog, FdGuard* out,
   return {};
 }
 
+// The host's value for key ("" when unset), however long it is.
 std::string ConfigString(const plexus_host_v1& host, const char* key) {
   if (!host.get_config) return {};
   char buf[256];
   const int64_t n = host.get_config(host.ctx, key, buf, sizeof buf);
-  return n < 0 ? std::string() : std::string(buf);
+  if (n < 0) return {};
+  if (uint64_t(n) < sizeof buf) return std::string(buf);
+  if (n > (int64_t{1} << 20)) return std::string(buf);  // absurd; keep the prefix
+  std::string value(size_t(n) + 1, '\0');
+  const int64_t m = host.get_config(host.ctx, key, value.data(), value.size());
+  if (m != n) return std::string(buf);  // changed under us; keep the prefix
+  value.resize(size_t(n));
+  return value;
+}
+
+// One peer's failure to join, kept to explain a later timeout.
+std::string Refusal(const std::string& from, const std::string& why) {
+  return "refused a connection from " + from + " (" + why + ")";
 }
 
 }  // namespace
@@ -135,6 +163,18 @@ algos::Status ConnectMesh(const plexus_host_v1& host, const plexus_comm_config_v
   std::string address = ConfigString(host, "PLEXUS_TCP_ADDR");
   if (address.empty()) address = host.local_address ? host.local_address : "";
   if (address.empty()) address = "127.0.0.1";
+
+  // The job secret: every mesh connection authenticates with it, both ways.
+  auth::Secret secret;
+  if (std::string error; !auth::Secret::Derive(ConfigString(host, "PLEXUS_TOKEN"),
+                                               auth::Purpose::kTcpMesh, &secret, &error)) {
+    return {PLEXUS_ERR_SYSTEM, error};
+  }
+  if (!secret.present() && size > 1 && auth::FirstUnauthenticatedUse()) {
+    Log(host, PLEXUS_LOG_WARN,
+        "PLEXUS_TOKEN is not set: connections between ranks are not authenticated "
+        "(plexus-run sets a job secret for every job)");
+  }
 
   FdGuard listener;
   uint16_t port = 0;
@@ -148,7 +188,11 @@ algos::Status ConnectMesh(const plexus_host_v1& host, const plexus_comm_config_v
   std::vector<Endpoint> all(size);
   int32_t rc = host.oob_allgather(host.ctx, config.oob, &mine, all.data(), sizeof mine,
                                   MsLeft(deadline));
-  if (rc != PLEXUS_OK) return {rc, "out-of-band exchange of TCP endpoints failed"};
+  if (rc != PLEXUS_OK) {
+    return {rc,
+            "out-of-band exchange of TCP endpoints failed (did every rank start, and "
+            "reach the rendezvous store with the job's PLEXUS_TOKEN? see their errors)"};
+  }
   uint64_t nonce = 0;
   if (rank == 0 && getrandom(&nonce, sizeof nonce, 0) != sizeof nonce) {
     return {PLEXUS_ERR_SYSTEM, Errno("getrandom")};
@@ -177,16 +221,33 @@ algos::Status ConnectMesh(const plexus_host_v1& host, const plexus_comm_config_v
     if (!TransferAll(fd.get(), &hello, sizeof hello, true, deadline)) {
       return {PLEXUS_ERR_REMOTE, "could not greet rank " + std::to_string(p)};
     }
+    // Prove to rank p that we hold the job secret, and check that it does,
+    // bound to this communicator (nonce) and the rank we claimed.
+    const auth::Result r = auth::RunInitiator(
+        fd.get(), secret, auth::Binding{auth::Purpose::kTcpMesh, nonce, rank}, deadline);
+    if (!r.ok()) {
+      return {r.code == PLEXUS_ERR_TIMEOUT ? PLEXUS_ERR_TIMEOUT : PLEXUS_ERR_REMOTE,
+              "rank " + std::to_string(rank) + " could not authenticate with rank " +
+                  std::to_string(p) + " at " + all[p].address + ":" + std::to_string(all[p].port) +
+                  ": " + r.message};
+    }
     peers[p] = FdGuard(fd.release());
   }
   // Accept one connection from every higher rank, refusing strangers.
   uint32_t missing = size - 1 - rank;
+  uint32_t refused = 0;
+  std::string last_refusal;
   while (missing > 0) {
     pollfd pfd{listener.get(), POLLIN, 0};
     const int64_t left = MsLeft(deadline);
     if (left == 0) {
-      return {PLEXUS_ERR_TIMEOUT, "rank " + std::to_string(rank) + " timed out waiting for " +
-                                      std::to_string(missing) + " higher rank(s) to connect"};
+      std::string text = "rank " + std::to_string(rank) + " timed out waiting for " +
+                         std::to_string(missing) + " higher rank(s) to connect";
+      if (refused > 0) {
+        text += "; " + std::to_string(refused) + " connection(s) were refused, the last: " +
+                last_refusal;
+      }
+      return {PLEXUS_ERR_TIMEOUT, text};
     }
     if (poll(&pfd, 1, int(std::min<int64_t>(left, 1000))) <= 0) continue;
     sockaddr_in from{};
@@ -196,15 +257,28 @@ algos::Status ConnectMesh(const plexus_host_v1& host, const plexus_comm_config_v
     if (fd.get() < 0) continue;
     char from_text[64];
     inet_ntop(AF_INET, &from.sin_addr, from_text, sizeof from_text);
+    const std::string from_addr =
+        std::string(from_text) + ":" + std::to_string(ntohs(from.sin_port));
     Hello hello{};
     const auto hello_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
     if (!TransferAll(fd.get(), &hello, sizeof hello, false, hello_deadline) ||
         hello.magic != kHelloMagic || hello.nonce != nonce || hello.rank <= rank ||
         hello.rank >= size || peers[hello.rank].get() >= 0) {
-      Log(host, PLEXUS_LOG_WARN,
-          "refused a connection from " + std::string(from_text) + ":" +
-              std::to_string(ntohs(from.sin_port)) + " (not a peer of communicator " +
-              config.name + ")");
+      last_refusal = Refusal(from_addr, "not a peer of communicator " + std::string(config.name));
+      ++refused;
+      Log(host, PLEXUS_LOG_WARN, last_refusal);
+      continue;
+    }
+    // The hello only names a rank; the handshake proves the peer holds the job
+    // secret (and checks that we do), bound to this communicator and that rank.
+    const auth::Result r = auth::RunResponder(
+        fd.get(), secret, auth::Binding{auth::Purpose::kTcpMesh, nonce, hello.rank},
+        hello_deadline);
+    if (!r.ok()) {
+      last_refusal =
+          Refusal(from_addr, "claiming rank " + std::to_string(hello.rank) + ": " + r.message);
+      ++refused;
+      Log(host, PLEXUS_LOG_WARN, last_refusal);
       continue;
     }
     Tune(fd.get());

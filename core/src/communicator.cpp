@@ -24,6 +24,7 @@ void CommState::AdoptOrphan(plexus_request* req) {
 }
 
 CommState::~CommState() {
+  if (!backend) return;  // from_env failed before a backend was opened
   bool aborted = false;
   for (plexus_request* r : orphans) {
     if (!aborted && backend->Wait(r, timeout.count()) == PLEXUS_ERR_TIMEOUT &&

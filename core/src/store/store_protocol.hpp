@@ -40,6 +40,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -155,17 +156,65 @@ std::string WaitTimeoutMessage(std::string_view first_missing_key, size_t missin
                                uint64_t timeout_ms);
 std::string NotACounterMessage(std::string_view key, size_t value_size);
 
+// --- Authentication with the job secret (plexus/auth/handshake.hpp).
+//
+// When the job secret (PLEXUS_TOKEN) is set, a connection starts with the
+// plexus-auth handshake (fixed 88-byte messages whose first 4 bytes are
+// 'P' 'L' 'X' 'A', told apart from a store frame by that magic) before any store
+// frame, both directions: the client proves it knows the secret and checks that
+// the server does too. The server refuses, logs (one line naming the client's
+// address) and disconnects a client that fails the handshake, sends store
+// frames without it, or has not finished it within handshake_timeout; a client
+// that sent a small store request without authenticating gets one error REPLY
+// saying why first. Other clients are served meanwhile: the server runs the
+// handshake as per-client state in its poll loop.
+//
+// Without a secret on either side nothing changes on the wire (no handshake);
+// a client with a secret refuses a server without one and vice versa.
+
+// A store request larger than this from a client that has not authenticated is
+// not read at all (it is dropped without a reply).
+inline constexpr uint64_t kMaxUnauthenticatedFrameBytes = 64 * 1024;
+
+// The text of the REPLY sent to a client that sends requests without authenticating.
+inline constexpr const char* kAuthenticationRequiredMessage =
+    "this rendezvous store requires authentication with the job secret: set PLEXUS_TOKEN to "
+    "the job's token (plexus-run passes it to every rank)";
+
 // --- Server knobs that the public TcpStoreServer::Start does not expose (tests use them).
 struct TcpStoreServerOptions {
   // A client that has sent part of a frame, or has a reply it does not read, and
   // makes no progress for this long is disconnected, so it cannot hold memory forever.
   // (An idle client between frames is never timed out: ranks keep their connection.)
   std::chrono::milliseconds stall_timeout{10000};
+  // The job secret. Unset: PLEXUS_TOKEN from the environment at Start. Empty:
+  // no authentication.
+  std::optional<std::string> token;
+  // With a secret, a client must complete the handshake this long after it
+  // connected, or it is disconnected (and logged).
+  std::chrono::milliseconds handshake_timeout{5000};
 };
 
 // TcpStoreServer::Start with options.
 Status StartTcpStoreServer(const std::string& bind_addr, uint16_t port,
                            const TcpStoreServerOptions& options,
                            std::unique_ptr<TcpStoreServer>* out);
+
+// --- Client knobs that the public ConnectTcpStore does not expose (tests use them).
+struct TcpStoreClientOptions {
+  // The job secret. Unset: PLEXUS_TOKEN from the environment. Empty: no authentication.
+  std::optional<std::string> token;
+};
+
+// ConnectTcpStore with options. A server that refuses this client's proof of the
+// secret (or a server without a secret, when this client has one) is an error at
+// once, not retried until timeout.
+Status ConnectTcpStoreWithOptions(const std::string& host, uint16_t port,
+                                  std::chrono::milliseconds timeout,
+                                  const TcpStoreClientOptions& options,
+                                  std::unique_ptr<RendezvousStore>* out);
+
+// PLEXUS_TOKEN from the environment ("" when unset).
+std::string TokenFromEnvironment();
 
 }  // namespace plexus::store

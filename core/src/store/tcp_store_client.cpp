@@ -14,6 +14,12 @@
 // position is unknown, so the connection is dropped; the next request makes
 // one fresh connection attempt. A request is never re-sent (an ADD must not
 // be applied twice).
+//
+// With a job secret (PLEXUS_TOKEN) every connection, the first and any
+// reconnection, runs the plexus-auth handshake as initiator before its first
+// request (see store_protocol.hpp): this client proves it knows the secret and
+// checks that the server does too. A refusal is final (the same token would be
+// refused again) and reported at once, naming the server.
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -24,11 +30,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <mutex>
 #include <thread>
 
+#include "plexus/auth/handshake.hpp"
+#include "plexus/log.hpp"
 #include "store_protocol.hpp"
 
 namespace plexus {
@@ -43,6 +52,9 @@ constexpr auto kSlack = std::chrono::milliseconds(1000);
 constexpr auto kConnectAttemptLimit = std::chrono::milliseconds(2000);
 constexpr auto kBackoffStart = std::chrono::milliseconds(10);
 constexpr auto kBackoffMax = std::chrono::milliseconds(250);
+// One handshake may take at most this long (the server answers at once; a
+// peer that does not is not a Plexus store, or is wedged: try again).
+constexpr auto kHandshakeAttemptLimit = std::chrono::milliseconds(10000);
 
 std::string ErrnoText(int err) {
   return std::string(std::strerror(err));
@@ -133,10 +145,39 @@ bool ConnectOnce(const std::string& host, uint16_t port, Clock::time_point deadl
   return false;
 }
 
+// ConnectOnce, then (with a secret) the handshake. On failure *refused tells
+// whether authentication itself failed (final) rather than the connection.
+bool ConnectAndAuthenticate(const std::string& host, uint16_t port, const auth::Secret& secret,
+                            Clock::time_point deadline, int* fd, std::string* error,
+                            bool* refused) {
+  *refused = false;
+  int s = -1;
+  if (!ConnectOnce(host, port, deadline, &s, error)) return false;
+  if (!secret.present()) {
+    *fd = s;
+    return true;
+  }
+  const auto handshake_deadline = std::min(deadline, Clock::now() + kHandshakeAttemptLimit);
+  const auth::Result r =
+      auth::RunInitiator(s, secret, auth::Binding{auth::Purpose::kStore}, handshake_deadline);
+  if (!r.ok()) {
+    close(s);
+    *refused = r.refused;
+    *error = "authentication with the job secret failed: " + r.message;
+    return false;
+  }
+  *fd = s;
+  return true;
+}
+
 class TcpStoreClient final : public RendezvousStore {
  public:
-  TcpStoreClient(std::string host, uint16_t port, int fd)
-      : host_(std::move(host)), port_(port), endpoint_(Endpoint(host_, port)), fd_(fd) {}
+  TcpStoreClient(std::string host, uint16_t port, int fd, auth::Secret secret)
+      : host_(std::move(host)),
+        port_(port),
+        endpoint_(Endpoint(host_, port)),
+        secret_(std::move(secret)),
+        fd_(fd) {}
   ~TcpStoreClient() override { DropConnection(); }
 
   Status Set(const std::string& key, const Bytes& value,
@@ -271,7 +312,8 @@ class TcpStoreClient final : public RendezvousStore {
       if (has_timeout && left_ms != timeout_ms) s = encode(left_ms, &request);
       if (s.ok() && fd_ < 0) {
         std::string error;
-        if (!ConnectOnce(host_, port_, io_deadline, &fd_, &error)) {
+        bool refused = false;
+        if (!ConnectAndAuthenticate(host_, port_, secret_, io_deadline, &fd_, &error, &refused)) {
           fd_ = -1;
           s = Status::Remote("lost the connection to the server and could not reconnect: " + error);
         }
@@ -354,6 +396,7 @@ class TcpStoreClient final : public RendezvousStore {
   const std::string host_;
   const uint16_t port_;
   const std::string endpoint_;       // "host:port" for messages
+  const auth::Secret secret_;        // absent: no authentication
   std::mutex mu_;                    // guards busy_
   std::condition_variable idle_cv_;  // signalled when busy_ becomes false
   bool busy_ = false;                // a call owns fd_
@@ -364,39 +407,71 @@ class TcpStoreClient final : public RendezvousStore {
 }  // namespace
 }  // namespace store
 
-Status ConnectTcpStore(const std::string& host, uint16_t port, std::chrono::milliseconds timeout,
-                       std::unique_ptr<RendezvousStore>* out) {
-  using store::Clock;
+namespace store {
+
+std::string TokenFromEnvironment() {
+  const char* token = std::getenv("PLEXUS_TOKEN");
+  return token != nullptr ? std::string(token) : std::string();
+}
+
+Status ConnectTcpStoreWithOptions(const std::string& host, uint16_t port,
+                                  std::chrono::milliseconds timeout,
+                                  const TcpStoreClientOptions& options,
+                                  std::unique_ptr<RendezvousStore>* out) {
   if (out == nullptr) return Status::InvalidArgument("ConnectTcpStore: out is null");
   if (host.empty()) return Status::InvalidArgument("ConnectTcpStore: empty host");
   if (port == 0) return Status::InvalidArgument("ConnectTcpStore: port 0");
-  const std::string endpoint = store::Endpoint(host, port);
-  const auto deadline = store::DeadlineAfter(timeout);
-  auto backoff = store::kBackoffStart;
+  const std::string endpoint = Endpoint(host, port);
+  auth::Secret secret;
+  if (std::string error;
+      !auth::Secret::Derive(options.token ? *options.token : TokenFromEnvironment(),
+                            auth::Purpose::kStore, &secret, &error)) {
+    return Status::System("ConnectTcpStore: " + error);
+  }
+  if (!secret.present() && auth::FirstUnauthenticatedUse()) {
+    LogLine(PLEXUS_LOG_WARN, "store",
+            "PLEXUS_TOKEN is not set: the connection to the rendezvous store at " + endpoint +
+                " is not authenticated (plexus-run sets a job secret for every job)");
+  }
+  const auto deadline = DeadlineAfter(timeout);
+  auto backoff = kBackoffStart;
   std::string error;
   int attempts = 0;
   for (;;) {
     int fd = -1;
     ++attempts;
     // Connection refused is expected while the server is still starting up;
-    // resolution failures are retried too (DNS for a fresh pod may lag).
-    if (store::ConnectOnce(host, port, deadline, &fd, &error)) {
+    // resolution failures are retried too (DNS for a fresh pod may lag). A
+    // refused authentication is not: the same secret would be refused again.
+    bool refused = false;
+    if (ConnectAndAuthenticate(host, port, secret, deadline, &fd, &error, &refused)) {
       try {
-        *out = std::make_unique<store::TcpStoreClient>(host, port, fd);
+        *out = std::make_unique<TcpStoreClient>(host, port, fd, secret);
       } catch (const std::exception& e) {
         close(fd);
         return Status::System(std::string("ConnectTcpStore: ") + e.what());
       }
       return Status::Ok();
     }
+    if (refused) {
+      return Status::Remote("store server " + endpoint + ": " + error);
+    }
     const auto now = Clock::now();
     if (now >= deadline) break;
     std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
-    backoff = std::min(backoff * 2, store::kBackoffMax);
+    backoff = std::min(backoff * 2, kBackoffMax);
   }
   return Status::Timeout("could not connect to store server " + endpoint + " within " +
-                         std::to_string(store::TimeoutToWire(timeout)) + " ms (" +
+                         std::to_string(TimeoutToWire(timeout)) + " ms (" +
                          std::to_string(attempts) + " attempts; last error: " + error + ")");
+}
+
+}  // namespace store
+
+Status ConnectTcpStore(const std::string& host, uint16_t port, std::chrono::milliseconds timeout,
+                       std::unique_ptr<RendezvousStore>* out) {
+  return store::ConnectTcpStoreWithOptions(host, port, timeout, store::TcpStoreClientOptions{},
+                                           out);
 }
 
 }  // namespace plexus

@@ -15,6 +15,14 @@
 //   - expires deadlines: a parked client gets TIMEOUT naming the missing key,
 //     and a client stalled mid-frame (or not reading its reply) for
 //     stall_timeout is disconnected.
+// With a job secret (PLEXUS_TOKEN), a new client must first pass the plexus-auth
+// handshake (see store_protocol.hpp): its 88-byte messages are read into the same
+// frame buffer (the first 20 bytes tell them from a store frame by their magic)
+// and fed to a per-client auth::Responder, whose replies go out like store
+// replies, so a slow or hostile client never blocks the loop. A client that has
+// not authenticated within handshake_timeout, fails the handshake, or sends
+// store frames without it is refused with one log line naming its address.
+//
 // A client is served one request at a time (a client library sends its next
 // request only after the reply), which bounds each client's memory to one
 // frame in and one reply out. A misbehaving client is disconnected with one
@@ -38,6 +46,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include "plexus/auth/handshake.hpp"
+#include "plexus/log.hpp"
 #include "store_protocol.hpp"
 
 namespace plexus {
@@ -88,6 +98,19 @@ struct Client {
   Bytes in = Bytes(kHeaderBytes);
   size_t in_have = 0;
   bool header_ok = false;
+  // The frame being received is a handshake message (auth::kMessageBytes), not a store frame.
+  bool auth_frame = false;
+
+  // Authentication. `authenticated` means "may send store requests": true from
+  // the start when the server has no secret. `responder` lives during the
+  // handshake; `frames_seen` counts frames (a handshake must come first).
+  bool authenticated = false;
+  std::unique_ptr<auth::Responder> responder;
+  uint64_t frames_seen = 0;
+  Clock::time_point handshake_deadline;  // when !authenticated
+  // Send what is in `out`, then disconnect (a refusal that tells the peer why).
+  bool close_after_output = false;
+  bool refusal_logged = false;  // its refusal is in the log already
 
   // The reply being sent; out_sent bytes of it are gone.
   Bytes out;
@@ -107,15 +130,20 @@ struct Client {
   bool HasOutput() const { return out_sent < out.size(); }
   // Ready to execute its next frame right now.
   bool Runnable() const { return !closed && FrameComplete() && !parked && !HasOutput(); }
-  bool WantsRead() const { return !closed && !FrameComplete(); }
+  bool WantsRead() const { return !closed && !close_after_output && !FrameComplete(); }
   // Subject to the stall timeout: the peer owes us bytes or owes us reading.
   bool Stallable() const { return Partial() || HasOutput(); }
 };
 
 class TcpStoreServerImpl final : public TcpStoreServer {
  public:
-  TcpStoreServerImpl(int listen_fd, int wake_fd, uint16_t port, TcpStoreServerOptions options)
-      : listen_fd_(listen_fd), wake_fd_(wake_fd), port_(port), options_(options) {}
+  TcpStoreServerImpl(int listen_fd, int wake_fd, uint16_t port, TcpStoreServerOptions options,
+                     auth::Secret secret)
+      : listen_fd_(listen_fd),
+        wake_fd_(wake_fd),
+        port_(port),
+        options_(std::move(options)),
+        secret_(std::move(secret)) {}
 
   ~TcpStoreServerImpl() override {
     Stop();
@@ -155,6 +183,11 @@ class TcpStoreServerImpl final : public TcpStoreServer {
   void ReadFrom(Client& c, Clock::time_point now);
   void WriteTo(Client& c, Clock::time_point now);
   void Execute(Client& c, Clock::time_point now);
+  void ExecuteHandshake(Client& c, Clock::time_point now);
+  // Reads the store frame header in c.in for a client that has not authenticated:
+  // queues an error REPLY (small frames, read in full first) or disconnects.
+  // Returns false when the client was disconnected.
+  bool RefuseUnauthenticated(Client& c, const FrameHeader& h);
   void QueueReply(Client& c, int32_t status, std::string_view message,
                   std::span<const uint8_t> payload, Clock::time_point now);
   // Replies to c if its parked request can now complete; returns whether it did.
@@ -168,6 +201,7 @@ class TcpStoreServerImpl final : public TcpStoreServer {
   const int wake_fd_;  // Stop() signals it; closed by the destructor
   const uint16_t port_;
   const TcpStoreServerOptions options_;
+  const auth::Secret secret_;  // absent: no authentication
 
   std::mutex stop_mu_;  // makes Stop() safe to call from several threads
   std::thread thread_;
@@ -269,6 +303,9 @@ int TcpStoreServerImpl::PollTimeoutMs(Clock::time_point now) const {
     if (c->Runnable()) return 0;
     if (c->parked) wake = std::min(wake, c->deadline);
     if (c->Stallable()) wake = std::min(wake, c->last_progress + options_.stall_timeout);
+    if (!c->authenticated && !c->closed && !c->close_after_output) {
+      wake = std::min(wake, c->handshake_deadline);
+    }
   }
   if (wake <= now) return 0;
   // Round up so we do not spin with 0 ms timeouts just before a deadline.
@@ -299,6 +336,13 @@ void TcpStoreServerImpl::AcceptAll(Clock::time_point now) {
       c->fd = fd;
       c->peer = FormatAddress(addr);
       c->last_progress = now;
+      c->authenticated = !secret_.present();
+      c->handshake_deadline = now + options_.handshake_timeout;
+      if (!secret_.present() && auth::FirstUnauthenticatedUse()) {
+        plexus::LogLine(PLEXUS_LOG_WARN, "store",
+                        "PLEXUS_TOKEN is not set: the rendezvous store serves clients without "
+                        "authentication (plexus-run sets a job secret for every job)");
+      }
       clients_.push_back(std::move(c));
     } catch (const std::exception&) {
       LogLine("out of memory accepting a client from " + FormatAddress(addr));
@@ -331,16 +375,28 @@ void TcpStoreServerImpl::ReadFrom(Client& c, Clock::time_point now) {
       c.in_have += static_cast<size_t>(n);
       c.last_progress = now;
       if (!c.header_ok && c.in_have == kHeaderBytes) {
+        if (auth::StartsWithMagic(c.in)) {
+          // A handshake message: fixed size, longer than a store header.
+          static_assert(auth::kMessageBytes > kHeaderBytes);
+          c.in.resize(auth::kMessageBytes);
+          c.header_ok = true;
+          c.auth_frame = true;
+          continue;
+        }
         FrameHeader h;
         Status s = ParseHeader(c.in, &h);
         if (!s.ok()) {
-          Disconnect(c, s.message());
+          Disconnect(c, c.authenticated ? s.message()
+                                        : "refused: it did not authenticate with the job "
+                                          "secret and sent garbage (" +
+                                              s.message() + ")");
           return;
         }
         if (h.command == Command::kReply) {
           Disconnect(c, "sent a REPLY frame, which only servers send");
           return;
         }
+        if (!c.authenticated && !RefuseUnauthenticated(c, h)) return;
         // Safe: every length in h was checked against its limit by ParseHeader.
         c.in.resize(h.FrameBytes());
         c.header_ok = true;
@@ -366,6 +422,7 @@ void TcpStoreServerImpl::WriteTo(Client& c, Clock::time_point now) {
   // Drop the buffer rather than keep a 64 MiB GET reply's capacity per client.
   Bytes().swap(c.out);
   c.out_sent = 0;
+  if (c.close_after_output) Disconnect(c, "");  // the refusal was logged when it was queued
 }
 
 void TcpStoreServerImpl::QueueReply(Client& c, int32_t status, std::string_view message,
@@ -375,7 +432,84 @@ void TcpStoreServerImpl::QueueReply(Client& c, int32_t status, std::string_view 
   c.last_progress = now;  // the stall clock for "does not read its reply" starts now
 }
 
+bool TcpStoreServerImpl::RefuseUnauthenticated(Client& c, const FrameHeader& h) {
+  // Logged once here; the client is disconnected after it got its REPLY.
+  const std::string why =
+      "refused: it sent a store " + std::string(CommandName(h.command)) +
+      " request without authenticating with the job secret (is PLEXUS_TOKEN set where it runs?)";
+  if (h.FrameBytes() > kMaxUnauthenticatedFrameBytes) {
+    Disconnect(c, why);
+    return false;
+  }
+  LogLine("disconnecting client " + c.peer + ": " + why);
+  c.refusal_logged = true;
+  return true;  // read the (small) frame in full, then Execute answers and closes
+}
+
+void TcpStoreServerImpl::ExecuteHandshake(Client& c, Clock::time_point now) {
+  // Consume the message, whatever happens next.
+  const Bytes message = std::move(c.in);
+  c.in = Bytes(kHeaderBytes);
+  c.in_have = 0;
+  c.header_ok = false;
+  c.auth_frame = false;
+  const bool first = c.frames_seen++ == 0;
+  if (!c.responder) {
+    // A handshake starts with the first frame, also on a server without a
+    // secret (which answers NO_SECRET, so the client learns why it is refused).
+    if (!first) {
+      Disconnect(c, "sent a handshake message after store requests");
+      return;
+    }
+    c.responder = std::make_unique<auth::Responder>(secret_, auth::Binding{});
+  }
+  auth::Wire reply{};
+  bool has_reply = false;
+  std::string why;
+  const auto outcome = c.responder->OnMessage(message, &reply, &has_reply, &why);
+  if (has_reply) {
+    c.out.assign(reply.begin(), reply.end());
+    c.out_sent = 0;
+    c.last_progress = now;
+  }
+  switch (outcome) {
+    case auth::Responder::Outcome::kContinue:
+      return;
+    case auth::Responder::Outcome::kAccepted:
+      c.authenticated = true;
+      c.responder.reset();
+      return;
+    case auth::Responder::Outcome::kRefused:
+      c.responder.reset();
+      if (has_reply) {
+        LogLine("disconnecting client " + c.peer + ": refused: it " + why);
+        c.close_after_output = true;
+      } else {
+        Disconnect(c, "refused: it " + why);
+      }
+      return;
+  }
+}
+
 void TcpStoreServerImpl::Execute(Client& c, Clock::time_point now) {
+  if (c.auth_frame) {
+    try {
+      ExecuteHandshake(c, now);
+    } catch (const std::exception& e) {
+      Disconnect(c, std::string("failed to run the handshake: ") + e.what());
+    }
+    return;
+  }
+  ++c.frames_seen;
+  if (!c.authenticated) {
+    // RefuseUnauthenticated logged it when the header came in.
+    c.in = Bytes(kHeaderBytes);
+    c.in_have = 0;
+    c.header_ok = false;
+    QueueReply(c, PLEXUS_ERR_INVALID_USAGE, kAuthenticationRequiredMessage, {}, now);
+    c.close_after_output = true;
+    return;
+  }
   Request req;
   size_t consumed = 0;
   try {
@@ -476,6 +610,16 @@ void TcpStoreServerImpl::ExpireDeadlines(Clock::time_point now) {
       QueueReply(c, PLEXUS_ERR_TIMEOUT, message, {}, now);
       continue;
     }
+    if (!c.authenticated && !c.close_after_output && now >= c.handshake_deadline) {
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(options_.handshake_timeout);
+      Disconnect(c, c.refusal_logged
+                        ? ""
+                        : "refused: it did not complete authentication with the job secret "
+                          "within " +
+                              std::to_string(ms.count()) + " ms");
+      continue;
+    }
     if (c.Stallable() && now - c.last_progress >= options_.stall_timeout) {
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(options_.stall_timeout);
       Disconnect(c, c.Partial()
@@ -500,6 +644,8 @@ void TcpStoreServerImpl::Disconnect(Client& c, const std::string& reason) {
   c.out_sent = 0;
   c.in_have = 0;
   c.header_ok = false;
+  c.auth_frame = false;
+  c.responder.reset();
   c.pending = Request();
 }
 
@@ -565,6 +711,15 @@ Status StartTcpStoreServer(const std::string& bind_addr, uint16_t port,
   if (options.stall_timeout.count() <= 0) {
     return Status::InvalidArgument("store server: stall_timeout must be positive");
   }
+  if (options.handshake_timeout.count() <= 0) {
+    return Status::InvalidArgument("store server: handshake_timeout must be positive");
+  }
+  auth::Secret secret;
+  if (std::string error;
+      !auth::Secret::Derive(options.token ? *options.token : TokenFromEnvironment(),
+                            auth::Purpose::kStore, &secret, &error)) {
+    return Status::System("store server: " + error);
+  }
   int listen_fd = -1;
   uint16_t bound_port = 0;
   Status s = OpenListener(bind_addr, port, &listen_fd, &bound_port);
@@ -577,7 +732,10 @@ Status StartTcpStoreServer(const std::string& bind_addr, uint16_t port,
   }
   std::unique_ptr<TcpStoreServerImpl> server;
   try {
-    server = std::make_unique<TcpStoreServerImpl>(listen_fd, wake_fd, bound_port, options);
+    TcpStoreServerOptions kept = options;
+    kept.token.reset();  // only the derived key is kept, not the token
+    server = std::make_unique<TcpStoreServerImpl>(listen_fd, wake_fd, bound_port, std::move(kept),
+                                                  std::move(secret));
   } catch (const std::exception& e) {
     close(listen_fd);
     close(wake_fd);

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Failure tests of a running TCP job, through the real launcher:
+#
+#   failure_test.sh kill|mismatch-count|mismatch-kind PLEXUS_RUN FAULT_RANK
+#
+# kill: 3 ranks loop 4 MiB allreduces and rank 2 SIGKILLs itself mid-allreduce.
+#   Every survivor must get a plexus::Error naming rank 2 within PLEXUS_TIMEOUT,
+#   and plexus-run must exit non-zero naming rank 2; nothing may hang.
+# mismatch-count / mismatch-kind: 2 ranks call different collectives (count
+#   1000 vs 1001; allreduce vs broadcast). BOTH ranks must get an error that
+#   names both sides.
+#
+# plexus-run stops the other ranks once one has died; fault_rank ignores
+# SIGTERM and plexus-run runs with --grace 20, so survivors get to report. The
+# whole job runs under timeout(1): a hang fails the test instead of the suite.
+# The only timing assertion is "finished well within the bounds".
+set -u
+
+mode=$1
+run=$2
+prog=$3
+out=$(mktemp -d "${TMPDIR:-/tmp}/plexus-failure.XXXXXX")
+trap 'rm -rf "$out"' EXIT
+
+failures=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
+case "$mode" in
+  kill) nproc=3 ;;
+  mismatch-count | mismatch-kind) nproc=2 ;;
+  *) echo "unknown mode $mode" >&2; exit 2 ;;
+esac
+
+export PLEXUS_BACKEND=tcp
+export PLEXUS_TIMEOUT=15
+limit=90  # seconds: PLEXUS_TIMEOUT + grace + start-up, with room to spare
+start=$(date +%s)
+timeout -k 5 "$limit" "$run" --grace 20 -n "$nproc" "$prog" "$out" "$mode" >"$out/job.log" 2>&1
+rc=$?
+elapsed=$(($(date +%s) - start))
+echo "--- plexus-run exited $rc after ${elapsed}s; its output:"
+cat "$out/job.log"
+echo "---"
+
+[ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "the job hung: killed by timeout after ${limit}s"
+[ "$rc" -ne 0 ] || fail "plexus-run exited 0 although a rank failed"
+# Survivors report within PLEXUS_TIMEOUT (15 s) of the failure; allow start-up on a loaded machine.
+[ "$elapsed" -lt 60 ] || fail "took ${elapsed}s, more than 60s"
+
+show() {  # the error a rank wrote, for the log
+  if [ -f "$out/rank$1.err" ]; then
+    echo "rank $1 reported: $(cat "$out/rank$1.err")"
+  else
+    echo "rank $1 reported no error"
+  fi
+}
+
+case "$mode" in
+  kill)
+    for r in 0 1; do
+      show "$r"
+      [ -f "$out/rank$r.err" ] || { fail "survivor rank $r wrote no error"; continue; }
+      grep -q "rank 2" "$out/rank$r.err" || fail "rank $r's error does not name rank 2"
+    done
+    [ ! -f "$out/rank2.err" ] || fail "rank 2 reported an error instead of dying"
+    grep -q "rank 2" "$out/job.log" || fail "plexus-run's output does not name rank 2"
+    grep -qi "SIGKILL\|signal 9\|killed" "$out/job.log" ||
+      fail "plexus-run's output does not say rank 2 was killed"
+    ;;
+  mismatch-count | mismatch-kind)
+    if [ "$mode" = mismatch-count ]; then
+      want=("count 1000" "count 1001")
+    else
+      want=("allreduce" "broadcast")
+    fi
+    for r in 0 1; do
+      show "$r"
+      [ -f "$out/rank$r.err" ] || { fail "rank $r wrote no error"; continue; }
+      for w in "rank 0" "rank 1" "${want[@]}"; do
+        grep -q "$w" "$out/rank$r.err" || fail "rank $r's error does not mention '$w'"
+      done
+    done
+    ;;
+esac
+
+if [ "$failures" -ne 0 ]; then
+  echo "$mode: $failures failure(s)"
+  exit 1
+fi
+echo "$mode: ok (${elapsed}s)"

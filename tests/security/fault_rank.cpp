@@ -1,0 +1,120 @@
+// One rank of the failure and authentication tests. Started by plexus-run or by
+// hand (PLEXUS_RANK, PLEXUS_WORLD_SIZE, PLEXUS_MASTER_ADDR/PORT, PLEXUS_TOKEN):
+//
+//   fault_rank OUT_DIR MODE
+//
+//   allreduce       one float32 sum-allreduce of 1024 elements, checked.
+//   kill            float32 sum-allreduces of 4 MiB in a loop; rank 2 SIGKILLs
+//                   itself in the middle of iteration 3 (after posting it), the
+//                   others must get an error.
+//   mismatch-count  rank 0 allreduces 1000 elements, every other rank 1001.
+//   mismatch-kind   rank 0 allreduces, every other rank broadcasts (same count).
+//
+// A rank that catches a plexus::Error writes "<seconds> <what()>" to
+// OUT_DIR/rank<R>.err and exits 3; a rank that finishes writes OUT_DIR/rank<R>.ok
+// and exits 0. SIGTERM is ignored, so that plexus-run (which stops the other
+// ranks once one died) cannot end a survivor before it reports its error; its
+// --grace period bounds that, and every collective is bounded by PLEXUS_TIMEOUT.
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "plexus/plexus.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void WriteFile(const std::string& path, const std::string& text) {
+  if (FILE* f = std::fopen(path.c_str(), "w")) {
+    std::fputs(text.c_str(), f);
+    std::fputc('\n', f);
+    std::fclose(f);
+  }
+}
+
+int Run(plexus::Communicator& comm, const std::string& mode) {
+  const uint32_t rank = comm.rank();
+  if (mode == "allreduce") {
+    std::vector<float> v(1024, float(rank + 1));
+    comm.allreduce(std::span(v)).wait();
+    const float expected = float(comm.size()) * float(comm.size() + 1) / 2;
+    for (float x : v) {
+      if (x != expected) {
+        std::fprintf(stderr, "rank %u: wrong result %g, expected %g\n", rank, double(x),
+                     double(expected));
+        return 1;
+      }
+    }
+    return 0;
+  }
+  if (mode == "kill") {
+    std::vector<float> v(size_t(1) << 20, 1.0f);  // 4 MiB
+    for (int iter = 0; iter < 1000; ++iter) {
+      plexus::Work w = comm.allreduce(std::span(v));
+      if (rank == 2 && iter == 3) {
+        std::fprintf(stderr, "rank 2: raising SIGKILL in the middle of allreduce %d\n", iter);
+        std::fflush(stderr);
+        raise(SIGKILL);
+      }
+      w.wait();
+      std::fill(v.begin(), v.end(), 1.0f);
+    }
+    std::fprintf(stderr, "rank %u: 1000 allreduces completed although rank 2 died\n", rank);
+    return 1;
+  }
+  if (mode == "mismatch-count") {
+    std::vector<float> v(rank == 0 ? 1000 : 1001, 1.0f);
+    comm.allreduce(std::span(v)).wait();
+    return 0;
+  }
+  if (mode == "mismatch-kind") {
+    std::vector<float> v(1000, 1.0f);
+    if (rank == 0) {
+      comm.allreduce(std::span(v)).wait();
+    } else {
+      comm.broadcast(std::span(v), 0).wait();
+    }
+    return 0;
+  }
+  std::fprintf(stderr, "fault_rank: unknown mode '%s'\n", mode.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: fault_rank OUT_DIR allreduce|kill|mismatch-count|mismatch-kind\n");
+    return 2;
+  }
+  signal(SIGTERM, SIG_IGN);
+  const std::string dir = argv[1];
+  const std::string mode = argv[2];
+  const char* rank_env = std::getenv("PLEXUS_RANK");
+  const std::string tag = rank_env ? rank_env : "unknown";
+  const auto start = Clock::now();
+  auto seconds = [&] {
+    return std::to_string(std::chrono::duration<double>(Clock::now() - start).count());
+  };
+  try {
+    plexus::Communicator comm = plexus::Communicator::from_env();
+    const int rc = Run(comm, mode);
+    if (rc == 0) WriteFile(dir + "/rank" + tag + ".ok", seconds());
+    return rc;
+  } catch (const plexus::Error& e) {
+    std::fprintf(stderr, "rank %s: plexus::Error: %s\n", tag.c_str(), e.what());
+    WriteFile(dir + "/rank" + tag + ".err", seconds() + " " + e.what());
+    return 3;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %s: unexpected exception: %s\n", tag.c_str(), e.what());
+    WriteFile(dir + "/rank" + tag + ".err", seconds() + " unexpected: " + e.what());
+    return 4;
+  }
+}
