@@ -9,16 +9,26 @@ namespace {
 // The table slot of each collective, to check caps against slots.
 const void* SlotOf(const plexus_backend_v1& t, plexus_collective_t coll) {
   switch (coll) {
-    case PLEXUS_COLL_ALLREDUCE: return reinterpret_cast<const void*>(t.allreduce);
-    case PLEXUS_COLL_BROADCAST: return reinterpret_cast<const void*>(t.broadcast);
-    case PLEXUS_COLL_REDUCE: return reinterpret_cast<const void*>(t.reduce);
-    case PLEXUS_COLL_ALLGATHER: return reinterpret_cast<const void*>(t.allgather);
-    case PLEXUS_COLL_REDUCE_SCATTER: return reinterpret_cast<const void*>(t.reduce_scatter);
-    case PLEXUS_COLL_ALLTOALL: return reinterpret_cast<const void*>(t.alltoall);
-    case PLEXUS_COLL_BARRIER: return reinterpret_cast<const void*>(t.barrier);
-    case PLEXUS_COLL_SEND: return reinterpret_cast<const void*>(t.send);
-    case PLEXUS_COLL_RECV: return reinterpret_cast<const void*>(t.recv);
-    default: return nullptr;
+    case PLEXUS_COLL_ALLREDUCE:
+      return reinterpret_cast<const void*>(t.allreduce);
+    case PLEXUS_COLL_BROADCAST:
+      return reinterpret_cast<const void*>(t.broadcast);
+    case PLEXUS_COLL_REDUCE:
+      return reinterpret_cast<const void*>(t.reduce);
+    case PLEXUS_COLL_ALLGATHER:
+      return reinterpret_cast<const void*>(t.allgather);
+    case PLEXUS_COLL_REDUCE_SCATTER:
+      return reinterpret_cast<const void*>(t.reduce_scatter);
+    case PLEXUS_COLL_ALLTOALL:
+      return reinterpret_cast<const void*>(t.alltoall);
+    case PLEXUS_COLL_BARRIER:
+      return reinterpret_cast<const void*>(t.barrier);
+    case PLEXUS_COLL_SEND:
+      return reinterpret_cast<const void*>(t.send);
+    case PLEXUS_COLL_RECV:
+      return reinterpret_cast<const void*>(t.recv);
+    default:
+      return nullptr;
   }
 }
 
@@ -87,9 +97,15 @@ Status Backend::AbortComm(plexus_comm* comm) {
   return Describe(comm, t_->comm_abort(comm), "abort");
 }
 
-int32_t Backend::Test(plexus_request* req) { return t_->test(req); }
-int32_t Backend::Wait(plexus_request* req, int64_t timeout_ms) { return t_->wait(req, timeout_ms); }
-int32_t Backend::FreeRequest(plexus_request* req) { return t_->request_free(req); }
+int32_t Backend::Test(plexus_request* req) {
+  return t_->test(req);
+}
+int32_t Backend::Wait(plexus_request* req, int64_t timeout_ms) {
+  return t_->wait(req, timeout_ms);
+}
+int32_t Backend::FreeRequest(plexus_request* req) {
+  return t_->request_free(req);
+}
 
 Status Backend::Describe(plexus_comm* comm, int32_t code, const std::string& what) {
   if (code == PLEXUS_OK) return Status::Ok();
@@ -137,12 +153,12 @@ Status Backend::Finish(plexus_comm* comm, int32_t code, plexus_collective_t coll
   return Describe(comm, code, std::string(algos::CollectiveName(coll)) + " on " + name_);
 }
 
-#define PLEXUS_CHECKED_CALL(coll, dtype, op, where, call)                 \
-  do {                                                                   \
-    Status st_ = CheckSupported(coll, dtype, op, where);                 \
-    if (!st_.ok()) return st_;                                           \
-    Trace(name_, algos::CollectiveName(coll));                           \
-    return Finish(comm, t_->call, coll);                                 \
+#define PLEXUS_CHECKED_CALL(coll, dtype, op, where, call) \
+  do {                                                    \
+    Status st_ = CheckSupported(coll, dtype, op, where);  \
+    if (!st_.ok()) return st_;                            \
+    Trace(name_, algos::CollectiveName(coll));            \
+    return Finish(comm, t_->call, coll);                  \
   } while (0)
 
 Status Backend::Allreduce(plexus_comm* comm, const void* send, void* recv, uint64_t count,

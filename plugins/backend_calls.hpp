@@ -13,9 +13,9 @@
 #include <string>
 
 #include "host_services.hpp"
-#include "plugin_loader.hpp"
 #include "plexus/backend.h"
 #include "plexus/status.hpp"
+#include "plugin_loader.hpp"
 
 namespace plexus {
 

@@ -68,8 +68,8 @@ int32_t HostServices::OobAllgather(void*, plexus_oob* oob, const void* in, void*
     const std::string base = oob->prefix + "/" + std::to_string(oob->calls++) + "/";
     const auto timeout = std::chrono::milliseconds(timeout_ms);
     const auto* src = static_cast<const uint8_t*>(in);
-    Status st = oob->store->Set(base + std::to_string(oob->rank),
-                                Bytes(src, src + bytes_per_rank), timeout);
+    Status st = oob->store->Set(base + std::to_string(oob->rank), Bytes(src, src + bytes_per_rank),
+                                timeout);
     auto* dst = static_cast<uint8_t*>(out);
     for (uint32_t r = 0; st.ok() && r < oob->size; ++r) {
       Bytes value;
@@ -79,7 +79,8 @@ int32_t HostServices::OobAllgather(void*, plexus_oob* oob, const void* in, void*
                             std::to_string(value.size()) + " bytes to an out-of-band allgather " +
                             "of " + std::to_string(bytes_per_rank));
       }
-      if (st.ok() && bytes_per_rank) std::memcpy(dst + r * bytes_per_rank, value.data(), value.size());
+      if (st.ok() && bytes_per_rank)
+        std::memcpy(dst + r * bytes_per_rank, value.data(), value.size());
     }
     if (!st.ok()) LogLine(PLEXUS_LOG_ERROR, "oob", "allgather " + base + ": " + st.message());
     return st.code();
@@ -88,8 +89,8 @@ int32_t HostServices::OobAllgather(void*, plexus_oob* oob, const void* in, void*
   }
 }
 
-int32_t HostServices::OobBroadcast(void*, plexus_oob* oob, void* buf, uint64_t bytes,
-                                   uint32_t root, int64_t timeout_ms) {
+int32_t HostServices::OobBroadcast(void*, plexus_oob* oob, void* buf, uint64_t bytes, uint32_t root,
+                                   int64_t timeout_ms) {
   if (!oob || !oob->store || root >= oob->size || (bytes > 0 && !buf)) {
     return PLEXUS_ERR_INVALID_ARGUMENT;
   }

@@ -44,8 +44,8 @@ class HostServices {
   static int64_t GetConfig(void* ctx, const char* key, char* buf, size_t len);
   static int32_t OobAllgather(void* ctx, plexus_oob* oob, const void* in, void* out,
                               uint64_t bytes_per_rank, int64_t timeout_ms);
-  static int32_t OobBroadcast(void* ctx, plexus_oob* oob, void* buf, uint64_t bytes,
-                              uint32_t root, int64_t timeout_ms);
+  static int32_t OobBroadcast(void* ctx, plexus_oob* oob, void* buf, uint64_t bytes, uint32_t root,
+                              int64_t timeout_ms);
 
   std::string backend_name_;
   std::string local_address_;

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <sstream>
@@ -33,12 +33,20 @@ struct RequiredSlot {
   const char* name;
   size_t offset;
 };
-#define PLEXUS_SLOT(f) RequiredSlot{#f, offsetof(plexus_backend_v1, f)}
-constexpr RequiredSlot kRequired[] = {
-    PLEXUS_SLOT(init),        PLEXUS_SLOT(finalize),        PLEXUS_SLOT(get_capabilities),
-    PLEXUS_SLOT(comm_create), PLEXUS_SLOT(comm_destroy),    PLEXUS_SLOT(comm_abort),
-    PLEXUS_SLOT(comm_last_error), PLEXUS_SLOT(test),        PLEXUS_SLOT(wait),
-    PLEXUS_SLOT(request_free)};
+#define PLEXUS_SLOT(f)                 \
+  RequiredSlot {                       \
+#f, offsetof(plexus_backend_v1, f) \
+  }
+constexpr RequiredSlot kRequired[] = {PLEXUS_SLOT(init),
+                                      PLEXUS_SLOT(finalize),
+                                      PLEXUS_SLOT(get_capabilities),
+                                      PLEXUS_SLOT(comm_create),
+                                      PLEXUS_SLOT(comm_destroy),
+                                      PLEXUS_SLOT(comm_abort),
+                                      PLEXUS_SLOT(comm_last_error),
+                                      PLEXUS_SLOT(test),
+                                      PLEXUS_SLOT(wait),
+                                      PLEXUS_SLOT(request_free)};
 #undef PLEXUS_SLOT
 // The smallest table a 1.0 plugin may have: everything through request_free.
 constexpr size_t kMinTableSize = offsetof(plexus_backend_v1, request_free) + sizeof(void*);

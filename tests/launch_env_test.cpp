@@ -32,8 +32,12 @@ TEST_CASE("each launcher's variables are understood, PLEXUS_* first") {
     v.insert(master.begin(), master.end());
     return Env(v);
   };
-  REQUIRE(plexus::DiscoverLaunch(with({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
-                                       {"LOCAL_WORLD_SIZE", "2"}}), &info).ok());
+  REQUIRE(
+      plexus::DiscoverLaunch(
+          with(
+              {{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}}),
+          &info)
+          .ok());
   CHECK(info.rank == 3);
   CHECK(info.size == 4);
   CHECK(info.local_rank == 1);
@@ -42,16 +46,19 @@ TEST_CASE("each launcher's variables are understood, PLEXUS_* first") {
   CHECK(info.master_addr == "10.0.0.1");
   CHECK(info.master_port == 29500);
 
-  REQUIRE(plexus::DiscoverLaunch(
-              with({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "5"},
-                    {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}}), &info).ok());
+  REQUIRE(plexus::DiscoverLaunch(with({{"OMPI_COMM_WORLD_RANK", "2"},
+                                       {"OMPI_COMM_WORLD_SIZE", "5"},
+                                       {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}}),
+                                 &info)
+              .ok());
   CHECK(info.rank == 2);
   CHECK(info.size == 5);
   CHECK(info.local_rank == 0);
   CHECK(info.source == "Open MPI");
 
-  REQUIRE(plexus::DiscoverLaunch(with({{"SLURM_PROCID", "7"}, {"SLURM_NTASKS", "8"},
-                                       {"SLURM_LOCALID", "3"}}), &info).ok());
+  REQUIRE(plexus::DiscoverLaunch(
+              with({{"SLURM_PROCID", "7"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "3"}}), &info)
+              .ok());
   CHECK(info.rank == 7);
   CHECK(info.local_rank == 3);
   CHECK(info.source == "Slurm");
@@ -60,17 +67,25 @@ TEST_CASE("each launcher's variables are understood, PLEXUS_* first") {
   CHECK(info.rank == 1);
   CHECK(info.source == "PMI");
 
-  REQUIRE(plexus::DiscoverLaunch(with({{"PLEXUS_RANK", "0"}, {"PLEXUS_WORLD_SIZE", "2"},
-                                       {"RANK", "1"}, {"WORLD_SIZE", "2"}}), &info).ok());
+  REQUIRE(plexus::DiscoverLaunch(with({{"PLEXUS_RANK", "0"},
+                                       {"PLEXUS_WORLD_SIZE", "2"},
+                                       {"RANK", "1"},
+                                       {"WORLD_SIZE", "2"}}),
+                                 &info)
+              .ok());
   CHECK(info.rank == 0);
   CHECK(info.source == "PLEXUS_* variables");
 }
 
 TEST_CASE("torchrun's own store holds MASTER_PORT, so Plexus uses the next port") {
   plexus::LaunchInfo info;
-  REQUIRE(plexus::DiscoverLaunch(Env({{"RANK", "0"}, {"WORLD_SIZE", "2"},
-                                      {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"},
-                                      {"TORCHELASTIC_RUN_ID", "x"}}), &info).ok());
+  REQUIRE(plexus::DiscoverLaunch(Env({{"RANK", "0"},
+                                      {"WORLD_SIZE", "2"},
+                                      {"MASTER_ADDR", "h"},
+                                      {"MASTER_PORT", "29500"},
+                                      {"TORCHELASTIC_RUN_ID", "x"}}),
+                                 &info)
+              .ok());
   CHECK(info.master_port == 29501);
 }
 

@@ -28,13 +28,14 @@ TEST_CASE("a valid C plugin loads, initialises and reports its capabilities") {
   plexus::Status st = Load(TestPlugin("good"), &lib);
   REQUIRE_MESSAGE(st.ok(), st.ToString());
   CHECK(std::string(lib->table().name) == "test");
-  auto host = std::make_unique<plexus::HostServices>("test", "", std::map<std::string, std::string>{});
+  auto host =
+      std::make_unique<plexus::HostServices>("test", "", std::map<std::string, std::string>{});
   std::shared_ptr<plexus::Backend> b;
   st = plexus::Backend::Open(std::move(lib), std::move(host), &b);
   REQUIRE_MESSAGE(st.ok(), st.ToString());
   CHECK(b->CheckSupported(PLEXUS_COLL_BARRIER, 0, 0, nullptr).ok());
-  plexus::Status no = b->CheckSupported(PLEXUS_COLL_ALLREDUCE, PLEXUS_DTYPE_FLOAT32, PLEXUS_OP_SUM,
-                                        nullptr);
+  plexus::Status no =
+      b->CheckSupported(PLEXUS_COLL_ALLREDUCE, PLEXUS_DTYPE_FLOAT32, PLEXUS_OP_SUM, nullptr);
   CHECK(no.code() == PLEXUS_ERR_UNSUPPORTED);
   CHECK(no.message().find("backend 'test' does not support allreduce on float32 with sum in "
                           "host memory") != std::string::npos);
@@ -66,8 +67,8 @@ TEST_CASE("an older, smaller 1.x table is accepted; its missing slots are unsupp
   CHECK((lib->table().allreduce == nullptr));
   CHECK((lib->table().barrier == nullptr));
   CHECK((lib->table().recv == nullptr));
-  auto host = std::make_unique<plexus::HostServices>("oldminor", "",
-                                                     std::map<std::string, std::string>{});
+  auto host =
+      std::make_unique<plexus::HostServices>("oldminor", "", std::map<std::string, std::string>{});
   std::shared_ptr<plexus::Backend> b;
   st = plexus::Backend::Open(std::move(lib), std::move(host), &b);
   REQUIRE_MESSAGE(st.ok(), st.ToString());
@@ -98,8 +99,8 @@ TEST_CASE("a plugin whose entry refuses the host is rejected with its status") {
 }
 
 TEST_CASE("a non-ELF file and a missing file are rejected with what and where") {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("plexus-loader-" + std::to_string(getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("plexus-loader-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const auto text = dir / "libplexus-text.so";
   std::ofstream(text) << "this is not a shared library\n";

@@ -15,7 +15,9 @@ inline constexpr size_t kSegmentBytes = size_t{1} << 20;
 class BlockLayout {
  public:
   BlockLayout(uint64_t count, uint32_t parts) : base_(count / parts), extra_(count % parts) {}
-  uint64_t offset(uint32_t block) const { return block * base_ + std::min<uint64_t>(block, extra_); }
+  uint64_t offset(uint32_t block) const {
+    return block * base_ + std::min<uint64_t>(block, extra_);
+  }
   uint64_t length(uint32_t block) const { return base_ + (block < extra_ ? 1 : 0); }
   uint64_t max_length() const { return base_ + (extra_ ? 1 : 0); }
 

@@ -100,8 +100,8 @@ size_t DtypeSize(plexus_dtype_t dtype) {
 }
 
 const char* DtypeName(plexus_dtype_t dtype) {
-  static const char* const kNames[] = {"unknown", "int8",   "uint8",   "int16",    "uint16",
-                                       "int32",   "uint32", "int64",   "uint64",   "float16",
+  static const char* const kNames[] = {"unknown",  "int8",    "uint8",  "int16",  "uint16",
+                                       "int32",    "uint32",  "int64",  "uint64", "float16",
                                        "bfloat16", "float32", "float64"};
   return dtype <= PLEXUS_DTYPE_MAX_V1 ? kNames[dtype] : "unknown";
 }
@@ -112,9 +112,9 @@ const char* ReduceOpName(plexus_reduce_op_t op) {
 }
 
 const char* CollectiveName(plexus_collective_t coll) {
-  static const char* const kNames[] = {"allreduce", "broadcast", "reduce",
+  static const char* const kNames[] = {"allreduce", "broadcast",      "reduce",
                                        "allgather", "reduce_scatter", "alltoall",
-                                       "barrier",   "send",      "recv"};
+                                       "barrier",   "send",           "recv"};
   return coll < PLEXUS_COLL_COUNT_V1 ? kNames[coll] : "unknown";
 }
 
@@ -125,40 +125,60 @@ bool CanReduce(plexus_dtype_t dtype, plexus_reduce_op_t op) {
 void ReduceInto(void* acc, const void* in, uint64_t count, plexus_dtype_t dtype,
                 plexus_reduce_op_t op) {
   switch (dtype) {
-    case PLEXUS_DTYPE_INT8: return ReduceTyped<int8_t>(acc, in, count, op);
-    case PLEXUS_DTYPE_UINT8: return ReduceTyped<uint8_t>(acc, in, count, op);
-    case PLEXUS_DTYPE_INT16: return ReduceTyped<int16_t>(acc, in, count, op);
-    case PLEXUS_DTYPE_UINT16: return ReduceTyped<uint16_t>(acc, in, count, op);
-    case PLEXUS_DTYPE_INT32: return ReduceTyped<int32_t>(acc, in, count, op);
-    case PLEXUS_DTYPE_UINT32: return ReduceTyped<uint32_t>(acc, in, count, op);
-    case PLEXUS_DTYPE_INT64: return ReduceTyped<int64_t>(acc, in, count, op);
-    case PLEXUS_DTYPE_UINT64: return ReduceTyped<uint64_t>(acc, in, count, op);
+    case PLEXUS_DTYPE_INT8:
+      return ReduceTyped<int8_t>(acc, in, count, op);
+    case PLEXUS_DTYPE_UINT8:
+      return ReduceTyped<uint8_t>(acc, in, count, op);
+    case PLEXUS_DTYPE_INT16:
+      return ReduceTyped<int16_t>(acc, in, count, op);
+    case PLEXUS_DTYPE_UINT16:
+      return ReduceTyped<uint16_t>(acc, in, count, op);
+    case PLEXUS_DTYPE_INT32:
+      return ReduceTyped<int32_t>(acc, in, count, op);
+    case PLEXUS_DTYPE_UINT32:
+      return ReduceTyped<uint32_t>(acc, in, count, op);
+    case PLEXUS_DTYPE_INT64:
+      return ReduceTyped<int64_t>(acc, in, count, op);
+    case PLEXUS_DTYPE_UINT64:
+      return ReduceTyped<uint64_t>(acc, in, count, op);
     case PLEXUS_DTYPE_FLOAT16:
       return ReduceHalf<Float16ToFloat, FloatToFloat16>(acc, in, count, op);
     case PLEXUS_DTYPE_BFLOAT16:
       return ReduceHalf<BFloat16ToFloat, FloatToBFloat16>(acc, in, count, op);
-    case PLEXUS_DTYPE_FLOAT32: return ReduceTyped<float>(acc, in, count, op);
-    case PLEXUS_DTYPE_FLOAT64: return ReduceTyped<double>(acc, in, count, op);
+    case PLEXUS_DTYPE_FLOAT32:
+      return ReduceTyped<float>(acc, in, count, op);
+    case PLEXUS_DTYPE_FLOAT64:
+      return ReduceTyped<double>(acc, in, count, op);
   }
 }
 
 void FinishAverage(void* buf, uint64_t count, plexus_dtype_t dtype, uint32_t divisor) {
   if (divisor <= 1) return;
   switch (dtype) {
-    case PLEXUS_DTYPE_INT8: return DivideTyped<int8_t>(buf, count, divisor);
-    case PLEXUS_DTYPE_UINT8: return DivideTyped<uint8_t>(buf, count, divisor);
-    case PLEXUS_DTYPE_INT16: return DivideTyped<int16_t>(buf, count, divisor);
-    case PLEXUS_DTYPE_UINT16: return DivideTyped<uint16_t>(buf, count, divisor);
-    case PLEXUS_DTYPE_INT32: return DivideTyped<int32_t>(buf, count, divisor);
-    case PLEXUS_DTYPE_UINT32: return DivideTyped<uint32_t>(buf, count, divisor);
-    case PLEXUS_DTYPE_INT64: return DivideTyped<int64_t>(buf, count, divisor);
-    case PLEXUS_DTYPE_UINT64: return DivideTyped<uint64_t>(buf, count, divisor);
+    case PLEXUS_DTYPE_INT8:
+      return DivideTyped<int8_t>(buf, count, divisor);
+    case PLEXUS_DTYPE_UINT8:
+      return DivideTyped<uint8_t>(buf, count, divisor);
+    case PLEXUS_DTYPE_INT16:
+      return DivideTyped<int16_t>(buf, count, divisor);
+    case PLEXUS_DTYPE_UINT16:
+      return DivideTyped<uint16_t>(buf, count, divisor);
+    case PLEXUS_DTYPE_INT32:
+      return DivideTyped<int32_t>(buf, count, divisor);
+    case PLEXUS_DTYPE_UINT32:
+      return DivideTyped<uint32_t>(buf, count, divisor);
+    case PLEXUS_DTYPE_INT64:
+      return DivideTyped<int64_t>(buf, count, divisor);
+    case PLEXUS_DTYPE_UINT64:
+      return DivideTyped<uint64_t>(buf, count, divisor);
     case PLEXUS_DTYPE_FLOAT16:
       return DivideHalf<Float16ToFloat, FloatToFloat16>(buf, count, divisor);
     case PLEXUS_DTYPE_BFLOAT16:
       return DivideHalf<BFloat16ToFloat, FloatToBFloat16>(buf, count, divisor);
-    case PLEXUS_DTYPE_FLOAT32: return DivideTyped<float>(buf, count, divisor);
-    case PLEXUS_DTYPE_FLOAT64: return DivideTyped<double>(buf, count, divisor);
+    case PLEXUS_DTYPE_FLOAT32:
+      return DivideTyped<float>(buf, count, divisor);
+    case PLEXUS_DTYPE_FLOAT64:
+      return DivideTyped<double>(buf, count, divisor);
   }
 }
 

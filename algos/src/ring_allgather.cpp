@@ -12,8 +12,7 @@
 
 namespace plexus::algos {
 
-Status RingAllgather(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
-                     void* recvbuf) {
+Status RingAllgather(PeerTransport& t, const OpSignature& sig, const void* sendbuf, void* recvbuf) {
   const size_t elem = DtypeSize(sig.dtype);
   const uint32_t n = t.size();
   const uint32_t r = t.rank();

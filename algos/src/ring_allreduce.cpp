@@ -21,8 +21,7 @@
 
 namespace plexus::algos {
 
-Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
-                     void* recvbuf) {
+Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendbuf, void* recvbuf) {
   const size_t elem = DtypeSize(sig.dtype);
   auto* out = static_cast<uint8_t*>(recvbuf);
   if (sendbuf != recvbuf && sig.count > 0) std::memcpy(out, sendbuf, sig.count * elem);

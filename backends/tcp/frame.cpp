@@ -36,12 +36,11 @@ algos::Status ValidateHeader(const FrameHeader& h, const algos::OpSignature& exp
     return {};
   }
   if (h.kind != kFrameData) {
-    return {PLEXUS_ERR_REMOTE, "malformed frame from " + from + " (unknown kind " +
-                                   std::to_string(h.kind) + ")"};
+    return {PLEXUS_ERR_REMOTE,
+            "malformed frame from " + from + " (unknown kind " + std::to_string(h.kind) + ")"};
   }
-  const bool same = h.seq == expected.seq && h.coll == expected.coll &&
-                    h.dtype == expected.dtype && h.op == expected.op &&
-                    h.count == expected.count && h.root == expected.root;
+  const bool same = h.seq == expected.seq && h.coll == expected.coll && h.dtype == expected.dtype &&
+                    h.op == expected.op && h.count == expected.count && h.root == expected.root;
   if (!same) {
     return {PLEXUS_ERR_REMOTE, "collective mismatch: rank " + std::to_string(me) + " is in " +
                                    DescribeOp(expected) + " but " + from + " sent " +

@@ -40,8 +40,8 @@ struct FrameHeader {
 static_assert(sizeof(FrameHeader) == 48, "frame header layout is part of the wire format");
 
 inline FrameHeader MakeDataHeader(const algos::OpSignature& sig, uint64_t payload_bytes) {
-  return FrameHeader{kFrameMagic, kFrameVersion, kFrameData, sig.seq,   sig.coll,     sig.dtype,
-                     sig.op,      sig.root,      sig.count,  payload_bytes};
+  return FrameHeader{kFrameMagic, kFrameVersion, kFrameData, sig.seq,   sig.coll,
+                     sig.dtype,   sig.op,        sig.root,   sig.count, payload_bytes};
 }
 
 inline FrameHeader MakeFailHeader(uint64_t text_bytes) {

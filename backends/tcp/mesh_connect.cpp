@@ -75,7 +75,9 @@ class FdGuard {
   int fd_;
 };
 
-std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+std::string Errno(const std::string& what) {
+  return what + ": " + std::strerror(errno);
+}
 
 int64_t MsLeft(Clock::time_point deadline) {
   return std::max<int64_t>(
@@ -186,8 +188,8 @@ algos::Status ConnectMesh(const plexus_host_v1& host, const plexus_comm_config_v
   mine.port = port;
   mine.rank = rank;
   std::vector<Endpoint> all(size);
-  int32_t rc = host.oob_allgather(host.ctx, config.oob, &mine, all.data(), sizeof mine,
-                                  MsLeft(deadline));
+  int32_t rc =
+      host.oob_allgather(host.ctx, config.oob, &mine, all.data(), sizeof mine, MsLeft(deadline));
   if (rc != PLEXUS_OK) {
     return {rc,
             "out-of-band exchange of TCP endpoints failed (did every rank start, and "
@@ -244,16 +246,16 @@ algos::Status ConnectMesh(const plexus_host_v1& host, const plexus_comm_config_v
       std::string text = "rank " + std::to_string(rank) + " timed out waiting for " +
                          std::to_string(missing) + " higher rank(s) to connect";
       if (refused > 0) {
-        text += "; " + std::to_string(refused) + " connection(s) were refused, the last: " +
-                last_refusal;
+        text += "; " + std::to_string(refused) +
+                " connection(s) were refused, the last: " + last_refusal;
       }
       return {PLEXUS_ERR_TIMEOUT, text};
     }
     if (poll(&pfd, 1, int(std::min<int64_t>(left, 1000))) <= 0) continue;
     sockaddr_in from{};
     socklen_t from_len = sizeof from;
-    FdGuard fd(accept4(listener.get(), reinterpret_cast<sockaddr*>(&from), &from_len,
-                       SOCK_CLOEXEC));
+    FdGuard fd(
+        accept4(listener.get(), reinterpret_cast<sockaddr*>(&from), &from_len, SOCK_CLOEXEC));
     if (fd.get() < 0) continue;
     char from_text[64];
     inet_ntop(AF_INET, &from.sin_addr, from_text, sizeof from_text);

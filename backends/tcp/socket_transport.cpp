@@ -4,8 +4,8 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,9 +17,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string Errno(const char* what, int err) { return std::string(what) + ": " + std::strerror(err); }
+std::string Errno(const char* what, int err) {
+  return std::string(what) + ": " + std::strerror(err);
+}
 
-bool WouldBlock(int err) { return err == EAGAIN || err == EWOULDBLOCK || err == EINTR; }
+bool WouldBlock(int err) {
+  return err == EAGAIN || err == EWOULDBLOCK || err == EINTR;
+}
 
 void Drain(int fd) {
   uint64_t value;
@@ -165,9 +169,9 @@ algos::Status SocketTransport::RecvSome(Transfer& t, bool* progressed) {
   if (in_header) {
     // Read the header and, optimistically, the payload this rank expects in
     // one call; if the header turns out not to match, the comm fails anyway.
-    iovec iov[2] = {{reinterpret_cast<uint8_t*>(&t.header) + t.header_done,
-                     sizeof t.header - t.header_done},
-                    {t.data, t.bytes}};
+    iovec iov[2] = {
+        {reinterpret_cast<uint8_t*>(&t.header) + t.header_done, sizeof t.header - t.header_done},
+        {t.data, t.bytes}};
     n = readv(fds_[t.peer], iov, t.bytes ? 2 : 1);
   } else {
     n = recv(fds_[t.peer], t.data + t.done, t.bytes - t.done, MSG_DONTWAIT);
@@ -190,8 +194,7 @@ algos::Status SocketTransport::RecvSome(Transfer& t, bool* progressed) {
         // Some of the text may already sit in t.data from the readv above.
         const size_t have = std::min<size_t>(got, t.header.payload_bytes);
         std::string prefix = have ? std::string(reinterpret_cast<char*>(t.data), have) : "";
-        return ReadFailText(t.peer, std::move(prefix),
-                            t.header.payload_bytes);
+        return ReadFailText(t.peer, std::move(prefix), t.header.payload_bytes);
       }
     }
   }
@@ -241,11 +244,12 @@ algos::Status SocketTransport::Drive(const std::function<bool()>& done) {
       for (uint32_t p = 0; p < size_; ++p) {
         if (!sendq_[p].empty() || !recvq_[p].empty()) waiting += " " + std::to_string(p);
       }
-      return {PLEXUS_ERR_TIMEOUT,
-              "rank " + std::to_string(rank_) + " made no progress for " +
-                  std::to_string(timeout_ms_) + " ms waiting for rank(s)" + waiting};
+      return {PLEXUS_ERR_TIMEOUT, "rank " + std::to_string(rank_) + " made no progress for " +
+                                      std::to_string(timeout_ms_) + " ms waiting for rank(s)" +
+                                      waiting};
     }
-    const int n = epoll_wait(epoll_fd_, events, 16, int(std::min<int64_t>(timeout_ms_ - idle_ms, 1000)));
+    const int n =
+        epoll_wait(epoll_fd_, events, 16, int(std::min<int64_t>(timeout_ms_ - idle_ms, 1000)));
     if (n < 0 && errno != EINTR) return {PLEXUS_ERR_SYSTEM, Errno("epoll_wait", errno)};
     for (int i = 0; i < n; ++i) {
       if (events[i].data.u32 == kWakeKey) {
@@ -271,8 +275,8 @@ algos::Status SocketTransport::Start(const algos::OpSignature& sig,
   }
   for (const auto& r : recvs) {
     if (r.peer >= size_ || r.peer == rank_) {
-      return {PLEXUS_ERR_INTERNAL, "algorithm received from invalid peer " +
-                                       std::to_string(r.peer)};
+      return {PLEXUS_ERR_INTERNAL,
+              "algorithm received from invalid peer " + std::to_string(r.peer)};
     }
   }
   Batch& batch = batches_.emplace_back();
@@ -314,8 +318,8 @@ algos::Status SocketTransport::Finish(uint64_t ticket) {
     algos::Status st = Drive(covered_done);
     if (!st.ok()) {
       if (st.code == PLEXUS_ERR_TIMEOUT || st.code == PLEXUS_ERR_ABORTED) {
-        st.message += " in " + DescribeOp(batches_.empty() ? algos::OpSignature{}
-                                                            : batches_.front().sig);
+        st.message +=
+            " in " + DescribeOp(batches_.empty() ? algos::OpSignature{} : batches_.front().sig);
       }
       DropQueued();
       batches_.clear();

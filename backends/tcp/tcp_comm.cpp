@@ -56,8 +56,8 @@ int32_t TcpComm::Enqueue(PendingOp op, plexus_request** req) {
     } else {
       const bool p2p = !op.body;
       if (p2p) {
-        uint64_t& counter = op.transfer.is_send ? sends_to_[op.transfer.peer]
-                                                : recvs_from_[op.transfer.peer];
+        uint64_t& counter =
+            op.transfer.is_send ? sends_to_[op.transfer.peer] : recvs_from_[op.transfer.peer];
         op.sig.seq = counter++;
       } else {
         op.sig.seq = next_seq_++;

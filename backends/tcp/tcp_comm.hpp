@@ -96,7 +96,7 @@ class TcpComm {
   std::condition_variable queue_cv_;
   std::deque<PendingOp> queue_;
   uint64_t next_seq_ = 0;
-  std::vector<uint64_t> sends_to_;      // per peer: point-to-point sequence numbers
+  std::vector<uint64_t> sends_to_;  // per peer: point-to-point sequence numbers
   std::vector<uint64_t> recvs_from_;
   bool stopping_ = false;
   bool running_ = false;  // an operation is executing (worker or inline)

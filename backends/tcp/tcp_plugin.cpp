@@ -36,7 +36,7 @@ struct plexus_comm {
 namespace plexus::tcp {
 namespace {
 
-constexpr uint32_t kAllDtypes = 0x1ffeu;  // bits 1..12
+constexpr uint32_t kAllDtypes = 0x1ffeu;                             // bits 1..12
 constexpr uint32_t kCollectives = (1u << PLEXUS_COLL_COUNT_V1) - 1;  // all of v1
 
 // Runs fn, turning any escaping exception into PLEXUS_ERR_INTERNAL.
@@ -77,15 +77,15 @@ int32_t CheckCommon(plexus_comm* comm, const char* what, uint64_t count, plexus_
                       std::to_string(placement->memory_type) + ")");
   }
   if (count > (uint64_t(1) << 62) / algos::DtypeSize(dtype)) {
-    return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, where + "count " + std::to_string(count) +
-                                                         " is too large");
+    return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT,
+                  where + "count " + std::to_string(count) + " is too large");
   }
   return PLEXUS_OK;
 }
 
 int32_t Init(const plexus_host_v1* host, plexus_backend_ctx** ctx_out) {
-  if (!host || !ctx_out || host->struct_size < sizeof(plexus_host_v1) ||
-      !host->oob_allgather || !host->oob_broadcast) {
+  if (!host || !ctx_out || host->struct_size < sizeof(plexus_host_v1) || !host->oob_allgather ||
+      !host->oob_broadcast) {
     return PLEXUS_ERR_INVALID_ARGUMENT;
   }
   auto* ctx = new (std::nothrow) plexus_backend_ctx{*host};
@@ -94,7 +94,9 @@ int32_t Init(const plexus_host_v1* host, plexus_backend_ctx** ctx_out) {
   return PLEXUS_OK;
 }
 
-void Finalize(plexus_backend_ctx* ctx) { delete ctx; }
+void Finalize(plexus_backend_ctx* ctx) {
+  delete ctx;
+}
 
 int32_t GetCapabilities(plexus_backend_ctx* ctx, plexus_capabilities* caps) {
   if (!ctx || !caps || caps->struct_size < sizeof(plexus_capabilities)) {
@@ -106,7 +108,8 @@ int32_t GetCapabilities(plexus_backend_ctx* ctx, plexus_capabilities* caps) {
   caps->collectives = kCollectives;
   caps->memory_types = 1u << PLEXUS_MEMORY_HOST;
   caps->dtypes = kAllDtypes;
-  for (uint32_t op = PLEXUS_OP_SUM; op <= PLEXUS_OP_MAX_V1; ++op) caps->reduce_dtypes[op] = kAllDtypes;
+  for (uint32_t op = PLEXUS_OP_SUM; op <= PLEXUS_OP_MAX_V1; ++op)
+    caps->reduce_dtypes[op] = kAllDtypes;
   caps->flags = PLEXUS_CAP_IN_PLACE | PLEXUS_CAP_ABORT;
   caps->thread_level = PLEXUS_THREAD_MULTIPLE;
   return PLEXUS_OK;
@@ -132,8 +135,9 @@ int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
     if (config->size > 1) {
       algos::Status st = ConnectMesh(ctx->host, *config, &fds);
       if (!st.ok()) {
-        WriteError(error_buf, error_len, "tcp: connecting rank " + std::to_string(config->rank) +
-                                             " of " + config->name + ": " + st.message);
+        WriteError(error_buf, error_len,
+                   "tcp: connecting rank " + std::to_string(config->rank) + " of " + config->name +
+                       ": " + st.message);
         return st.code;
       }
     }
@@ -149,8 +153,8 @@ int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
         } else if (v == "rd" || v == "recursive_doubling") {
           algo = Algo::kRecursiveDoubling;
         } else if (v != "auto" && !v.empty()) {
-          WriteError(error_buf, error_len, "tcp: PLEXUS_TCP_ALGO='" + v +
-                                               "' is not one of auto, ring, rd");
+          WriteError(error_buf, error_len,
+                     "tcp: PLEXUS_TCP_ALGO='" + v + "' is not one of auto, ring, rd");
           return PLEXUS_ERR_INVALID_ARGUMENT;
         }
       }
@@ -158,8 +162,7 @@ int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
     auto* comm = new plexus_comm;
     comm->algo = algo;
     comm->impl = std::make_unique<TcpComm>(ctx->host, config->rank, config->size,
-                                           config->timeout_ms, config->name,
-                                           std::move(transport));
+                                           config->timeout_ms, config->name, std::move(transport));
     *comm_out = comm;
     return PLEXUS_OK;
   } catch (const std::exception& e) {
@@ -232,19 +235,21 @@ int32_t Allreduce(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_
       return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, "tcp allreduce: NULL buffer");
     }
     algos::OpSignature sig{0, PLEXUS_COLL_ALLREDUCE, dtype, op, count, 0};
-    const bool ring = comm->algo == Algo::kRing ||
-                      (comm->algo == Algo::kAuto &&
-                       count * algos::DtypeSize(dtype) > kRecursiveDoublingMaxBytes);
-    return comm->impl->Post(sig, [sendbuf, recvbuf, ring](algos::PeerTransport& t,
-                                                          const algos::OpSignature& s) {
-      return ring ? algos::RingAllreduce(t, s, sendbuf, recvbuf)
-                  : algos::RecursiveDoublingAllreduce(t, s, sendbuf, recvbuf);
-    }, req_out);
+    const bool ring =
+        comm->algo == Algo::kRing ||
+        (comm->algo == Algo::kAuto && count * algos::DtypeSize(dtype) > kRecursiveDoublingMaxBytes);
+    return comm->impl->Post(
+        sig,
+        [sendbuf, recvbuf, ring](algos::PeerTransport& t, const algos::OpSignature& s) {
+          return ring ? algos::RingAllreduce(t, s, sendbuf, recvbuf)
+                      : algos::RecursiveDoublingAllreduce(t, s, sendbuf, recvbuf);
+        },
+        req_out);
   });
 }
 
-int32_t Broadcast(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype,
-                  uint32_t root, const plexus_placement* placement, plexus_request** req_out) {
+int32_t Broadcast(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype, uint32_t root,
+                  const plexus_placement* placement, plexus_request** req_out) {
   return Guarded(comm, [&] {
     int32_t rc = CheckCommon(comm, "broadcast", count, dtype, placement, req_out);
     if (rc != PLEXUS_OK) return rc;
@@ -253,11 +258,15 @@ int32_t Broadcast(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t d
                     "tcp broadcast: root " + std::to_string(root) + " is not a rank (size " +
                         std::to_string(comm->impl->size()) + ")");
     }
-    if (count > 0 && !buf) return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, "tcp broadcast: NULL buffer");
+    if (count > 0 && !buf)
+      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, "tcp broadcast: NULL buffer");
     algos::OpSignature sig{0, PLEXUS_COLL_BROADCAST, dtype, 0, count, root};
-    return comm->impl->Post(sig, [buf](algos::PeerTransport& t, const algos::OpSignature& s) {
-      return algos::BinomialBroadcast(t, s, buf);
-    }, req_out);
+    return comm->impl->Post(
+        sig,
+        [buf](algos::PeerTransport& t, const algos::OpSignature& s) {
+          return algos::BinomialBroadcast(t, s, buf);
+        },
+        req_out);
   });
 }
 
@@ -271,10 +280,12 @@ int32_t Allgather(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_
       return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, "tcp allgather: NULL buffer");
     }
     algos::OpSignature sig{0, PLEXUS_COLL_ALLGATHER, dtype, 0, count, 0};
-    return comm->impl->Post(sig, [sendbuf, recvbuf](algos::PeerTransport& t,
-                                                    const algos::OpSignature& s) {
-      return algos::RingAllgather(t, s, sendbuf, recvbuf);
-    }, req_out);
+    return comm->impl->Post(
+        sig,
+        [sendbuf, recvbuf](algos::PeerTransport& t, const algos::OpSignature& s) {
+          return algos::RingAllgather(t, s, sendbuf, recvbuf);
+        },
+        req_out);
   });
 }
 
@@ -298,10 +309,12 @@ int32_t Reduce(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t c
       return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, "tcp reduce: NULL buffer");
     }
     algos::OpSignature sig{0, PLEXUS_COLL_REDUCE, dtype, op, count, root};
-    return comm->impl->Post(sig, [sendbuf, recvbuf](algos::PeerTransport& t,
-                                                    const algos::OpSignature& s) {
-      return algos::BinomialReduce(t, s, sendbuf, recvbuf);
-    }, req_out);
+    return comm->impl->Post(
+        sig,
+        [sendbuf, recvbuf](algos::PeerTransport& t, const algos::OpSignature& s) {
+          return algos::BinomialReduce(t, s, sendbuf, recvbuf);
+        },
+        req_out);
   });
 }
 
@@ -319,10 +332,12 @@ int32_t ReduceScatter(plexus_comm* comm, const void* sendbuf, void* recvbuf, uin
       return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, "tcp reduce_scatter: NULL buffer");
     }
     algos::OpSignature sig{0, PLEXUS_COLL_REDUCE_SCATTER, dtype, op, count, 0};
-    return comm->impl->Post(sig, [sendbuf, recvbuf](algos::PeerTransport& t,
-                                                    const algos::OpSignature& s) {
-      return algos::RingReduceScatter(t, s, sendbuf, recvbuf);
-    }, req_out);
+    return comm->impl->Post(
+        sig,
+        [sendbuf, recvbuf](algos::PeerTransport& t, const algos::OpSignature& s) {
+          return algos::RingReduceScatter(t, s, sendbuf, recvbuf);
+        },
+        req_out);
   });
 }
 
@@ -343,10 +358,12 @@ int32_t Alltoall(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t
                     "tcp alltoall: sendbuf and recvbuf overlap (alltoall is not in place)");
     }
     algos::OpSignature sig{0, PLEXUS_COLL_ALLTOALL, dtype, 0, count, 0};
-    return comm->impl->Post(sig, [sendbuf, recvbuf](algos::PeerTransport& t,
-                                                    const algos::OpSignature& sg) {
-      return algos::PairwiseAlltoall(t, sg, sendbuf, recvbuf);
-    }, req_out);
+    return comm->impl->Post(
+        sig,
+        [sendbuf, recvbuf](algos::PeerTransport& t, const algos::OpSignature& sg) {
+          return algos::PairwiseAlltoall(t, sg, sendbuf, recvbuf);
+        },
+        req_out);
   });
 }
 
@@ -364,7 +381,8 @@ int32_t PointToPoint(bool is_send, plexus_comm* comm, void* buf, uint64_t count,
                         ", size " + std::to_string(comm->impl->size()) + ")");
     }
     if (count > 0 && !buf) {
-      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, std::string("tcp ") + what + ": NULL buffer");
+      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT,
+                    std::string("tcp ") + what + ": NULL buffer");
     }
     return comm->impl->PostP2P(is_send, peer, buf, count, dtype, req_out);
   });
@@ -385,9 +403,12 @@ int32_t Barrier(plexus_comm* comm, plexus_request** req_out) {
     if (!comm || !comm->impl) return PLEXUS_ERR_INVALID_ARGUMENT;
     if (!req_out) return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, "tcp barrier: req_out is NULL");
     algos::OpSignature sig{0, PLEXUS_COLL_BARRIER, 0, 0, 0, 0};
-    return comm->impl->Post(sig, [](algos::PeerTransport& t, const algos::OpSignature& s) {
-      return algos::DisseminationBarrier(t, s);
-    }, req_out);
+    return comm->impl->Post(
+        sig,
+        [](algos::PeerTransport& t, const algos::OpSignature& s) {
+          return algos::DisseminationBarrier(t, s);
+        },
+        req_out);
   });
 }
 

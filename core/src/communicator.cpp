@@ -29,16 +29,18 @@ CommState::~CommState() {
   for (plexus_request* r : orphans) {
     if (!aborted && backend->Wait(r, timeout.count()) == PLEXUS_ERR_TIMEOUT &&
         backend->Test(r) == PLEXUS_IN_PROGRESS) {
-      LogLine(PLEXUS_LOG_WARN, "plexus", name + ": an operation whose Work was dropped did " +
-                                             "not finish in time; aborting the communicator");
+      LogLine(PLEXUS_LOG_WARN, "plexus",
+              name + ": an operation whose Work was dropped did " +
+                  "not finish in time; aborting the communicator");
       backend->AbortComm(comm);
       aborted = true;
     }
     // After an abort every request completes promptly; a backend that breaks
     // that promise costs a leaked request, not a hung process.
     if (backend->Wait(r, 10000) == PLEXUS_ERR_TIMEOUT && backend->Test(r) == PLEXUS_IN_PROGRESS) {
-      LogLine(PLEXUS_LOG_ERROR, "plexus", name + ": backend '" + backend->name() +
-                                              "' did not complete a request after abort; leaking it");
+      LogLine(PLEXUS_LOG_ERROR, "plexus",
+              name + ": backend '" + backend->name() +
+                  "' did not complete a request after abort; leaking it");
       continue;
     }
     backend->FreeRequest(r);
@@ -99,8 +101,8 @@ Status ChooseBackend(const Job& job, const std::string& comm_name,
     for (const std::string& name : kAutoBackendOrder) {
       Status st = OpenBackend(name, job, config, out);
       if (st.ok()) {
-        LogLine(PLEXUS_LOG_INFO, "plexus", "PLEXUS_BACKEND is not set; using '" + name +
-                                                "' (" + (*out)->path() + ")");
+        LogLine(PLEXUS_LOG_INFO, "plexus",
+                "PLEXUS_BACKEND is not set; using '" + name + "' (" + (*out)->path() + ")");
         st = job.store->Set(key, Bytes(name.begin(), name.end()), timeout);
         return st;
       }
@@ -108,8 +110,7 @@ Status ChooseBackend(const Job& job, const std::string& comm_name,
     }
     const std::string none = "";
     (void)job.store->Set(key, Bytes(), timeout);
-    return Status::Unsupported("PLEXUS_BACKEND is not set and no backend could be used:" +
-                               reasons);
+    return Status::Unsupported("PLEXUS_BACKEND is not set and no backend could be used:" + reasons);
   }
   Bytes chosen;
   Status st = job.store->Get(key, &chosen, timeout);
@@ -187,16 +188,30 @@ detail::CommState& Communicator::state() const {
   return *state_;
 }
 
-uint32_t Communicator::rank() const { return state().rank; }
-uint32_t Communicator::size() const { return state().size; }
-uint32_t Communicator::local_rank() const { return state().local_rank; }
-const std::string& Communicator::backend_name() const { return state().backend->name(); }
-const std::string& Communicator::backend_version() const { return state().backend->version(); }
-const std::string& Communicator::backend_path() const { return state().backend->path(); }
+uint32_t Communicator::rank() const {
+  return state().rank;
+}
+uint32_t Communicator::size() const {
+  return state().size;
+}
+uint32_t Communicator::local_rank() const {
+  return state().local_rank;
+}
+const std::string& Communicator::backend_name() const {
+  return state().backend->name();
+}
+const std::string& Communicator::backend_version() const {
+  return state().backend->version();
+}
+const std::string& Communicator::backend_path() const {
+  return state().backend->path();
+}
 const plexus_capabilities& Communicator::capabilities() const {
   return state().backend->capabilities();
 }
-std::chrono::milliseconds Communicator::timeout() const { return state().timeout; }
+std::chrono::milliseconds Communicator::timeout() const {
+  return state().timeout;
+}
 bool Communicator::supports(plexus_collective_t coll) const {
   return coll < 32 && (capabilities().collectives >> coll & 1u);
 }
@@ -211,8 +226,12 @@ Work Communicator::Start(const Status& posted, plexus_request* req, const char* 
 }
 
 namespace {
-plexus_dtype_t Code(DType t) { return static_cast<plexus_dtype_t>(t); }
-plexus_reduce_op_t Code(ReduceOp op) { return static_cast<plexus_reduce_op_t>(op); }
+plexus_dtype_t Code(DType t) {
+  return static_cast<plexus_dtype_t>(t);
+}
+plexus_reduce_op_t Code(ReduceOp op) {
+  return static_cast<plexus_reduce_op_t>(op);
+}
 
 Status CheckRank(uint32_t rank, uint32_t size, const char* what) {
   if (rank < size) return Status::Ok();
@@ -222,8 +241,8 @@ Status CheckRank(uint32_t rank, uint32_t size, const char* what) {
 }
 }  // namespace
 
-Work Communicator::allreduce(const void* send, void* recv, uint64_t count, DType dtype,
-                             ReduceOp op, const plexus_placement* where) {
+Work Communicator::allreduce(const void* send, void* recv, uint64_t count, DType dtype, ReduceOp op,
+                             const plexus_placement* where) {
   auto& s = state();
   plexus_request* req = nullptr;
   Status st = s.backend->Allreduce(s.comm, send, recv, count, Code(dtype), Code(op), where, &req);

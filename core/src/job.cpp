@@ -72,8 +72,8 @@ Status GetJob(std::chrono::milliseconds timeout, std::shared_ptr<Job>* out) {
     j->local_address = LocalAddressTowards(l.master_addr, l.master_port);
   }
   LogLine(PLEXUS_LOG_DEBUG, "plexus",
-          "rank " + std::to_string(l.rank) + " of " + std::to_string(l.size) + " from " +
-              l.source + ", local address '" + j->local_address + "'");
+          "rank " + std::to_string(l.rank) + " of " + std::to_string(l.size) + " from " + l.source +
+              ", local address '" + j->local_address + "'");
   job = j;
   *out = job;
   return Status::Ok();

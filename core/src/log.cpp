@@ -29,19 +29,28 @@ int32_t Threshold() {
 
 const char* LevelName(int32_t level) {
   switch (level) {
-    case PLEXUS_LOG_ERROR: return "ERROR";
-    case PLEXUS_LOG_WARN: return "WARN";
-    case PLEXUS_LOG_INFO: return "INFO";
-    case PLEXUS_LOG_DEBUG: return "DEBUG";
-    default: return "TRACE";
+    case PLEXUS_LOG_ERROR:
+      return "ERROR";
+    case PLEXUS_LOG_WARN:
+      return "WARN";
+    case PLEXUS_LOG_INFO:
+      return "INFO";
+    case PLEXUS_LOG_DEBUG:
+      return "DEBUG";
+    default:
+      return "TRACE";
   }
 }
 
 }  // namespace
 
-bool LogEnabled(int32_t level) { return level <= Threshold(); }
+bool LogEnabled(int32_t level) {
+  return level <= Threshold();
+}
 
-void SetLogRank(int64_t rank) { g_rank.store(rank); }
+void SetLogRank(int64_t rank) {
+  g_rank.store(rank);
+}
 
 void LogLine(int32_t level, const std::string& source, const std::string& message) {
   if (!LogEnabled(level)) return;

@@ -31,7 +31,8 @@ Work::~Work() {
 }
 
 void Work::Finish(int32_t code) {
-  Status st = comm_->backend->Describe(comm_->comm, code, what_ + (" on " + comm_->backend->name()));
+  Status st =
+      comm_->backend->Describe(comm_->comm, code, what_ + (" on " + comm_->backend->name()));
   comm_->backend->FreeRequest(request_);
   request_ = nullptr;
   if (!st.ok()) throw Error(st.code(), comm_->backend->name(), st.message());

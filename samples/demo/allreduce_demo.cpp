@@ -73,11 +73,12 @@ bool RunOne(const std::string& backend, uint64_t count, int iters) {
   const double bytes = double(count) * sizeof(float);
   const double busbw = n > 1 ? bytes / (avg_us * 1e-6) * 2.0 * (n - 1) / n / 1e9 : 0.0;
   if (comm.rank() == 0) {
-    std::printf("%-6s %s allreduce %llu x float32 over %u rank(s): element = %g (expected %g), "
-                "%llu wrong, %.1f us avg over %d, busbw %.2f GB/s\n",
-                comm.backend_name().c_str(), wrong ? "FAIL" : "ok  ",
-                static_cast<unsigned long long>(count), n, double(data[0]), double(expected),
-                static_cast<unsigned long long>(wrong), avg_us, iters, busbw);
+    std::printf(
+        "%-6s %s allreduce %llu x float32 over %u rank(s): element = %g (expected %g), "
+        "%llu wrong, %.1f us avg over %d, busbw %.2f GB/s\n",
+        comm.backend_name().c_str(), wrong ? "FAIL" : "ok  ",
+        static_cast<unsigned long long>(count), n, double(data[0]), double(expected),
+        static_cast<unsigned long long>(wrong), avg_us, iters, busbw);
     std::fflush(stdout);
   }
   return wrong == 0;

@@ -35,7 +35,9 @@ static int32_t Init(const plexus_host_v1* host, plexus_backend_ctx** out) {
   *out = &g_ctx;
   return PLEXUS_OK;
 }
-static void Finalize(plexus_backend_ctx* ctx) { (void)ctx; }
+static void Finalize(plexus_backend_ctx* ctx) {
+  (void)ctx;
+}
 static int32_t Caps(plexus_backend_ctx* ctx, plexus_capabilities* caps) {
   (void)ctx;
   uint32_t size = caps->struct_size;
@@ -56,7 +58,9 @@ static int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* 
   if (err && len) err[0] = '\0';
   return PLEXUS_OK;
 }
-static void CommDestroy(plexus_comm* comm) { (void)comm; }
+static void CommDestroy(plexus_comm* comm) {
+  (void)comm;
+}
 static int32_t CommAbort(plexus_comm* comm) {
   (void)comm;
   return PLEXUS_OK;
@@ -127,7 +131,9 @@ EXPORT int32_t plexus_backend_get_v2(uint32_t host_abi_minor, const void** out) 
   return PLEXUS_OK;
 }
 #elif defined(VARIANT_NO_ENTRY)
-EXPORT int plexus_not_a_backend(void) { return Table() != NULL; }
+EXPORT int plexus_not_a_backend(void) {
+  return Table() != NULL;
+}
 #else
 EXPORT int32_t plexus_backend_get_v1(uint32_t host_abi_minor, const plexus_backend_v1** out) {
   (void)host_abi_minor;

@@ -1,10 +1,10 @@
 // plexus-info: which backends this installation can find, what each one can
 // do, and why any was rejected.
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "backend_calls.hpp"
@@ -46,24 +46,25 @@ const char* MemoryName(uint32_t m) {
 }
 
 void PrintCaps(const plexus_capabilities& c) {
-  std::printf("  collectives:  %s\n",
-              Bits(c.collectives, 0, PLEXUS_COLL_COUNT_V1 - 1, plexus::algos::CollectiveName).c_str());
+  std::printf(
+      "  collectives:  %s\n",
+      Bits(c.collectives, 0, PLEXUS_COLL_COUNT_V1 - 1, plexus::algos::CollectiveName).c_str());
   std::printf("  memory:       %s\n", Bits(c.memory_types, 1, 2, MemoryName).c_str());
   std::printf("  dtypes:       %s\n",
               Bits(c.dtypes, 1, PLEXUS_DTYPE_MAX_V1, plexus::algos::DtypeName).c_str());
   for (uint32_t op = PLEXUS_OP_SUM; op <= PLEXUS_OP_MAX_V1; ++op) {
-    std::printf("  reduce %-5s  %s\n", plexus::algos::ReduceOpName(op),
-                Bits(c.reduce_dtypes[op], 1, PLEXUS_DTYPE_MAX_V1, plexus::algos::DtypeName).c_str());
+    std::printf(
+        "  reduce %-5s  %s\n", plexus::algos::ReduceOpName(op),
+        Bits(c.reduce_dtypes[op], 1, PLEXUS_DTYPE_MAX_V1, plexus::algos::DtypeName).c_str());
   }
   std::string flags;
   if (c.flags & PLEXUS_CAP_IN_PLACE) flags += " in-place";
   if (c.flags & PLEXUS_CAP_STREAM_ORDERED) flags += " stream-ordered";
   if (c.flags & PLEXUS_CAP_ABORT) flags += " abort";
   std::printf("  flags:       %s\n", flags.empty() ? " (none)" : flags.c_str());
-  std::printf("  threads:      %s\n", c.thread_level == PLEXUS_THREAD_MULTIPLE ? "multiple"
-                                      : c.thread_level == PLEXUS_THREAD_SERIALIZED
-                                          ? "serialized"
-                                          : "unknown");
+  std::printf("  threads:      %s\n", c.thread_level == PLEXUS_THREAD_MULTIPLE     ? "multiple"
+                                      : c.thread_level == PLEXUS_THREAD_SERIALIZED ? "serialized"
+                                                                                   : "unknown");
 }
 
 // Returns true when the plugin loaded and initialised.
@@ -75,11 +76,13 @@ bool Examine(const std::string& path) {
     return false;
   }
   const plexus_backend_v1& t = lib->table();
-  std::printf("%s\n  file:         %s\n  ABI:          %u.%u (table %u bytes)\n"
-              "  version:      %s\n",
-              t.name, path.c_str(), unsigned(t.abi_major), unsigned(t.abi_minor),
-              lib->plugin_struct_size(), t.version);
-  auto host = std::make_unique<plexus::HostServices>(t.name, "", std::map<std::string, std::string>{});
+  std::printf(
+      "%s\n  file:         %s\n  ABI:          %u.%u (table %u bytes)\n"
+      "  version:      %s\n",
+      t.name, path.c_str(), unsigned(t.abi_major), unsigned(t.abi_minor), lib->plugin_struct_size(),
+      t.version);
+  auto host =
+      std::make_unique<plexus::HostServices>(t.name, "", std::map<std::string, std::string>{});
   std::shared_ptr<plexus::Backend> backend;
   st = plexus::Backend::Open(std::move(lib), std::move(host), &backend);
   if (!st.ok()) {
@@ -118,7 +121,8 @@ int main(int argc, char** argv) {
     std::printf("  %-60s (%s)\n", d.dir.c_str(), d.origin.c_str());
   }
   const char* chosen = std::getenv("PLEXUS_BACKEND");
-  std::printf("PLEXUS_BACKEND: %s\n\n", chosen ? chosen : "(unset: first usable of nccl, ucx, mpi, tcp)");
+  std::printf("PLEXUS_BACKEND: %s\n\n",
+              chosen ? chosen : "(unset: first usable of nccl, ucx, mpi, tcp)");
 
   std::vector<std::string> paths;
   if (wanted.empty()) {
@@ -134,8 +138,9 @@ int main(int argc, char** argv) {
           break;
         }
       }
-      if (!found) std::printf("NOT FOUND %s (looked for %s)\n\n", w.c_str(),
-                              c.empty() ? "nothing" : c.front().c_str());
+      if (!found)
+        std::printf("NOT FOUND %s (looked for %s)\n\n", w.c_str(),
+                    c.empty() ? "nothing" : c.front().c_str());
     }
   }
   int usable = 0;

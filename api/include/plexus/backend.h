@@ -154,8 +154,8 @@ typedef struct plexus_capabilities {
   /* reduce_dtypes[op] = bit (1u << PLEXUS_DTYPE_*) per dtype that reduction op
    * supports, for allreduce, reduce and reduce_scatter. Index 0 is unused. */
   uint32_t reduce_dtypes[8];
-  uint32_t flags;        /* PLEXUS_CAP_* bits */
-  uint32_t thread_level; /* PLEXUS_THREAD_* */
+  uint32_t flags;           /* PLEXUS_CAP_* bits */
+  uint32_t thread_level;    /* PLEXUS_THREAD_* */
   uint32_t max_outstanding; /* requests a communicator can have posted at once; 0 = no limit */
   uint32_t reserved;        /* 0 */
 } plexus_capabilities;
@@ -363,8 +363,8 @@ typedef struct plexus_backend_v1 {
   /* sendbuf holds size * count elements; rank r's recvbuf (count elements)
    * receives block r reduced over all ranks. In place:
    * recvbuf == sendbuf + rank * count. */
-  int32_t (*reduce_scatter)(plexus_comm* comm, const void* sendbuf, void* recvbuf,
-                            uint64_t count, plexus_dtype_t dtype, plexus_reduce_op_t op,
+  int32_t (*reduce_scatter)(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                            plexus_dtype_t dtype, plexus_reduce_op_t op,
                             const plexus_placement* placement, plexus_request** req_out);
 
   /* Block j (count elements) of sendbuf goes to rank j, landing as block
@@ -381,8 +381,8 @@ typedef struct plexus_backend_v1 {
    * match in posting order, per direction. */
   int32_t (*send)(plexus_comm* comm, const void* buf, uint64_t count, plexus_dtype_t dtype,
                   uint32_t peer, const plexus_placement* placement, plexus_request** req_out);
-  int32_t (*recv)(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype,
-                  uint32_t peer, const plexus_placement* placement, plexus_request** req_out);
+  int32_t (*recv)(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype, uint32_t peer,
+                  const plexus_placement* placement, plexus_request** req_out);
 
   /* New slots of major 1 are appended here, each under an "added in 1.N"
    * comment; the host reads one only if abi_minor >= N, the slot lies inside

@@ -75,8 +75,8 @@ class Communicator {
                  const plexus_placement* where = nullptr);
   Work broadcast(void* buf, uint64_t count, DType dtype, uint32_t root,
                  const plexus_placement* where = nullptr);
-  Work reduce(const void* send, void* recv, uint64_t count, DType dtype, ReduceOp op,
-              uint32_t root, const plexus_placement* where = nullptr);
+  Work reduce(const void* send, void* recv, uint64_t count, DType dtype, ReduceOp op, uint32_t root,
+              const plexus_placement* where = nullptr);
   Work allgather(const void* send, void* recv, uint64_t count, DType dtype,
                  const plexus_placement* where = nullptr);
   Work reduce_scatter(const void* send, void* recv, uint64_t count, DType dtype, ReduceOp op,

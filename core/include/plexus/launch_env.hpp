@@ -22,8 +22,8 @@ struct LaunchInfo {
   uint32_t size = 1;
   uint32_t local_rank = 0;
   uint32_t local_size = 1;
-  std::string master_addr;   // empty when the launcher gave none
-  uint16_t master_port = 0;  // 0 when the launcher gave none
+  std::string master_addr;    // empty when the launcher gave none
+  uint16_t master_port = 0;   // 0 when the launcher gave none
   bool store_hosted = false;  // PLEXUS_STORE_HOSTED=1: a launcher hosts the store; only connect
   std::string source;         // which launcher's variables were used, for messages
 };

@@ -67,8 +67,8 @@ class TcpStoreServer {
                       std::unique_ptr<TcpStoreServer>* out);
 
   virtual ~TcpStoreServer() = default;  // stops the thread and closes every socket
-  virtual uint16_t port() const = 0;     // the port actually bound
-  virtual void Stop() = 0;               // idempotent
+  virtual uint16_t port() const = 0;    // the port actually bound
+  virtual void Stop() = 0;              // idempotent
 };
 
 }  // namespace plexus

@@ -20,7 +20,9 @@ class Status {
   Status(int32_t code, std::string message) : code_(code), message_(std::move(message)) {}
 
   static Status Ok() { return Status(); }
-  static Status InvalidArgument(std::string m) { return {PLEXUS_ERR_INVALID_ARGUMENT, std::move(m)}; }
+  static Status InvalidArgument(std::string m) {
+    return {PLEXUS_ERR_INVALID_ARGUMENT, std::move(m)};
+  }
   static Status InvalidUsage(std::string m) { return {PLEXUS_ERR_INVALID_USAGE, std::move(m)}; }
   static Status Unsupported(std::string m) { return {PLEXUS_ERR_UNSUPPORTED, std::move(m)}; }
   static Status System(std::string m) { return {PLEXUS_ERR_SYSTEM, std::move(m)}; }

@@ -41,10 +41,9 @@ struct bfloat16_t {
   uint16_t bits;
 };
 
-inline constexpr DType kAllDTypes[] = {DType::Int8,    DType::UInt8,    DType::Int16,
-                                       DType::UInt16,  DType::Int32,    DType::UInt32,
-                                       DType::Int64,   DType::UInt64,   DType::Float16,
-                                       DType::BFloat16, DType::Float32, DType::Float64};
+inline constexpr DType kAllDTypes[] = {
+    DType::Int8,  DType::UInt8,  DType::Int16,   DType::UInt16,   DType::Int32,   DType::UInt32,
+    DType::Int64, DType::UInt64, DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
 inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min,
                                              ReduceOp::Max, ReduceOp::Avg};
 
@@ -54,22 +53,60 @@ const char* ToString(ReduceOp op);
 
 template <typename T>
 struct DTypeOf;
-template <> struct DTypeOf<int8_t> { static constexpr DType value = DType::Int8; };
-template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::UInt8; };
-template <> struct DTypeOf<int16_t> { static constexpr DType value = DType::Int16; };
-template <> struct DTypeOf<uint16_t> { static constexpr DType value = DType::UInt16; };
-template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::Int32; };
-template <> struct DTypeOf<uint32_t> { static constexpr DType value = DType::UInt32; };
-template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::Int64; };
-template <> struct DTypeOf<uint64_t> { static constexpr DType value = DType::UInt64; };
-template <> struct DTypeOf<float16_t> { static constexpr DType value = DType::Float16; };
-template <> struct DTypeOf<bfloat16_t> { static constexpr DType value = DType::BFloat16; };
-template <> struct DTypeOf<float> { static constexpr DType value = DType::Float32; };
-template <> struct DTypeOf<double> { static constexpr DType value = DType::Float64; };
+template <>
+struct DTypeOf<int8_t> {
+  static constexpr DType value = DType::Int8;
+};
+template <>
+struct DTypeOf<uint8_t> {
+  static constexpr DType value = DType::UInt8;
+};
+template <>
+struct DTypeOf<int16_t> {
+  static constexpr DType value = DType::Int16;
+};
+template <>
+struct DTypeOf<uint16_t> {
+  static constexpr DType value = DType::UInt16;
+};
+template <>
+struct DTypeOf<int32_t> {
+  static constexpr DType value = DType::Int32;
+};
+template <>
+struct DTypeOf<uint32_t> {
+  static constexpr DType value = DType::UInt32;
+};
+template <>
+struct DTypeOf<int64_t> {
+  static constexpr DType value = DType::Int64;
+};
+template <>
+struct DTypeOf<uint64_t> {
+  static constexpr DType value = DType::UInt64;
+};
+template <>
+struct DTypeOf<float16_t> {
+  static constexpr DType value = DType::Float16;
+};
+template <>
+struct DTypeOf<bfloat16_t> {
+  static constexpr DType value = DType::BFloat16;
+};
+template <>
+struct DTypeOf<float> {
+  static constexpr DType value = DType::Float32;
+};
+template <>
+struct DTypeOf<double> {
+  static constexpr DType value = DType::Float64;
+};
 
 // A type the typed collectives accept.
 template <typename T>
-concept Element = requires { DTypeOf<std::remove_const_t<T>>::value; };
+concept Element = requires {
+  DTypeOf<std::remove_const_t<T>>::value;
+};
 
 template <Element T>
 inline constexpr DType kDTypeOf = DTypeOf<std::remove_const_t<T>>::value;

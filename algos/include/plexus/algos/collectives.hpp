@@ -13,8 +13,7 @@
 namespace plexus::algos {
 
 // Ring reduce-scatter followed by ring allgather. sendbuf may equal recvbuf.
-Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
-                     void* recvbuf);
+Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendbuf, void* recvbuf);
 
 // Recursive doubling (with a fold for non-powers of two): log2(size) rounds
 // of whole-vector exchanges; for small vectors. sendbuf may equal recvbuf.
@@ -23,8 +22,7 @@ Status RecursiveDoublingAllreduce(PeerTransport& t, const OpSignature& sig, cons
 
 // Binomial tree towards sig.root; only the root's recvbuf is written (and may
 // equal sendbuf); other ranks' recvbuf is ignored.
-Status BinomialReduce(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
-                      void* recvbuf);
+Status BinomialReduce(PeerTransport& t, const OpSignature& sig, const void* sendbuf, void* recvbuf);
 
 // Ring reduce-scatter of size blocks of sig.count elements; rank r receives
 // block r. recvbuf may equal sendbuf + rank * count * elem_size.
@@ -39,8 +37,7 @@ Status PairwiseAlltoall(PeerTransport& t, const OpSignature& sig, const void* se
 Status BinomialBroadcast(PeerTransport& t, const OpSignature& sig, void* buf);
 
 // Ring allgather; sendbuf may equal recvbuf + rank * count * elem_size.
-Status RingAllgather(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
-                     void* recvbuf);
+Status RingAllgather(PeerTransport& t, const OpSignature& sig, const void* sendbuf, void* recvbuf);
 
 // Dissemination barrier: ceil(log2 size) rounds of empty frames.
 Status DisseminationBarrier(PeerTransport& t, const OpSignature& sig);

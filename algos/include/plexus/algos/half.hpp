@@ -19,7 +19,9 @@ inline float BitsToFloat(uint32_t u) {
   return f;
 }
 
-inline float BFloat16ToFloat(uint16_t h) { return BitsToFloat(uint32_t(h) << 16); }
+inline float BFloat16ToFloat(uint16_t h) {
+  return BitsToFloat(uint32_t(h) << 16);
+}
 
 inline uint16_t FloatToBFloat16(float f) {
   uint32_t u = FloatBits(f);
@@ -51,7 +53,7 @@ inline uint16_t FloatToFloat16(float f) {
   const uint32_t u = FloatBits(f);
   const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
   const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds to >= 65520: inf
   if (abs < 0x38800000u) {
     // Result is subnormal (or zero): value = abs_float * 2^24, rounded to even.

@@ -23,10 +23,10 @@ struct Status {
 };
 
 // Returns early from the enclosing function when expr yields a failed Status.
-#define PLEXUS_ALGOS_RETURN_IF_ERROR(expr)        \
-  do {                                            \
-    ::plexus::algos::Status status_ = (expr);     \
-    if (!status_.ok()) return status_;            \
+#define PLEXUS_ALGOS_RETURN_IF_ERROR(expr)    \
+  do {                                        \
+    ::plexus::algos::Status status_ = (expr); \
+    if (!status_.ok()) return status_;        \
   } while (0)
 
 }  // namespace plexus::algos

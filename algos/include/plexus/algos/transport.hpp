@@ -19,12 +19,12 @@ namespace plexus::algos {
 // Identity of one collective operation, carried in every frame of it so that
 // a receiver can tell when two ranks are in different operations.
 struct OpSignature {
-  uint64_t seq = 0;                        // position of the op in its communicator, from 0
-  plexus_collective_t coll = 0;            // PLEXUS_COLL_*
-  plexus_dtype_t dtype = 0;                // PLEXUS_DTYPE_*, 0 for barrier
-  plexus_reduce_op_t op = 0;               // PLEXUS_OP_*, 0 when the collective does not reduce
-  uint64_t count = 0;                      // the count argument of the call
-  uint32_t root = 0;                       // root (or peer for send/recv), 0 when unused
+  uint64_t seq = 0;              // position of the op in its communicator, from 0
+  plexus_collective_t coll = 0;  // PLEXUS_COLL_*
+  plexus_dtype_t dtype = 0;      // PLEXUS_DTYPE_*, 0 for barrier
+  plexus_reduce_op_t op = 0;     // PLEXUS_OP_*, 0 when the collective does not reduce
+  uint64_t count = 0;            // the count argument of the call
+  uint32_t root = 0;             // root (or peer for send/recv), 0 when unused
 };
 
 struct SendSpec {
