@@ -1,0 +1,169 @@
+// The MPI backend's objects behind the ABI's opaque handles, and the request
+// machinery that maps ABI requests onto MPI requests.
+//
+// One plexus_backend_ctx per process (per loaded library) owns MPI's
+// initialisation: MPI is initialised with MPI_Init_thread(MPI_THREAD_MULTIPLE)
+// only if nobody did so before, and finalised in finalize() only if this
+// backend initialised it. Every plexus_comm owns one MPI_Comm_dup of
+// MPI_COMM_WORLD with MPI_ERRORS_RETURN, so MPI failures come back as codes
+// (turned into ABI statuses carrying MPI_Error_string) instead of aborting.
+//
+// A posted operation is one or more non-blocking MPI calls (several when the
+// count exceeds what one MPI call takes, int); its plexus_request holds their
+// MPI_Requests and a finishing step run once all completed (divide for AVG,
+// copy out of a scratch buffer, check a received count). test() is MPI_Test;
+// wait() loops MPI_Test with yields and growing sleeps until the deadline.
+// MPI cannot cancel collectives: a timed-out wait leaves the request pending,
+// and an abort makes pending requests report PLEXUS_ERR_ABORTED while their
+// MPI requests (and scratch buffers) are kept by the context until MPI
+// completes them.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "mpi_types.hpp"
+#include "plexus/backend.h"
+
+namespace plexus::mpi {
+
+// Writes message through the host's logger; silent without one.
+void Log(const plexus_host_v1& host, int32_t level, const std::string& message);
+
+// MPI_Error_string of code, or "MPI error <code>".
+std::string MpiErrorText(int code);
+
+// The ABI status class of an MPI error code.
+int32_t StatusOfMpiError(int code);
+
+// MPI requests of an aborted operation that MPI may still be working on, the
+// scratch memory it may still write, and the communicator they run on.
+struct Abandoned {
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::vector<MPI_Request> requests;
+  std::unique_ptr<uint8_t[]> scratch;
+};
+
+}  // namespace plexus::mpi
+
+struct plexus_backend_ctx {
+  explicit plexus_backend_ctx(const plexus_host_v1& h) : host(h) {}
+
+  // Initialises MPI if nobody did (MPI_Init_thread), or adopts the
+  // application's MPI; creates the half ops. Idempotent. Call with
+  // state_mutex held. On failure *error says why.
+  int32_t EnsureMpi(std::string* error);
+
+  // Keeps an aborted operation's MPI requests until they complete.
+  void Abandon(plexus::mpi::Abandoned a);
+  // Tests the abandoned requests, dropping finished ones, and frees the
+  // communicators released meanwhile that no abandoned operation uses any
+  // more; returns how many operations are left. Takes the MPI lock itself.
+  size_t ReapAbandoned();
+  // MPI_Comm_free(comm) now, or once its abandoned operations have finished:
+  // Open MPI's non-blocking collectives crash when their communicator is
+  // freed under them, whatever the standard says about deferred freeing.
+  void ReleaseComm(MPI_Comm comm);
+
+  const plexus_host_v1 host;        // copy of the host's table (its pointers outlive us)
+  uint64_t max_count = 2147483647;  // most elements one MPI call is given (PLEXUS_MPI_MAX_COUNT)
+
+  std::mutex state_mutex;  // guards MPI initialisation and comm_create
+  std::atomic<bool> mpi_ready{false};
+  bool we_initialised = false;                     // MPI_Init_thread was ours: finalise it
+  std::atomic<int> provided{MPI_THREAD_MULTIPLE};  // thread level MPI granted
+  std::atomic<bool> cuda_aware{false};
+  plexus::mpi::HalfOps half_ops;
+  std::string library_version;  // "Open MPI v4.1.4", for log lines
+
+  // Serialises every MPI call when MPI granted less than MPI_THREAD_MULTIPLE.
+  // serialize is written once, before the first communicator exists.
+  std::mutex mpi_mutex;
+  bool serialize = false;
+
+  std::mutex abandoned_mutex;
+  std::vector<plexus::mpi::Abandoned> abandoned;  // guarded by abandoned_mutex
+  std::vector<MPI_Comm> released;                 // guarded by abandoned_mutex
+
+ private:
+  size_t ReapLocked();  // abandoned_mutex held
+};
+
+namespace plexus::mpi {
+
+// Holds ctx.mpi_mutex for the scope when MPI calls must be serialised.
+class MpiLock {
+ public:
+  explicit MpiLock(plexus_backend_ctx& ctx) : lock_(ctx.mpi_mutex, std::defer_lock) {
+    if (ctx.serialize) lock_.lock();
+  }
+  void unlock() {
+    if (lock_.owns_lock()) lock_.unlock();
+  }
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+};
+
+}  // namespace plexus::mpi
+
+struct plexus_comm {
+  plexus_backend_ctx* ctx = nullptr;
+  MPI_Comm mpi = MPI_COMM_NULL;  // our duplicate of MPI_COMM_WORLD
+  uint32_t rank = 0;
+  uint32_t size = 0;
+  int64_t timeout_ms = 0;
+  std::string name;
+  std::atomic<bool> aborted{false};
+
+  void SetError(const std::string& message);
+  size_t LastError(char* buf, size_t len);
+  // Marks the communicator unusable (a post failed half way): later posts
+  // fail with code. Records message as the last error.
+  void Break(int32_t code, const std::string& message);
+  // PLEXUS_OK, or the status every post must fail with now (aborted, broken).
+  int32_t Usable(const char* what);
+
+ private:
+  std::mutex error_mutex_;
+  std::string last_error_;  // guarded by error_mutex_
+  int32_t broken_ = PLEXUS_OK;
+  std::string broken_reason_;
+};
+
+struct plexus_request {
+  plexus_comm* comm = nullptr;
+  plexus_collective_t coll = 0;
+  MPI_Datatype type = MPI_DATATYPE_NULL;  // element type, for received counts
+  uint32_t peer = 0;                      // send/recv only
+
+  std::mutex mutex;                  // guards everything below
+  std::vector<MPI_Request> pending;  // MPI_REQUEST_NULL once complete
+  std::vector<int> expect;           // recv: elements each MPI recv must deliver; else -1
+  int32_t status = PLEXUS_IN_PROGRESS;
+
+  // Finishing steps, run once after every MPI request completed:
+  void* average = nullptr;  // divide average_count elements here by comm->size (AVG)
+  uint64_t average_count = 0;
+  plexus_dtype_t dtype = 0;
+  std::unique_ptr<uint8_t[]> scratch;  // MPI wrote the result here ...
+  void* scratch_to = nullptr;          // ... and it goes here
+  size_t scratch_bytes = 0;
+};
+
+namespace plexus::mpi {
+
+// test(): progresses req without blocking; see the ABI's test().
+int32_t Progress(plexus_request* req);
+
+// wait(): Progress in a loop with yields and sleeps until done or timeout_ms
+// (negative = the communicator's timeout; 0 = one test).
+int32_t WaitFor(plexus_request* req, int64_t timeout_ms);
+
+}  // namespace plexus::mpi

@@ -1,0 +1,59 @@
+// Posting of each collective as non-blocking MPI calls. The arguments were
+// checked by mpi_plugin.cpp (codes known, ranks in range, buffers non-NULL
+// where needed, counts in range, the communicator usable); these functions
+// only map them onto MPI:
+//
+//   allreduce       MPI_Iallreduce; in place (send == recv) -> MPI_IN_PLACE
+//   broadcast       MPI_Ibcast
+//   reduce          MPI_Ireduce; in place on root -> MPI_IN_PLACE there
+//   allgather       MPI_Iallgather; send == recv + rank * count -> MPI_IN_PLACE
+//                   (MPI's in-place layout is the ABI's)
+//   reduce_scatter  MPI_Ireduce_scatter_block; in place (recv == send + rank *
+//                   count) goes through a count-element scratch buffer, since
+//                   MPI's in-place form puts the result at the start of the
+//                   buffer and may overwrite the other blocks
+//   alltoall        MPI_Ialltoall
+//   barrier         MPI_Ibarrier
+//   send / recv     MPI_Isend / MPI_Irecv, one tag, so messages between two
+//                   ranks match in posting order; a recv checks the count
+//                   it got
+//
+// Counts above ctx->max_count (INT_MAX unless PLEXUS_MPI_MAX_COUNT says less)
+// are split into several MPI calls of at most max_count elements, all posted
+// at once: allgather and alltoall chunks use a block datatype whose extent is
+// the whole per-rank block; reduce_scatter chunks become one MPI_Ireduce per
+// block and chunk. AVG is MPI_SUM followed, on completion, by a division by
+// the communicator size on the ranks that hold a result.
+#pragma once
+
+#include <cstdint>
+
+#include "mpi_backend.hpp"
+#include "plexus/backend.h"
+
+namespace plexus::mpi {
+
+// Each posts the operation and sets *out (PLEXUS_OK), or fails with *out
+// untouched and the reason in comm's last error. If MPI refused a call after
+// earlier chunks of the same operation were posted, those are abandoned and
+// the communicator is marked unusable (its ranks are out of step).
+int32_t PostAllreduce(plexus_comm* comm, const void* send, void* recv, uint64_t count,
+                      plexus_dtype_t dtype, plexus_reduce_op_t op, plexus_request** out);
+int32_t PostBroadcast(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype,
+                      uint32_t root, plexus_request** out);
+int32_t PostReduce(plexus_comm* comm, const void* send, void* recv, uint64_t count,
+                   plexus_dtype_t dtype, plexus_reduce_op_t op, uint32_t root,
+                   plexus_request** out);
+int32_t PostAllgather(plexus_comm* comm, const void* send, void* recv, uint64_t count,
+                      plexus_dtype_t dtype, plexus_request** out);
+int32_t PostReduceScatter(plexus_comm* comm, const void* send, void* recv, uint64_t count,
+                          plexus_dtype_t dtype, plexus_reduce_op_t op, plexus_request** out);
+int32_t PostAlltoall(plexus_comm* comm, const void* send, void* recv, uint64_t count,
+                     plexus_dtype_t dtype, plexus_request** out);
+int32_t PostBarrier(plexus_comm* comm, plexus_request** out);
+int32_t PostSend(plexus_comm* comm, const void* buf, uint64_t count, plexus_dtype_t dtype,
+                 uint32_t peer, plexus_request** out);
+int32_t PostRecv(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype, uint32_t peer,
+                 plexus_request** out);
+
+}  // namespace plexus::mpi
