@@ -85,8 +85,12 @@ Status Backend::CreateComm(const plexus_comm_config_v1& config, plexus_comm** co
   const int32_t rc = t_->comm_create(ctx_, &config, comm, reason, sizeof reason);
   if (rc == PLEXUS_OK && *comm) return Status::Ok();
   *comm = nullptr;
-  return Status(rc != PLEXUS_OK ? rc : PLEXUS_ERR_INTERNAL,
-                std::string(reason[0] ? reason : "comm_create failed without a reason"));
+  std::string text = reason[0] ? reason : "comm_create failed without a reason";
+  const std::string host_side = host_->LastProblem();
+  if (!host_side.empty() && text.find(host_side) == std::string::npos) {
+    text += " (" + host_side + ")";
+  }
+  return Status(rc != PLEXUS_OK ? rc : PLEXUS_ERR_INTERNAL, text);
 }
 
 void Backend::DestroyComm(plexus_comm* comm) {

@@ -34,6 +34,11 @@ void HostServices::Log(void* ctx, int32_t level, const char* message) {
   LogLine(level, "backend " + self->backend_name_, message);
 }
 
+void HostServices::NoteProblem(const std::string& message) {
+  std::lock_guard<std::mutex> lock(problem_mutex_);
+  last_problem_ = message;
+}
+
 std::string HostServices::LastProblem() const {
   std::lock_guard<std::mutex> lock(problem_mutex_);
   return last_problem_;
@@ -58,7 +63,7 @@ int64_t HostServices::GetConfig(void* ctx, const char* key, char* buf, size_t le
   return int64_t(value.size());
 }
 
-int32_t HostServices::OobAllgather(void*, plexus_oob* oob, const void* in, void* out,
+int32_t HostServices::OobAllgather(void* ctx, plexus_oob* oob, const void* in, void* out,
                                    uint64_t bytes_per_rank, int64_t timeout_ms) {
   if (!oob || !oob->store || (bytes_per_rank > 0 && (!in || !out))) {
     return PLEXUS_ERR_INVALID_ARGUMENT;
@@ -82,14 +87,17 @@ int32_t HostServices::OobAllgather(void*, plexus_oob* oob, const void* in, void*
       if (st.ok() && bytes_per_rank)
         std::memcpy(dst + r * bytes_per_rank, value.data(), value.size());
     }
-    if (!st.ok()) LogLine(PLEXUS_LOG_ERROR, "oob", "allgather " + base + ": " + st.message());
+    if (!st.ok()) {
+      LogLine(PLEXUS_LOG_ERROR, "oob", "allgather " + base + ": " + st.message());
+      if (ctx) static_cast<HostServices*>(ctx)->NoteProblem(st.message());
+    }
     return st.code();
   } catch (...) {
     return PLEXUS_ERR_SYSTEM;
   }
 }
 
-int32_t HostServices::OobBroadcast(void*, plexus_oob* oob, void* buf, uint64_t bytes, uint32_t root,
+int32_t HostServices::OobBroadcast(void* ctx, plexus_oob* oob, void* buf, uint64_t bytes, uint32_t root,
                                    int64_t timeout_ms) {
   if (!oob || !oob->store || root >= oob->size || (bytes > 0 && !buf)) {
     return PLEXUS_ERR_INVALID_ARGUMENT;
@@ -112,7 +120,10 @@ int32_t HostServices::OobBroadcast(void*, plexus_oob* oob, void* buf, uint64_t b
       }
       if (st.ok() && bytes) std::memcpy(data, value.data(), bytes);
     }
-    if (!st.ok()) LogLine(PLEXUS_LOG_ERROR, "oob", "broadcast " + key + ": " + st.message());
+    if (!st.ok()) {
+      LogLine(PLEXUS_LOG_ERROR, "oob", "broadcast " + key + ": " + st.message());
+      if (ctx) static_cast<HostServices*>(ctx)->NoteProblem(st.message());
+    }
     return st.code();
   } catch (...) {
     return PLEXUS_ERR_SYSTEM;

@@ -38,6 +38,7 @@ class HostServices {
   // The last error, warning or info line the backend logged (even below the
   // log threshold), so a failed init can say why. Thread-safe.
   std::string LastProblem() const;
+  void NoteProblem(const std::string& message);
 
  private:
   static void Log(void* ctx, int32_t level, const char* message);

@@ -101,6 +101,10 @@ TEST_CASE("malformed or inconsistent variables are errors naming the variable") 
   st = plexus::DiscoverLaunch(Env({{"PMI_RANK", "1"}}), &info);
   CHECK(st.message().find("PMI_RANK is set but PMI_SIZE is not") != std::string::npos);
 
+  // No rendezvous point is allowed (MPI brings its own bootstrap) but reported.
   st = plexus::DiscoverLaunch(Env({{"RANK", "1"}, {"WORLD_SIZE", "2"}}), &info);
-  CHECK(st.message().find("no rendezvous point") != std::string::npos);
+  CHECK(st.ok());
+  CHECK_FALSE(plexus::HasRendezvous(info));
+  CHECK(plexus::NoRendezvousMessage(info).find("rank 1 of 2 (from torchrun) has no rendezvous "
+                                               "point: set MASTER_ADDR") != std::string::npos);
 }

@@ -68,9 +68,11 @@ std::chrono::milliseconds TimeoutFromEnv() {
   return std::chrono::milliseconds(int64_t(seconds * 1000));
 }
 
-// Loaded backends, shared by the communicators that use them.
+// Loaded backends, shared by the communicators that use them and kept until
+// the process exits: some libraries (MPI) cannot be initialised twice, so a
+// backend is finalised once, at exit, not whenever its last communicator goes.
 std::mutex g_backends_mutex;
-std::map<std::string, std::weak_ptr<Backend>> g_backends;
+std::map<std::string, std::shared_ptr<Backend>> g_backends;
 
 Status OpenBackend(const std::string& spec, const Job& job,
                    const std::map<std::string, std::string>& config,
@@ -79,7 +81,7 @@ Status OpenBackend(const std::string& spec, const Job& job,
   Status st = ResolveBackend(spec, &lib);
   if (!st.ok()) return st;
   std::lock_guard<std::mutex> lock(g_backends_mutex);
-  if (auto cached = g_backends[lib->path()].lock()) {
+  if (auto cached = g_backends[lib->path()]) {
     *out = cached;  // lib's extra dlopen reference is dropped here
     return Status::Ok();
   }
@@ -96,6 +98,18 @@ Status ChooseBackend(const Job& job, const std::string& comm_name,
                      const std::map<std::string, std::string>& config,
                      std::chrono::milliseconds timeout, std::shared_ptr<Backend>* out) {
   const std::string key = comm_name + "/auto-backend";
+  if (!job.has_rendezvous) {
+    // No store to agree through: every rank takes the first backend that
+    // works here. Under mpirun that is the same one on every rank.
+    std::string reasons;
+    for (const std::string& name : kAutoBackendOrder) {
+      Status st = OpenBackend(name, job, config, out);
+      if (st.ok()) return st;
+      reasons += "\n  " + name + ": " + st.message();
+    }
+    return Status::Unsupported("PLEXUS_BACKEND is not set and no backend could be used:" +
+                               reasons);
+  }
   if (job.launch.rank == 0) {
     std::string reasons;
     for (const std::string& name : kAutoBackendOrder) {
@@ -108,7 +122,6 @@ Status ChooseBackend(const Job& job, const std::string& comm_name,
       }
       reasons += "\n  " + name + ": " + st.message();
     }
-    const std::string none = "";
     (void)job.store->Set(key, Bytes(), timeout);
     return Status::Unsupported("PLEXUS_BACKEND is not set and no backend could be used:" + reasons);
   }
@@ -163,7 +176,7 @@ Communicator Communicator::from_env(const CommunicatorOptions& options) {
   // The rank hosting the store keeps it up until every rank is past its
   // out-of-band exchange: each marks itself done, the host waits for all.
   const std::string done = state->name + "/created/";
-  st = job->store->Set(done + std::to_string(l.rank), Bytes{1}, timeout);
+  if (job->has_rendezvous) st = job->store->Set(done + std::to_string(l.rank), Bytes{1}, timeout);
   if (st.ok() && job->server) {
     std::vector<std::string> keys;
     for (uint32_t r = 0; r < l.size; ++r) keys.push_back(done + std::to_string(r));

@@ -38,6 +38,22 @@ std::string LocalAddressTowards(const std::string& host, uint16_t port) {
   return result;
 }
 
+// The store of a job without a rendezvous point: every call explains.
+class NoRendezvousStore final : public RendezvousStore {
+ public:
+  explicit NoRendezvousStore(std::string why) : why_(std::move(why)) {}
+  Status Set(const std::string&, const Bytes&, std::chrono::milliseconds) override { return No(); }
+  Status Get(const std::string&, Bytes*, std::chrono::milliseconds) override { return No(); }
+  Status Add(const std::string&, int64_t, int64_t*, std::chrono::milliseconds) override {
+    return No();
+  }
+  Status Wait(const std::vector<std::string>&, std::chrono::milliseconds) override { return No(); }
+
+ private:
+  Status No() const { return Status::InvalidUsage(why_); }
+  std::string why_;
+};
+
 }  // namespace
 
 Status GetJob(std::chrono::milliseconds timeout, std::shared_ptr<Job>* out) {
@@ -55,6 +71,9 @@ Status GetJob(std::chrono::milliseconds timeout, std::shared_ptr<Job>* out) {
   SetLogRank(l.rank);
   if (l.size == 1 && l.master_addr.empty()) {
     j->store = MakeInProcessStore();
+  } else if (!HasRendezvous(l)) {
+    j->store = std::make_unique<NoRendezvousStore>(NoRendezvousMessage(l));
+    j->has_rendezvous = false;
   } else {
     if (!l.store_hosted && l.rank == 0) {
       st = TcpStoreServer::Start(l.master_addr, l.master_port, &j->server);

@@ -19,6 +19,10 @@ struct Job {
   std::unique_ptr<TcpStoreServer> server;  // only on rank 0 when no launcher hosts the store
   std::unique_ptr<RendezvousStore> store;
   std::string local_address;  // this host's address towards the master ("" for one process)
+  // False when the launcher named no rendezvous point (e.g. plain mpirun):
+  // then `store` fails every call with a message that says what to set, and
+  // only backends with their own bootstrap (MPI) can create communicators.
+  bool has_rendezvous = true;
   std::atomic<uint64_t> next_comm{0};
 };
 

@@ -99,13 +99,17 @@ Status DiscoverLaunch(const EnvLookup& env, LaunchInfo* info) {
     info->master_port = uint16_t(port);
   }
   if (auto hosted = env("PLEXUS_STORE_HOSTED")) info->store_hosted = (*hosted == "1");
-  if (info->size > 1 && (info->master_addr.empty() || info->master_port == 0)) {
-    return Status::InvalidArgument(
-        "rank " + std::to_string(info->rank) + " of " + std::to_string(info->size) + " (from " +
-        info->source + ") has no rendezvous point: set MASTER_ADDR and MASTER_PORT (or " +
-        "PLEXUS_MASTER_ADDR/PLEXUS_MASTER_PORT), or launch with plexus-run");
-  }
   return Status::Ok();
+}
+
+bool HasRendezvous(const LaunchInfo& info) {
+  return !info.master_addr.empty() && info.master_port != 0;
+}
+
+std::string NoRendezvousMessage(const LaunchInfo& info) {
+  return "rank " + std::to_string(info.rank) + " of " + std::to_string(info.size) + " (from " +
+         info.source + ") has no rendezvous point: set MASTER_ADDR and MASTER_PORT (or " +
+         "PLEXUS_MASTER_ADDR/PLEXUS_MASTER_PORT), or launch with plexus-run";
 }
 
 }  // namespace plexus

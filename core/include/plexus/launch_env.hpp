@@ -36,6 +36,14 @@ EnvLookup ProcessEnv();
 
 // Fills *info. Malformed or inconsistent values (a rank that is not a number,
 // rank >= size, only one of a pair) are INVALID_ARGUMENT naming the variable.
+// A missing rendezvous point is not an error here: a backend that brings its
+// own bootstrap (MPI under mpirun) needs none; see HasRendezvous.
 Status DiscoverLaunch(const EnvLookup& env, LaunchInfo* info);
+
+// Whether the launcher named a rendezvous point (address and port).
+bool HasRendezvous(const LaunchInfo& info);
+
+// What to tell a user whose job needs a rendezvous point and has none.
+std::string NoRendezvousMessage(const LaunchInfo& info);
 
 }  // namespace plexus
