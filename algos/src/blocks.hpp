@@ -10,7 +10,7 @@
 namespace plexus::algos {
 
 // Largest payload of one frame; also the size of a ring step's scratch buffer.
-inline constexpr size_t kSegmentBytes = size_t{1} << 20;
+inline constexpr size_t kSegmentBytes = size_t{1} << 18;
 
 class BlockLayout {
  public:

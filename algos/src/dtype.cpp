@@ -10,34 +10,40 @@
 namespace plexus::algos {
 namespace {
 
+// out[i] = fn(a[i], b[i]); out may be a (or b), element for element.
 template <typename T, typename Fn>
-void Apply(void* acc, const void* in, uint64_t count, Fn fn) {
-  T* a = static_cast<T*>(acc);
-  const T* b = static_cast<const T*>(in);
-  for (uint64_t i = 0; i < count; ++i) a[i] = fn(a[i], b[i]);
+void Apply(void* out, const void* a, const void* b, uint64_t count, Fn fn) {
+  T* o = static_cast<T*>(out);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  if (o == x) {  // the common in-place case, written so it vectorises
+    for (uint64_t i = 0; i < count; ++i) o[i] = fn(o[i], y[i]);
+  } else {
+    for (uint64_t i = 0; i < count; ++i) o[i] = fn(x[i], y[i]);
+  }
 }
 
 template <typename T>
-void ReduceTyped(void* acc, const void* in, uint64_t count, plexus_reduce_op_t op) {
+void ReduceTyped(void* out, const void* a, const void* b, uint64_t count, plexus_reduce_op_t op) {
   switch (op) {
     case PLEXUS_OP_SUM:
     case PLEXUS_OP_AVG:
-      return Apply<T>(acc, in, count, [](T x, T y) { return T(x + y); });
+      return Apply<T>(out, a, b, count, [](T x, T y) { return T(x + y); });
     case PLEXUS_OP_PROD:
-      return Apply<T>(acc, in, count, [](T x, T y) { return T(x * y); });
+      return Apply<T>(out, a, b, count, [](T x, T y) { return T(x * y); });
     case PLEXUS_OP_MIN:
-      return Apply<T>(acc, in, count, [](T x, T y) { return std::min(x, y); });
+      return Apply<T>(out, a, b, count, [](T x, T y) { return std::min(x, y); });
     case PLEXUS_OP_MAX:
-      return Apply<T>(acc, in, count, [](T x, T y) { return std::max(x, y); });
+      return Apply<T>(out, a, b, count, [](T x, T y) { return std::max(x, y); });
   }
 }
 
 // 16-bit floats reduce in binary32 and round once per element and step, as
 // NCCL and Gloo do for half types.
 template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
-void ReduceHalf(void* acc, const void* in, uint64_t count, plexus_reduce_op_t op) {
+void ReduceHalf(void* out, const void* a, const void* b, uint64_t count, plexus_reduce_op_t op) {
   auto run = [&](auto fn) {
-    Apply<uint16_t>(acc, in, count,
+    Apply<uint16_t>(out, a, b, count,
                     [&](uint16_t x, uint16_t y) { return FromFloat(fn(ToFloat(x), ToFloat(y))); });
   };
   switch (op) {
@@ -122,34 +128,29 @@ bool CanReduce(plexus_dtype_t dtype, plexus_reduce_op_t op) {
   return DtypeSize(dtype) != 0 && op >= PLEXUS_OP_SUM && op <= PLEXUS_OP_MAX_V1;
 }
 
+void ReduceTo(void* out, const void* a, const void* b, uint64_t count, plexus_dtype_t dtype,
+              plexus_reduce_op_t op) {
+  switch (dtype) {
+    case PLEXUS_DTYPE_INT8: return ReduceTyped<int8_t>(out, a, b, count, op);
+    case PLEXUS_DTYPE_UINT8: return ReduceTyped<uint8_t>(out, a, b, count, op);
+    case PLEXUS_DTYPE_INT16: return ReduceTyped<int16_t>(out, a, b, count, op);
+    case PLEXUS_DTYPE_UINT16: return ReduceTyped<uint16_t>(out, a, b, count, op);
+    case PLEXUS_DTYPE_INT32: return ReduceTyped<int32_t>(out, a, b, count, op);
+    case PLEXUS_DTYPE_UINT32: return ReduceTyped<uint32_t>(out, a, b, count, op);
+    case PLEXUS_DTYPE_INT64: return ReduceTyped<int64_t>(out, a, b, count, op);
+    case PLEXUS_DTYPE_UINT64: return ReduceTyped<uint64_t>(out, a, b, count, op);
+    case PLEXUS_DTYPE_FLOAT16:
+      return ReduceHalf<Float16ToFloat, FloatToFloat16>(out, a, b, count, op);
+    case PLEXUS_DTYPE_BFLOAT16:
+      return ReduceHalf<BFloat16ToFloat, FloatToBFloat16>(out, a, b, count, op);
+    case PLEXUS_DTYPE_FLOAT32: return ReduceTyped<float>(out, a, b, count, op);
+    case PLEXUS_DTYPE_FLOAT64: return ReduceTyped<double>(out, a, b, count, op);
+  }
+}
+
 void ReduceInto(void* acc, const void* in, uint64_t count, plexus_dtype_t dtype,
                 plexus_reduce_op_t op) {
-  switch (dtype) {
-    case PLEXUS_DTYPE_INT8:
-      return ReduceTyped<int8_t>(acc, in, count, op);
-    case PLEXUS_DTYPE_UINT8:
-      return ReduceTyped<uint8_t>(acc, in, count, op);
-    case PLEXUS_DTYPE_INT16:
-      return ReduceTyped<int16_t>(acc, in, count, op);
-    case PLEXUS_DTYPE_UINT16:
-      return ReduceTyped<uint16_t>(acc, in, count, op);
-    case PLEXUS_DTYPE_INT32:
-      return ReduceTyped<int32_t>(acc, in, count, op);
-    case PLEXUS_DTYPE_UINT32:
-      return ReduceTyped<uint32_t>(acc, in, count, op);
-    case PLEXUS_DTYPE_INT64:
-      return ReduceTyped<int64_t>(acc, in, count, op);
-    case PLEXUS_DTYPE_UINT64:
-      return ReduceTyped<uint64_t>(acc, in, count, op);
-    case PLEXUS_DTYPE_FLOAT16:
-      return ReduceHalf<Float16ToFloat, FloatToFloat16>(acc, in, count, op);
-    case PLEXUS_DTYPE_BFLOAT16:
-      return ReduceHalf<BFloat16ToFloat, FloatToBFloat16>(acc, in, count, op);
-    case PLEXUS_DTYPE_FLOAT32:
-      return ReduceTyped<float>(acc, in, count, op);
-    case PLEXUS_DTYPE_FLOAT64:
-      return ReduceTyped<double>(acc, in, count, op);
-  }
+  ReduceTo(acc, acc, in, count, dtype, op);
 }
 
 void FinishAverage(void* buf, uint64_t count, plexus_dtype_t dtype, uint32_t divisor) {

@@ -24,9 +24,16 @@ namespace plexus::algos {
 Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendbuf, void* recvbuf) {
   const size_t elem = DtypeSize(sig.dtype);
   auto* out = static_cast<uint8_t*>(recvbuf);
-  if (sendbuf != recvbuf && sig.count > 0) std::memcpy(out, sendbuf, sig.count * elem);
+  const auto* in = static_cast<const uint8_t*>(sendbuf);
   const uint32_t n = t.size();
-  if (n == 1 || sig.count == 0) return {};
+  if (n == 1 || sig.count == 0) {
+    if (sendbuf != recvbuf && sig.count > 0) std::memcpy(out, sendbuf, sig.count * elem);
+    return {};
+  }
+  // No up-front copy of sendbuf into recvbuf: step 0 sends straight from
+  // sendbuf, and every received block is combined with sendbuf's copy of it
+  // into recvbuf (ReduceTo). Block `rank` of recvbuf is only ever written by
+  // the allgather phase.
 
   const uint32_t r = t.rank();
   const uint32_t left = (r + n - 1) % n;
@@ -39,7 +46,7 @@ Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendb
   // One ring step: send block send_b to the right, receive block recv_b from
   // the left, segment by segment. When reducing, segments go into two scratch
   // buffers in turn so that segment k is reduced while k+1 is in flight.
-  auto step = [&](uint32_t send_b, uint32_t recv_b, bool reduce) -> Status {
+  auto step = [&](uint32_t send_b, uint32_t recv_b, bool reduce, bool first) -> Status {
     const uint64_t send_len = blocks.length(send_b);
     const uint64_t recv_len = blocks.length(recv_b);
     const uint64_t segs = std::max(SegmentCount(send_len, seg), SegmentCount(recv_len, seg));
@@ -48,7 +55,8 @@ Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendb
       const uint64_t s_elems = SegmentLength(send_len, seg, k);
       const uint64_t r_elems = SegmentLength(recv_len, seg, k);
       uint8_t* dest = out + (blocks.offset(recv_b) + k * seg) * elem;
-      SendSpec send{right, out + (blocks.offset(send_b) + k * seg) * elem, s_elems * elem};
+      const uint8_t* src = first ? in : out;
+      SendSpec send{right, src + (blocks.offset(send_b) + k * seg) * elem, s_elems * elem};
       RecvSpec recv{left, reduce ? scratch[k % 2].data() : dest, r_elems * elem};
       return t.Start(sig, std::span(&send, s_elems ? 1 : 0), std::span(&recv, r_elems ? 1 : 0),
                      &tickets[k % 2]);
@@ -59,22 +67,22 @@ Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendb
       PLEXUS_ALGOS_RETURN_IF_ERROR(t.Finish(tickets[k % 2]));
       const uint64_t r_elems = SegmentLength(recv_len, seg, k);
       if (reduce && r_elems) {
-        ReduceInto(out + (blocks.offset(recv_b) + k * seg) * elem, scratch[k % 2].data(), r_elems,
-                   sig.dtype, sig.op);
+        const uint64_t at = (blocks.offset(recv_b) + k * seg) * elem;
+        ReduceTo(out + at, in + at, scratch[k % 2].data(), r_elems, sig.dtype, sig.op);
       }
     }
     return {};
   };
 
   for (uint32_t s = 0; s + 1 < n; ++s) {
-    PLEXUS_ALGOS_RETURN_IF_ERROR(step((r + n - s) % n, (r + 2 * n - s - 1) % n, true));
+    PLEXUS_ALGOS_RETURN_IF_ERROR(step((r + n - s) % n, (r + 2 * n - s - 1) % n, true, s == 0));
   }
   if (sig.op == PLEXUS_OP_AVG) {
     const uint32_t mine = (r + 1) % n;
     FinishAverage(out + blocks.offset(mine) * elem, blocks.length(mine), sig.dtype, n);
   }
   for (uint32_t s = 0; s + 1 < n; ++s) {
-    PLEXUS_ALGOS_RETURN_IF_ERROR(step((r + 1 + n - s) % n, (r + n - s) % n, false));
+    PLEXUS_ALGOS_RETURN_IF_ERROR(step((r + 1 + n - s) % n, (r + n - s) % n, false, false));
   }
   return {};
 }

@@ -29,6 +29,11 @@ bool CanReduce(plexus_dtype_t dtype, plexus_reduce_op_t op);
 void ReduceInto(void* acc, const void* in, uint64_t count, plexus_dtype_t dtype,
                 plexus_reduce_op_t op);
 
+// out[i] = a[i] (op) b[i]: like ReduceInto but leaves a untouched, which
+// saves an algorithm a copy. out may equal a; no other overlap.
+void ReduceTo(void* out, const void* a, const void* b, uint64_t count, plexus_dtype_t dtype,
+              plexus_reduce_op_t op);
+
 // buf[i] /= divisor (integers truncate toward zero), the last step of AVG.
 void FinishAverage(void* buf, uint64_t count, plexus_dtype_t dtype, uint32_t divisor);
 
