@@ -1,5 +1,7 @@
 #include "mpi_backend.hpp"
 
+#include "mpi_schedule.hpp"
+
 #if __has_include(<mpi-ext.h>)
 #include <mpi-ext.h>  // Open MPI's extensions: MPIX_Query_cuda_support
 #endif
@@ -98,9 +100,14 @@ void AbandonLocked(plexus_request* req) {
 }  // namespace
 
 int32_t Progress(plexus_request* req) {
+  plexus_comm* comm = req->comm;
+  // Every test and wait moves every own schedule of the process on (a peer
+  // may need another of them finished before it can serve this one); an
+  // in-progress own schedule is always among them, aborts included.
+  comm->ctx->AdvanceSchedules();
+  if (req->own_schedule) return req->status.load(std::memory_order_acquire);
   std::lock_guard<std::mutex> guard(req->mutex);
   if (req->status != PLEXUS_IN_PROGRESS) return req->status;
-  plexus_comm* comm = req->comm;
   const char* what = algos::CollectiveName(req->coll);
   if (comm->aborted.load()) {
     AbandonLocked(req);
@@ -172,31 +179,135 @@ int32_t Progress(plexus_request* req) {
 int32_t WaitFor(plexus_request* req, int64_t timeout_ms) {
   using Clock = std::chrono::steady_clock;
   if (timeout_ms < 0) timeout_ms = req->comm->timeout_ms;
+  int32_t rc = Progress(req);
+  if (rc != PLEXUS_IN_PROGRESS) return rc;
+  // MPI progresses only inside MPI calls (Open MPI has no progress thread),
+  // so the loop keeps testing, in two phases:
+  //  - back to back for as long as the operation could still be moving data:
+  //    kActiveBase plus its bytes at kActiveRate. Each test runs Open MPI's
+  //    progress engine once, which itself yields the CPU when it found
+  //    nothing to do if mpi_yield_when_idle is set (mpirun sets it on an
+  //    oversubscribed host; bench/compare sets it): the same policy as Open
+  //    MPI's own blocking calls, which wait like this for as long as it
+  //    takes. A yield or sleep of ours on top would add a system call to
+  //    every turn: measured on loopback TCP with 2 ranks, it cost small
+  //    operations their latency and stretched 64-128 KiB ones by 20-40 %,
+  //    since nothing moves the bytes of a message through the sockets but
+  //    these tests;
+  //  - after that the operation waits for a peer rather than for data, and
+  //    the loop sleeps, doubling from 20 us to at most 250 us, so that a long
+  //    wait costs little CPU (the other ranks of an oversubscribed host need
+  //    it) while multi-step MPI algorithms still get progressed often.
+  //    Measured on the 2-core CI machine with 4 ranks, caps of 1 ms and more
+  //    made the collectives check 1.5-2.5x slower than 100-250 us.
+  // The deadline (and an abort, which Progress reports) is checked on every
+  // turn, so both phases honour the timeout.
+  constexpr auto kActiveBase = std::chrono::microseconds(250);
+  constexpr uint64_t kActiveRate = 256;  // bytes per microsecond (0.25 GB/s)
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::milliseconds(timeout_ms);
-  // MPI progresses only inside MPI calls, so the loop keeps testing: it
-  // yields for the first 250 us (short operations finish there), then
-  // sleeps, doubling from 20 us to at most 250 us, so that a long wait costs
-  // little CPU (the other ranks of an oversubscribed host need it) while
-  // multi-step MPI algorithms still get progressed often. Measured on the
-  // 2-core CI machine with 4 ranks, caps of 1 ms and more made the
-  // collectives check 1.5-2.5x slower than 100-250 us.
+  const auto active_until =
+      start + kActiveBase +
+      std::chrono::microseconds(std::min<uint64_t>(req->bytes / kActiveRate, uint64_t(1) << 40));
   auto nap = std::chrono::microseconds(20);
   for (;;) {
-    const int32_t rc = Progress(req);
-    if (rc != PLEXUS_IN_PROGRESS) return rc;
     const auto now = Clock::now();
     if (now >= deadline) return PLEXUS_ERR_TIMEOUT;
-    if (now - start < std::chrono::microseconds(250)) {
-      std::this_thread::yield();
-    } else {
+    if (now >= active_until) {
       std::this_thread::sleep_for(std::min<Clock::duration>(nap, deadline - now));
       nap = std::min(nap * 2, std::chrono::microseconds(250));
     }
+    rc = Progress(req);
+    if (rc != PLEXUS_IN_PROGRESS) return rc;
   }
 }
 
+namespace {
+
+// Hands req's unfinished schedules (and the scratch memory they use) to the
+// context, which runs them to their end. sched_mutex held.
+void AbandonSchedules(plexus_request* req) {
+  plexus_comm* comm = req->comm;
+  Abandoned a;
+  a.comm = comm->mpi;
+  for (auto& s : req->schedules) {
+    if (!s.done()) a.schedules.push_back(std::move(s));
+  }
+  req->schedules.clear();
+  if (a.schedules.empty()) {
+    if (req->scratch) comm->GiveScratch(std::move(req->scratch), req->scratch_capacity);
+    return;
+  }
+  a.scratch = std::move(req->scratch);
+  comm->ctx->Abandon(std::move(a));
+}
+
+// After a failure: what req's schedules have in MPI goes to the context as
+// plain requests (no further steps). sched_mutex held.
+void FailSchedules(plexus_request* req) {
+  plexus_comm* comm = req->comm;
+  Abandoned a;
+  a.comm = comm->mpi;
+  for (auto& s : req->schedules) s.TakeRequests(&a.requests);
+  req->schedules.clear();
+  if (a.requests.empty()) {
+    if (req->scratch) comm->GiveScratch(std::move(req->scratch), req->scratch_capacity);
+    return;
+  }
+  a.scratch = std::move(req->scratch);
+  comm->ctx->Abandon(std::move(a));
+}
+
+void SetStatus(plexus_request* req, int32_t status) {
+  std::lock_guard<std::mutex> guard(req->mutex);
+  req->status.store(status, std::memory_order_release);
+}
+
+// Advances req's schedules; true once req has left PLEXUS_IN_PROGRESS (done,
+// failed or aborted). sched_mutex held.
+bool AdvanceRequest(plexus_request* req) {
+  plexus_comm* comm = req->comm;
+  if (comm->aborted.load()) {
+    AbandonSchedules(req);
+    SetStatus(req, PLEXUS_ERR_ABORTED);
+    return true;
+  }
+  int rc = MPI_SUCCESS;
+  const char* call = "";
+  bool done = true;
+  {
+    MpiLock lock(*comm->ctx);
+    for (auto& s : req->schedules) {
+      if (s.done()) continue;
+      rc = s.Advance(&call);
+      if (rc != MPI_SUCCESS) break;
+      if (!s.done()) done = false;
+    }
+  }
+  if (rc != MPI_SUCCESS) {
+    int32_t code = StatusOfMpiError(rc);
+    if (code == PLEXUS_OK) code = PLEXUS_ERR_SYSTEM;
+    comm->SetError(std::string("mpi ") + algos::CollectiveName(req->coll) + " failed in MPI (" +
+                   call + "): " + MpiErrorText(rc));
+    FailSchedules(req);
+    SetStatus(req, code);
+    return true;
+  }
+  if (!done) return false;
+  req->schedules.clear();
+  if (req->average && req->average_count) {
+    algos::FinishAverage(req->average, req->average_count, req->dtype, comm->size);
+  }
+  if (req->scratch) comm->GiveScratch(std::move(req->scratch), req->scratch_capacity);
+  SetStatus(req, PLEXUS_OK);
+  return true;
+}
+
+}  // namespace
+
 }  // namespace plexus::mpi
+
+plexus_request::~plexus_request() = default;
 
 // ---------------------------------------------------------------------------
 // plexus_backend_ctx
@@ -246,6 +357,14 @@ int32_t plexus_backend_ctx::EnsureMpi(std::string* error) {
     }
     return plexus::mpi::StatusOfMpiError(rc);
   }
+  {
+    void* attr = nullptr;
+    int found = 0;
+    if (MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &attr, &found) == MPI_SUCCESS && found &&
+        attr && *static_cast<int*>(attr) > plexus::mpi::kP2pTag) {
+      tag_ub = *static_cast<int*>(attr);
+    }
+  }
   bool cuda = false;
 #if defined(MPIX_CUDA_AWARE_SUPPORT)
   // Compiled against an MPI with the CUDA extension; ask the library in use.
@@ -262,6 +381,7 @@ int32_t plexus_backend_ctx::EnsureMpi(std::string* error) {
 
 void plexus_backend_ctx::Abandon(plexus::mpi::Abandoned a) {
   std::lock_guard<std::mutex> lock(abandoned_mutex);
+  if (!a.schedules.empty()) abandoned_schedules.fetch_add(1);
   abandoned.push_back(std::move(a));
 }
 
@@ -279,8 +399,15 @@ void plexus_backend_ctx::ReleaseComm(MPI_Comm comm) {
 size_t plexus_backend_ctx::ReapLocked() {
   if (abandoned.empty() && released.empty()) return 0;
   plexus::mpi::MpiLock mpi_lock(*this);
-  std::erase_if(abandoned, [](plexus::mpi::Abandoned& a) {
+  std::erase_if(abandoned, [&](plexus::mpi::Abandoned& a) {
     bool done = true;
+    for (auto& s : a.schedules) {
+      if (s.done()) continue;
+      const char* call = "";
+      // A failure ends the schedule; what it has in MPI is then waited for.
+      if (s.Advance(&call) != MPI_SUCCESS) s.TakeRequests(&a.requests);
+      if (!s.done()) done = false;
+    }
     for (MPI_Request& r : a.requests) {
       if (r == MPI_REQUEST_NULL) continue;
       int flag = 0;
@@ -292,6 +419,7 @@ size_t plexus_backend_ctx::ReapLocked() {
       }
       if (!flag) done = false;
     }
+    if (done && !a.schedules.empty()) abandoned_schedules.fetch_sub(1);
     return done;
   });
   std::erase_if(released, [&](MPI_Comm& comm) {
@@ -302,6 +430,36 @@ size_t plexus_backend_ctx::ReapLocked() {
     return true;
   });
   return abandoned.size();
+}
+
+void plexus_backend_ctx::Activate(plexus_request* req) {
+  std::lock_guard<std::mutex> lock(sched_mutex);
+  active.push_back(req);
+  active_count.store(active.size(), std::memory_order_release);
+}
+
+void plexus_backend_ctx::AdvanceSchedules() {
+  // Aborted schedules go on in the background, as MPI's own collectives would.
+  if (abandoned_schedules.load(std::memory_order_acquire) > 0) ReapAbandoned();
+  if (active_count.load(std::memory_order_acquire) == 0) return;
+  std::lock_guard<std::mutex> lock(sched_mutex);
+  size_t kept = 0;
+  for (plexus_request* req : active) {
+    if (!plexus::mpi::AdvanceRequest(req)) active[kept++] = req;
+  }
+  active.resize(kept);
+  active_count.store(kept, std::memory_order_release);
+}
+
+void plexus_backend_ctx::DropSchedules(plexus_comm* comm) {
+  std::lock_guard<std::mutex> lock(sched_mutex);
+  std::erase_if(active, [&](plexus_request* req) {
+    if (req->comm != comm) return false;
+    plexus::mpi::AbandonSchedules(req);
+    plexus::mpi::SetStatus(req, PLEXUS_ERR_ABORTED);
+    return true;
+  });
+  active_count.store(active.size(), std::memory_order_release);
 }
 
 // ---------------------------------------------------------------------------
@@ -341,4 +499,32 @@ int32_t plexus_comm::Usable(const char* what) {
   last_error_ = std::string("mpi ") + what + ": the communicator " + name +
                 " is unusable after an earlier failure (" + broken_reason_ + ")";
   return broken_;
+}
+
+int plexus_comm::CollTag(uint64_t k) const {
+  const uint64_t span = uint64_t(std::max(ctx->tag_ub - plexus::mpi::kP2pTag, 1));
+  return plexus::mpi::kP2pTag + 1 + int(k % span);
+}
+
+std::unique_ptr<uint8_t[]> plexus_comm::TakeScratch(uint64_t bytes, uint64_t* capacity) {
+  {
+    std::lock_guard<std::mutex> lock(scratch_mutex_);
+    if (scratch_ && scratch_capacity_ >= bytes) {
+      *capacity = scratch_capacity_;
+      scratch_capacity_ = 0;
+      return std::move(scratch_);
+    }
+  }
+  *capacity = bytes;
+  return std::make_unique_for_overwrite<uint8_t[]>(bytes);
+}
+
+void plexus_comm::GiveScratch(std::unique_ptr<uint8_t[]> buf, uint64_t capacity) {
+  constexpr uint64_t kMaxCached = uint64_t(256) << 20;  // more is freed after use
+  if (!buf || capacity > kMaxCached) return;
+  std::lock_guard<std::mutex> lock(scratch_mutex_);
+  if (!scratch_ || scratch_capacity_ < capacity) {
+    scratch_ = std::move(buf);
+    scratch_capacity_ = capacity;
+  }
 }

@@ -8,11 +8,16 @@
 // MPI_COMM_WORLD with MPI_ERRORS_RETURN, so MPI failures come back as codes
 // (turned into ABI statuses carrying MPI_Error_string) instead of aborting.
 //
-// A posted operation is one or more non-blocking MPI calls (several when the
-// count exceeds what one MPI call takes, int); its plexus_request holds their
-// MPI_Requests and a finishing step run once all completed (divide for AVG,
-// copy out of a scratch buffer, check a received count). test() is MPI_Test;
-// wait() loops MPI_Test with yields and growing sleeps until the deadline.
+// A posted operation is either one or more non-blocking MPI calls (several
+// when the count exceeds what one MPI call takes, int), or, for allreduce on
+// host memory, the backend's own schedules of point-to-point messages
+// (mpi_schedule.hpp), one per chunk. Its plexus_request holds their
+// MPI_Requests (or schedules) and a finishing step run once all completed
+// (divide for AVG, copy out of a scratch buffer, check a received count).
+// test() is MPI_Test, after advancing every active schedule of the process;
+// wait() repeats that, back to back for a few microseconds, then yielding the
+// CPU between tests for as long as the operation's size can justify, then
+// sleeping a little longer each time, until done or the deadline.
 // MPI cannot cancel collectives: a timed-out wait leaves the request pending,
 // and an abort makes pending requests report PLEXUS_ERR_ABORTED while their
 // MPI requests (and scratch buffers) are kept by the context until MPI
@@ -28,10 +33,15 @@
 #include <string>
 #include <vector>
 
+#include "mpi_schedule.hpp"
 #include "mpi_types.hpp"
 #include "plexus/backend.h"
 
 namespace plexus::mpi {
+
+// Tag of every point-to-point message of the ABI's send/recv. The backend's
+// own allreduce schedules use the tags above it (CollTag).
+constexpr int kP2pTag = 0x504c;
 
 // Writes message through the host's logger; silent without one.
 void Log(const plexus_host_v1& host, int32_t level, const std::string& message);
@@ -42,11 +52,13 @@ std::string MpiErrorText(int code);
 // The ABI status class of an MPI error code.
 int32_t StatusOfMpiError(int code);
 
-// MPI requests of an aborted operation that MPI may still be working on, the
-// scratch memory it may still write, and the communicator they run on.
+// MPI requests of an aborted operation that MPI may still be working on (or
+// own schedules, which the context keeps running to their end), the scratch
+// memory they may still write, and the communicator they run on.
 struct Abandoned {
   MPI_Comm comm = MPI_COMM_NULL;
   std::vector<MPI_Request> requests;
+  std::vector<AllreduceSchedule> schedules;
   std::unique_ptr<uint8_t[]> scratch;
 };
 
@@ -60,16 +72,29 @@ struct plexus_backend_ctx {
   // state_mutex held. On failure *error says why.
   int32_t EnsureMpi(std::string* error);
 
-  // Keeps an aborted operation's MPI requests until they complete.
+  // Keeps an aborted operation's MPI requests until they complete (and runs
+  // its schedules to their end).
   void Abandon(plexus::mpi::Abandoned a);
-  // Tests the abandoned requests, dropping finished ones, and frees the
-  // communicators released meanwhile that no abandoned operation uses any
-  // more; returns how many operations are left. Takes the MPI lock itself.
+  // Tests the abandoned requests and advances the abandoned schedules,
+  // dropping finished ones, and frees the communicators released meanwhile
+  // that no abandoned operation uses any more; returns how many operations
+  // are left. Takes the MPI lock itself.
   size_t ReapAbandoned();
   // MPI_Comm_free(comm) now, or once its abandoned operations have finished:
   // Open MPI's non-blocking collectives crash when their communicator is
   // freed under them, whatever the standard says about deferred freeing.
   void ReleaseComm(MPI_Comm comm);
+
+  // Own schedules (allreduce on host memory). Activate() makes req's
+  // schedules advance from every test/wait; AdvanceSchedules() advances every
+  // active one (completing, failing or aborting requests as they finish) and
+  // every abandoned one, and is cheap when there are none; DropSchedules(comm)
+  // abandons those of comm (comm_destroy with requests left over). Take
+  // sched_mutex, then a request's mutex or abandoned_mutex, then the MPI
+  // lock, in that order.
+  void Activate(plexus_request* req);
+  void AdvanceSchedules();
+  void DropSchedules(plexus_comm* comm);
 
   const plexus_host_v1 host;        // copy of the host's table (its pointers outlive us)
   uint64_t max_count = 2147483647;  // most elements one MPI call is given (PLEXUS_MPI_MAX_COUNT)
@@ -81,6 +106,7 @@ struct plexus_backend_ctx {
   std::atomic<bool> cuda_aware{false};
   plexus::mpi::HalfOps half_ops;
   std::string library_version;  // "Open MPI v4.1.4", for log lines
+  int tag_ub = 32767;           // MPI_TAG_UB (the standard's minimum until MPI says)
 
   // Serialises every MPI call when MPI granted less than MPI_THREAD_MULTIPLE.
   // serialize is written once, before the first communicator exists.
@@ -90,6 +116,11 @@ struct plexus_backend_ctx {
   std::mutex abandoned_mutex;
   std::vector<plexus::mpi::Abandoned> abandoned;  // guarded by abandoned_mutex
   std::vector<MPI_Comm> released;                 // guarded by abandoned_mutex
+  std::atomic<size_t> abandoned_schedules{0};  // entries of abandoned with schedules
+
+  std::mutex sched_mutex;
+  std::vector<plexus_request*> active;  // requests with running schedules; guarded by sched_mutex
+  std::atomic<size_t> active_count{0};  // active.size(), read without the lock
 
  private:
   size_t ReapLocked();  // abandoned_mutex held
@@ -130,7 +161,22 @@ struct plexus_comm {
   // PLEXUS_OK, or the status every post must fail with now (aborted, broken).
   int32_t Usable(const char* what);
 
+  // Tag of the k-th own schedule posted on this communicator (the same k on
+  // every rank): above kP2pTag, cycling below MPI_TAG_UB.
+  int CollTag(uint64_t k) const;
+  std::atomic<uint64_t> coll_seq{0};  // schedules posted so far
+
+  // One cached scratch buffer, so that in-place allreduces do not map and
+  // fault in fresh memory every call. Take returns one of at least bytes
+  // (*capacity its size); Give keeps it for the next caller, or frees it.
+  std::unique_ptr<uint8_t[]> TakeScratch(uint64_t bytes, uint64_t* capacity);
+  void GiveScratch(std::unique_ptr<uint8_t[]> buf, uint64_t capacity);
+
  private:
+  std::mutex scratch_mutex_;
+  std::unique_ptr<uint8_t[]> scratch_;  // guarded by scratch_mutex_
+  uint64_t scratch_capacity_ = 0;
+
   std::mutex error_mutex_;
   std::string last_error_;  // guarded by error_mutex_
   int32_t broken_ = PLEXUS_OK;
@@ -146,7 +192,9 @@ struct plexus_request {
   std::mutex mutex;                  // guards everything below
   std::vector<MPI_Request> pending;  // MPI_REQUEST_NULL once complete
   std::vector<int> expect;           // recv: elements each MPI recv must deliver; else -1
-  int32_t status = PLEXUS_IN_PROGRESS;
+  // Written under mutex; read without it where a stale value is harmless
+  // (test/wait of own schedules, which AdvanceSchedules completes).
+  std::atomic<int32_t> status{PLEXUS_IN_PROGRESS};
 
   // Finishing steps, run once after every MPI request completed:
   void* average = nullptr;  // divide average_count elements here by comm->size (AVG)
@@ -155,6 +203,17 @@ struct plexus_request {
   std::unique_ptr<uint8_t[]> scratch;  // MPI wrote the result here ...
   void* scratch_to = nullptr;          // ... and it goes here
   size_t scratch_bytes = 0;
+
+  // Own schedules (allreduce on host memory): one per chunk, all running at
+  // once; pending is then unused and scratch (scratch_capacity bytes) is
+  // theirs, returned to the communicator's cache on completion. Guarded by
+  // ctx->sched_mutex.
+  std::vector<plexus::mpi::AllreduceSchedule> schedules;
+  uint64_t scratch_capacity = 0;
+  bool own_schedule = false;  // set before the request is published, never changed
+
+  uint64_t bytes = 0;  // data one rank moves: how long wait() keeps testing back to back
+  ~plexus_request();
 };
 
 namespace plexus::mpi {
@@ -162,8 +221,9 @@ namespace plexus::mpi {
 // test(): progresses req without blocking; see the ABI's test().
 int32_t Progress(plexus_request* req);
 
-// wait(): Progress in a loop with yields and sleeps until done or timeout_ms
-// (negative = the communicator's timeout; 0 = one test).
+// wait(): Progress in a loop (back to back, then with yields, then with
+// sleeps) until done or timeout_ms (negative = the communicator's timeout;
+// 0 = one test).
 int32_t WaitFor(plexus_request* req, int64_t timeout_ms);
 
 }  // namespace plexus::mpi

@@ -1,5 +1,7 @@
 #include "mpi_collectives.hpp"
 
+#include "mpi_schedule.hpp"
+
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -9,8 +11,9 @@
 namespace plexus::mpi {
 namespace {
 
-// Tag of every point-to-point message; collectives do not use tags.
-constexpr int kTag = 0x504c;
+// Tag of every message of send/recv; MPI's collectives use none, the own
+// allreduce schedules their own (plexus_comm::CollTag).
+constexpr int kTag = kP2pTag;
 
 // Byte offset into a caller's buffer (NULL stays NULL for empty operations).
 inline void* At(void* p, uint64_t bytes) {
@@ -123,10 +126,111 @@ int MakeChunkType(MPI_Datatype base, int n, MPI_Aint extent, MPI_Datatype* out) 
 
 }  // namespace
 
+namespace {
+
+// Allreduce on host memory: one AllreduceSchedule per chunk of at most
+// max_count elements, each with its own tag, all started now.
+int32_t PostAllreduceSchedules(plexus_comm* comm, const void* send, void* recv, uint64_t count,
+                               plexus_dtype_t dtype, plexus_reduce_op_t op,
+                               plexus_request** out) {
+  plexus_backend_ctx* ctx = comm->ctx;
+  const uint64_t es = algos::DtypeSize(dtype);
+  const bool in_place = send == recv;
+  const uint64_t max = ctx->max_count;
+  const uint64_t chunks = count == 0 ? 1 : (count + max - 1) / max;
+
+  auto req = std::make_unique<plexus_request>();
+  req->comm = comm;
+  req->coll = PLEXUS_COLL_ALLREDUCE;
+  req->dtype = dtype;
+  req->type = ToMpiType(dtype);
+  req->own_schedule = true;
+  req->bytes = count * es;
+  if (op == PLEXUS_OP_AVG) {
+    req->average = recv;
+    req->average_count = count;
+  }
+  uint64_t scratch_bytes = 0;
+  for (uint64_t k = 0; k < chunks; ++k) {
+    const uint64_t n = std::min(max, count - k * max);
+    scratch_bytes += AllreduceSchedule::ScratchBytes(n, dtype, comm->size, in_place);
+  }
+  if (scratch_bytes) req->scratch = comm->TakeScratch(scratch_bytes, &req->scratch_capacity);
+
+  // The tags: the same sequence numbers on every rank, since every rank posts
+  // the same allreduces (and so the same chunks) in the same order.
+  const uint64_t seq = comm->coll_seq.fetch_add(chunks);
+  req->schedules.reserve(chunks);
+  int rc = MPI_SUCCESS;
+  const char* call = "";
+  bool finished = true;
+  {
+    MpiLock lock(*ctx);
+    uint64_t scratch_off = 0;
+    for (uint64_t k = 0; k < chunks && rc == MPI_SUCCESS; ++k) {
+      const uint64_t off = k * max, n = std::min(max, count - off);
+      AllreduceSchedule::Args a;
+      a.recv = At(recv, off * es);
+      a.send = in_place ? a.recv : At(send, off * es);
+      a.count = n;
+      a.dtype = dtype;
+      a.op = op;
+      a.type = req->type;
+      a.comm = comm->mpi;
+      a.tag = comm->CollTag(seq + k);
+      a.rank = comm->rank;
+      a.size = comm->size;
+      a.scratch = req->scratch ? req->scratch.get() + scratch_off : nullptr;
+      scratch_off += AllreduceSchedule::ScratchBytes(n, dtype, comm->size, in_place);
+      AllreduceSchedule& s = req->schedules.emplace_back(a);
+      rc = s.Start(&call);
+      finished = finished && s.done();
+    }
+  }
+  if (rc != MPI_SUCCESS) {
+    int32_t code = StatusOfMpiError(rc);
+    if (code == PLEXUS_OK) code = PLEXUS_ERR_SYSTEM;
+    std::string message = std::string("mpi allreduce: ") + call + " failed: " + MpiErrorText(rc);
+    Abandoned a;
+    a.comm = comm->mpi;
+    {
+      MpiLock lock(*ctx);
+      for (auto& s : req->schedules) s.TakeRequests(&a.requests);
+    }
+    if (a.requests.empty()) {
+      comm->SetError(message);  // nothing reached MPI
+      return code;
+    }
+    // Part of the operation is in MPI already: this rank is out of step.
+    a.scratch = std::move(req->scratch);
+    ctx->Abandon(std::move(a));
+    comm->Break(code, message + " (after part of the operation was posted; the communicator "
+                                "is no longer usable)");
+    return code;
+  }
+  if (finished) {  // one rank, or count 0: done already
+    req->schedules.clear();
+    if (req->average && count) algos::FinishAverage(recv, count, dtype, comm->size);
+    if (req->scratch) comm->GiveScratch(std::move(req->scratch), req->scratch_capacity);
+    req->status = PLEXUS_OK;
+    *out = req.release();
+    return PLEXUS_OK;
+  }
+  plexus_request* r = req.release();
+  ctx->Activate(r);
+  *out = r;
+  return PLEXUS_OK;
+}
+
+}  // namespace
+
 int32_t PostAllreduce(plexus_comm* comm, const void* send, void* recv, uint64_t count,
-                      plexus_dtype_t dtype, plexus_reduce_op_t op, plexus_request** out) {
+                      plexus_dtype_t dtype, plexus_reduce_op_t op, bool host_memory,
+                      plexus_request** out) {
+  if (host_memory) return PostAllreduceSchedules(comm, send, recv, count, dtype, op, out);
   Posting p(comm, PLEXUS_COLL_ALLREDUCE, dtype);
   const uint64_t es = algos::DtypeSize(dtype);
+  p.req().bytes = count * es;
   const MPI_Datatype type = p.req().type;
   const MPI_Op mop = ToMpiOp(comm->ctx->half_ops, dtype, op);
   const bool in_place = send == recv;
@@ -144,6 +248,7 @@ int32_t PostBroadcast(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype
                       uint32_t root, plexus_request** out) {
   Posting p(comm, PLEXUS_COLL_BROADCAST, dtype);
   const uint64_t es = algos::DtypeSize(dtype);
+  p.req().bytes = count * es;
   const MPI_Datatype type = p.req().type;
   ForEachChunk(count, comm->ctx->max_count, [&](uint64_t off, int n) {
     MPI_Request r = MPI_REQUEST_NULL;
@@ -158,6 +263,7 @@ int32_t PostReduce(plexus_comm* comm, const void* send, void* recv, uint64_t cou
                    plexus_request** out) {
   Posting p(comm, PLEXUS_COLL_REDUCE, dtype);
   const uint64_t es = algos::DtypeSize(dtype);
+  p.req().bytes = count * es;
   const MPI_Datatype type = p.req().type;
   const MPI_Op mop = ToMpiOp(comm->ctx->half_ops, dtype, op);
   const bool is_root = comm->rank == root;
@@ -176,6 +282,7 @@ int32_t PostAllgather(plexus_comm* comm, const void* send, void* recv, uint64_t 
                       plexus_dtype_t dtype, plexus_request** out) {
   Posting p(comm, PLEXUS_COLL_ALLGATHER, dtype);
   const uint64_t es = algos::DtypeSize(dtype);
+  p.req().bytes = count * es * comm->size;
   const MPI_Datatype type = p.req().type;
   const bool in_place =
       count > 0 && send == At(static_cast<const void*>(recv), uint64_t(comm->rank) * count * es);
@@ -206,6 +313,7 @@ int32_t PostReduceScatter(plexus_comm* comm, const void* send, void* recv, uint6
                           plexus_dtype_t dtype, plexus_reduce_op_t op, plexus_request** out) {
   Posting p(comm, PLEXUS_COLL_REDUCE_SCATTER, dtype);
   const uint64_t es = algos::DtypeSize(dtype);
+  p.req().bytes = count * es * comm->size;
   const MPI_Datatype type = p.req().type;
   const MPI_Op mop = ToMpiOp(comm->ctx->half_ops, dtype, op);
   const uint64_t block = count * es;
@@ -248,6 +356,7 @@ int32_t PostAlltoall(plexus_comm* comm, const void* send, void* recv, uint64_t c
                      plexus_dtype_t dtype, plexus_request** out) {
   Posting p(comm, PLEXUS_COLL_ALLTOALL, dtype);
   const uint64_t es = algos::DtypeSize(dtype);
+  p.req().bytes = count * es * comm->size;
   const MPI_Datatype type = p.req().type;
   if (count <= comm->ctx->max_count) {
     MPI_Request r = MPI_REQUEST_NULL;
@@ -282,6 +391,7 @@ int32_t PostSend(plexus_comm* comm, const void* buf, uint64_t count, plexus_dtyp
   Posting p(comm, PLEXUS_COLL_SEND, dtype);
   p.req().peer = peer;
   const uint64_t es = algos::DtypeSize(dtype);
+  p.req().bytes = count * es;
   const MPI_Datatype type = p.req().type;
   // One message per chunk; a count of 0 is one empty message, matched by the
   // peer's recv of 0 elements.
@@ -298,6 +408,7 @@ int32_t PostRecv(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dt
   Posting p(comm, PLEXUS_COLL_RECV, dtype);
   p.req().peer = peer;
   const uint64_t es = algos::DtypeSize(dtype);
+  p.req().bytes = count * es;
   const MPI_Datatype type = p.req().type;
   ForEachChunk(count, comm->ctx->max_count, [&](uint64_t off, int n) {
     MPI_Request r = MPI_REQUEST_NULL;

@@ -3,7 +3,10 @@
 // where needed, counts in range, the communicator usable); these functions
 // only map them onto MPI:
 //
-//   allreduce       MPI_Iallreduce; in place (send == recv) -> MPI_IN_PLACE
+//   allreduce       host memory: the backend's own point-to-point schedules
+//                   (mpi_schedule.hpp), one per chunk, each with its own tag;
+//                   CUDA memory: MPI_Iallreduce, in place (send == recv) ->
+//                   MPI_IN_PLACE
 //   broadcast       MPI_Ibcast
 //   reduce          MPI_Ireduce; in place on root -> MPI_IN_PLACE there
 //   allgather       MPI_Iallgather; send == recv + rank * count -> MPI_IN_PLACE
@@ -38,7 +41,8 @@ namespace plexus::mpi {
 // earlier chunks of the same operation were posted, those are abandoned and
 // the communicator is marked unusable (its ranks are out of step).
 int32_t PostAllreduce(plexus_comm* comm, const void* send, void* recv, uint64_t count,
-                      plexus_dtype_t dtype, plexus_reduce_op_t op, plexus_request** out);
+                      plexus_dtype_t dtype, plexus_reduce_op_t op, bool host_memory,
+                      plexus_request** out);
 int32_t PostBroadcast(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype,
                       uint32_t root, plexus_request** out);
 int32_t PostReduce(plexus_comm* comm, const void* send, void* recv, uint64_t count,

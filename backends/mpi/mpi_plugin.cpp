@@ -390,6 +390,8 @@ void CommDestroy(plexus_comm* comm) {
   try {
     int finalized = 0;
     MPI_Finalized(&finalized);
+    // Requests left over (the ABI wants them freed first) stop here.
+    comm->ctx->DropSchedules(comm);
     if (!finalized && comm->mpi != MPI_COMM_NULL) {
       // Freed at once, or after operations an abort left in MPI finish.
       comm->ctx->ReleaseComm(comm->mpi);
@@ -468,7 +470,8 @@ int32_t Allreduce(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_
                     "sendbuf and recvbuf overlap without being equal (in place is sendbuf == "
                     "recvbuf)");
     }
-    return PostAllreduce(comm, sendbuf, recvbuf, count, dtype, op, req_out);
+    const bool host = !placement || placement->memory_type == PLEXUS_MEMORY_HOST;
+    return PostAllreduce(comm, sendbuf, recvbuf, count, dtype, op, host, req_out);
   });
 }
 

@@ -1,0 +1,160 @@
+// Allreduce on host memory as the backend's own schedule of MPI point-to-point
+// messages (MPI_Isend/MPI_Irecv plus local reductions), instead of
+// MPI_Iallreduce.
+//
+// Why not MPI_Iallreduce: Open MPI's non-blocking collectives (coll/libnbc)
+// are much slower than its blocking ones (coll/tuned): 2x the latency of
+// MPI_Allreduce for small vectors, and for fewer than 4 ranks always a
+// binomial reduce+broadcast, which in place also copies the whole vector into
+// a freshly malloc'ed buffer per call. Calling the blocking MPI_Allreduce
+// instead (say, inline in wait) is not an option: the ABI's operations are
+// non-blocking, wait() must honour its timeout and comm_abort(), and the MPI
+// standard says non-blocking collectives do not match blocking ones, so a
+// rank that chose the blocking call while another chose MPI_Iallreduce (the
+// choice would depend on when each rank calls test/wait) would hang.
+// Point-to-point messages match whatever the peer used to post them, and the
+// schedules below are the ones MPI's tuned allreduce uses.
+//
+// Algorithms (chosen from count, element size and the number of ranks only,
+// so that every rank picks the same):
+//   - recursive doubling (with a fold for non-powers of two) for small
+//     vectors: ceil(log2 n) (+2) rounds of whole-vector exchanges;
+//   - ring reduce-scatter + ring allgather for large ones: 2 (n - 1) rounds
+//     of 1/n of the vector each.
+// Out of place, received data lands in recvbuf and is reduced with sendbuf
+// there (no scratch); in place, a scratch buffer (one block for the ring, the
+// vector for recursive doubling) takes the received data. Every rank reduces
+// lower rank (op) higher rank, and each ring block is reduced once and then
+// copied, so all ranks end with identical bytes.
+//
+// Matching: each chunk of an allreduce gets its own tag (a per-communicator
+// sequence, identical on every rank because every rank posts the same
+// allreduces in the same order), different from the tag of the ABI's
+// send/recv, and MPI never reorders messages of one tag between two ranks.
+// So the steps of different operations never match each other, whatever
+// order the ranks progress them in.
+//
+// Progress: a later step can only be posted by the backend, so every test()
+// and wait() of the process (on any request, any communicator) first advances
+// every active schedule (plexus_backend_ctx::AdvanceSchedules), as libnbc
+// does from inside MPI's progress loop. A rank waiting for one operation thus
+// never starves another that a peer needs to finish first.
+//
+// Abort: the request completes with PLEXUS_ERR_ABORTED at once, but its
+// schedule keeps running in the background (the context advances it from
+// every test/wait and when reaping), as an aborted MPI_Iallreduce would
+// inside MPI: cancelling its receives instead would leave a peer that joins
+// late with sends nobody matches (MPI sends larger than the eager limit wait
+// for the receiver), where the ABI lets it complete.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "plexus/backend.h"
+
+namespace plexus::mpi {
+
+// One allreduce of at most INT_MAX elements (a chunk of an ABI allreduce).
+class AllreduceSchedule {
+ public:
+  struct Args {
+    const void* send = nullptr;  // == recv: in place
+    void* recv = nullptr;
+    uint64_t count = 0;
+    plexus_dtype_t dtype = 0;
+    plexus_reduce_op_t op = 0;
+    MPI_Datatype type = MPI_DATATYPE_NULL;  // element type for the messages
+    MPI_Comm comm = MPI_COMM_NULL;
+    int tag = 0;
+    uint32_t rank = 0;
+    uint32_t size = 1;
+    uint8_t* scratch = nullptr;  // ScratchBytes(...) bytes, when that is non-zero
+  };
+
+  // Bytes of scratch memory the schedule for these arguments needs.
+  static uint64_t ScratchBytes(uint64_t count, plexus_dtype_t dtype, uint32_t size, bool in_place);
+
+  explicit AllreduceSchedule(const Args& args);
+
+  // Posts the first step (or finishes at once: one rank, count 0). Returns
+  // MPI_SUCCESS or the failing MPI call's code (*call names it); after a
+  // failure the caller hands what is in flight over with TakeRequests().
+  int Start(const char** call);
+  // Tests the current step; when it is complete, reduces and posts the next
+  // one, as far as it gets without blocking. Returns MPI_SUCCESS (done() says
+  // whether it finished) or an MPI error code (*call names the failing call).
+  int Advance(const char** call);
+  bool done() const { return finished_; }
+
+  // Moves the MPI requests still in flight into *out, after a failure: the
+  // schedule is finished (dead) afterwards. (An aborted schedule is not
+  // taken apart but kept running to its end, see Abandoned.)
+  void TakeRequests(std::vector<MPI_Request>* out);
+
+ private:
+  // One round: at most one message each way, then at most one reduction.
+  struct Step {
+    int send_to = -1;  // rank, or -1 for no send
+    const void* send_buf = nullptr;
+    uint64_t send_count = 0;  // elements
+    int recv_from = -1;       // rank, or -1 for no receive
+    void* recv_buf = nullptr;
+    uint64_t count = 0;  // elements received (and reduced)
+    // After both messages: out = a (op) b over count elements, when out is set.
+    void* out = nullptr;
+    const void* a = nullptr;
+    const void* b = nullptr;
+  };
+
+  // The steps, inline up to kInline (recursive doubling up to 16 ranks, the
+  // ring up to 4): a small allreduce allocates nothing for them.
+  class StepList {
+   public:
+    void push_back(const Step& s) {
+      if (n_ < kInline && heap_.empty()) {
+        std::memcpy(&inline_[n_ * sizeof(Step)], &s, sizeof s);
+      } else {
+        if (heap_.empty()) {
+          heap_.resize(kInline);
+          std::memcpy(heap_.data(), inline_, sizeof inline_);
+        }
+        heap_.push_back(s);
+      }
+      ++n_;
+    }
+    Step operator[](size_t i) const {
+      if (!heap_.empty()) return heap_[i];
+      Step s;
+      std::memcpy(&s, &inline_[i * sizeof(Step)], sizeof s);
+      return s;
+    }
+    size_t size() const { return n_; }
+    bool empty() const { return n_ == 0; }
+
+   private:
+    static constexpr size_t kInline = 6;
+    static_assert(std::is_trivially_copyable_v<Step>);
+    alignas(Step) unsigned char inline_[kInline * sizeof(Step)];  // raw: nothing to initialise
+    std::vector<Step> heap_;
+    size_t n_ = 0;
+  };
+
+  void PlanRecursiveDoubling();
+  void PlanRing();
+  int Post(const Step& s, const char** call);
+
+  Args a_;
+  size_t es_ = 0;
+  StepList steps_;
+  size_t next_ = 0;  // steps_[next_ - 1] is in flight once Start() ran
+  bool finished_ = false;
+  MPI_Request reqs_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // [0] recv, [1] send
+};
+
+}  // namespace plexus::mpi
