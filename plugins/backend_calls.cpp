@@ -154,6 +154,7 @@ Status Backend::CheckSupported(plexus_collective_t coll, plexus_dtype_t dtype,
 }
 
 Status Backend::Finish(plexus_comm* comm, int32_t code, plexus_collective_t coll) {
+  if (code == PLEXUS_OK) return Status::Ok();  // (no strings built on the fast path)
   return Describe(comm, code, std::string(algos::CollectiveName(coll)) + " on " + name_);
 }
 

@@ -494,6 +494,8 @@ int32_t plexus_comm::Usable(const char* what) {
     SetError(std::string("mpi ") + what + ": the communicator " + name + " was aborted");
     return PLEXUS_ERR_ABORTED;
   }
+  // Every post comes here: no lock unless the communicator is broken.
+  if (broken_.load(std::memory_order_acquire) == PLEXUS_OK) return PLEXUS_OK;
   std::lock_guard<std::mutex> lock(error_mutex_);
   if (broken_ == PLEXUS_OK) return PLEXUS_OK;
   last_error_ = std::string("mpi ") + what + ": the communicator " + name +
@@ -503,7 +505,7 @@ int32_t plexus_comm::Usable(const char* what) {
 
 int plexus_comm::CollTag(uint64_t k) const {
   const uint64_t span = uint64_t(std::max(ctx->tag_ub - plexus::mpi::kP2pTag, 1));
-  return plexus::mpi::kP2pTag + 1 + int(k % span);
+  return plexus::mpi::kP2pTag + 1 + int(k < span ? k : k % span);
 }
 
 std::unique_ptr<uint8_t[]> plexus_comm::TakeScratch(uint64_t bytes, uint64_t* capacity) {

@@ -15,9 +15,9 @@
 // MPI_Requests (or schedules) and a finishing step run once all completed
 // (divide for AVG, copy out of a scratch buffer, check a received count).
 // test() is MPI_Test, after advancing every active schedule of the process;
-// wait() repeats that, back to back for a few microseconds, then yielding the
-// CPU between tests for as long as the operation's size can justify, then
-// sleeping a little longer each time, until done or the deadline.
+// wait() repeats that, back to back for as long as the operation could still
+// be moving data (its size decides), then sleeping a little longer each
+// time, until done, aborted or the deadline.
 // MPI cannot cancel collectives: a timed-out wait leaves the request pending,
 // and an abort makes pending requests report PLEXUS_ERR_ABORTED while their
 // MPI requests (and scratch buffers) are kept by the context until MPI
@@ -98,6 +98,8 @@ struct plexus_backend_ctx {
 
   const plexus_host_v1 host;        // copy of the host's table (its pointers outlive us)
   uint64_t max_count = 2147483647;  // most elements one MPI call is given (PLEXUS_MPI_MAX_COUNT)
+  // Allreduce on host memory (PLEXUS_MPI_ALLREDUCE); set at init, then read only.
+  plexus::mpi::AllreduceAlgorithm allreduce_algorithm = plexus::mpi::AllreduceAlgorithm::kAuto;
 
   std::mutex state_mutex;  // guards MPI initialisation and comm_create
   std::atomic<bool> mpi_ready{false};
@@ -116,7 +118,7 @@ struct plexus_backend_ctx {
   std::mutex abandoned_mutex;
   std::vector<plexus::mpi::Abandoned> abandoned;  // guarded by abandoned_mutex
   std::vector<MPI_Comm> released;                 // guarded by abandoned_mutex
-  std::atomic<size_t> abandoned_schedules{0};  // entries of abandoned with schedules
+  std::atomic<size_t> abandoned_schedules{0};     // entries of abandoned with schedules
 
   std::mutex sched_mutex;
   std::vector<plexus_request*> active;  // requests with running schedules; guarded by sched_mutex
@@ -178,8 +180,8 @@ struct plexus_comm {
   uint64_t scratch_capacity_ = 0;
 
   std::mutex error_mutex_;
-  std::string last_error_;  // guarded by error_mutex_
-  int32_t broken_ = PLEXUS_OK;
+  std::string last_error_;                  // guarded by error_mutex_
+  std::atomic<int32_t> broken_{PLEXUS_OK};  // written under error_mutex_
   std::string broken_reason_;
 };
 
@@ -212,7 +214,7 @@ struct plexus_request {
   uint64_t scratch_capacity = 0;
   bool own_schedule = false;  // set before the request is published, never changed
 
-  uint64_t bytes = 0;  // data one rank moves: how long wait() keeps testing back to back
+  uint64_t bytes = 0;  // data one rank moves: how long wait() tests back to back
   ~plexus_request();
 };
 

@@ -131,15 +131,16 @@ namespace {
 // Allreduce on host memory: one AllreduceSchedule per chunk of at most
 // max_count elements, each with its own tag, all started now.
 int32_t PostAllreduceSchedules(plexus_comm* comm, const void* send, void* recv, uint64_t count,
-                               plexus_dtype_t dtype, plexus_reduce_op_t op,
-                               plexus_request** out) {
+                               plexus_dtype_t dtype, plexus_reduce_op_t op, plexus_request** out) {
   plexus_backend_ctx* ctx = comm->ctx;
   const uint64_t es = algos::DtypeSize(dtype);
   const bool in_place = send == recv;
   const uint64_t max = ctx->max_count;
-  const uint64_t chunks = count == 0 ? 1 : (count + max - 1) / max;
+  const uint64_t chunks = count <= max ? 1 : (count + max - 1) / max;
+  const MPI_Op mop = ToMpiOp(ctx->half_ops, dtype, op);
+  const plexus::mpi::AllreduceAlgorithm algorithm = ctx->allreduce_algorithm;
 
-  auto req = std::make_unique<plexus_request>();
+  std::unique_ptr<plexus_request> req(new plexus_request);  // (not value-initialised: no memset)
   req->comm = comm;
   req->coll = PLEXUS_COLL_ALLREDUCE;
   req->dtype = dtype;
@@ -153,7 +154,7 @@ int32_t PostAllreduceSchedules(plexus_comm* comm, const void* send, void* recv, 
   uint64_t scratch_bytes = 0;
   for (uint64_t k = 0; k < chunks; ++k) {
     const uint64_t n = std::min(max, count - k * max);
-    scratch_bytes += AllreduceSchedule::ScratchBytes(n, dtype, comm->size, in_place);
+    scratch_bytes += AllreduceSchedule::ScratchBytes(n, dtype, comm->size, in_place, algorithm);
   }
   if (scratch_bytes) req->scratch = comm->TakeScratch(scratch_bytes, &req->scratch_capacity);
 
@@ -175,13 +176,15 @@ int32_t PostAllreduceSchedules(plexus_comm* comm, const void* send, void* recv, 
       a.count = n;
       a.dtype = dtype;
       a.op = op;
+      a.op_mpi = mop;
       a.type = req->type;
       a.comm = comm->mpi;
       a.tag = comm->CollTag(seq + k);
       a.rank = comm->rank;
       a.size = comm->size;
       a.scratch = req->scratch ? req->scratch.get() + scratch_off : nullptr;
-      scratch_off += AllreduceSchedule::ScratchBytes(n, dtype, comm->size, in_place);
+      a.algorithm = algorithm;
+      scratch_off += AllreduceSchedule::ScratchBytes(n, dtype, comm->size, in_place, algorithm);
       AllreduceSchedule& s = req->schedules.emplace_back(a);
       rc = s.Start(&call);
       finished = finished && s.done();
@@ -204,8 +207,9 @@ int32_t PostAllreduceSchedules(plexus_comm* comm, const void* send, void* recv, 
     // Part of the operation is in MPI already: this rank is out of step.
     a.scratch = std::move(req->scratch);
     ctx->Abandon(std::move(a));
-    comm->Break(code, message + " (after part of the operation was posted; the communicator "
-                                "is no longer usable)");
+    comm->Break(code, message +
+                          " (after part of the operation was posted; the communicator "
+                          "is no longer usable)");
     return code;
   }
   if (finished) {  // one rank, or count 0: done already
@@ -227,7 +231,9 @@ int32_t PostAllreduceSchedules(plexus_comm* comm, const void* send, void* recv, 
 int32_t PostAllreduce(plexus_comm* comm, const void* send, void* recv, uint64_t count,
                       plexus_dtype_t dtype, plexus_reduce_op_t op, bool host_memory,
                       plexus_request** out) {
-  if (host_memory) return PostAllreduceSchedules(comm, send, recv, count, dtype, op, out);
+  if (host_memory && comm->ctx->allreduce_algorithm != AllreduceAlgorithm::kMpi) {
+    return PostAllreduceSchedules(comm, send, recv, count, dtype, op, out);
+  }
   Posting p(comm, PLEXUS_COLL_ALLREDUCE, dtype);
   const uint64_t es = algos::DtypeSize(dtype);
   p.req().bytes = count * es;

@@ -191,6 +191,20 @@ int32_t Init(const plexus_host_v1* host, plexus_backend_ctx** ctx_out) {
         return PLEXUS_ERR_INVALID_ARGUMENT;
       }
     }
+    auto algorithm = plexus::mpi::AllreduceAlgorithm::kAuto;
+    if (const std::string v = Config(*host, "PLEXUS_MPI_ALLREDUCE"); !v.empty()) {
+      if (v == "ring") {
+        algorithm = plexus::mpi::AllreduceAlgorithm::kRing;
+      } else if (v == "rd") {
+        algorithm = plexus::mpi::AllreduceAlgorithm::kRecursiveDoubling;
+      } else if (v == "mpi") {
+        algorithm = plexus::mpi::AllreduceAlgorithm::kMpi;
+      } else if (v != "auto") {
+        Log(*host, PLEXUS_LOG_ERROR,
+            "PLEXUS_MPI_ALLREDUCE='" + v + "' is not one of auto, ring, rd, mpi");
+        return PLEXUS_ERR_INVALID_ARGUMENT;
+      }
+    }
     int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
@@ -209,6 +223,7 @@ int32_t Init(const plexus_host_v1* host, plexus_backend_ctx** ctx_out) {
     }
     auto* ctx = new plexus_backend_ctx(*host);
     ctx->max_count = max_count;
+    ctx->allreduce_algorithm = algorithm;
     ctx->library_version = LibraryVersion();
     if (explicit_choice || initialized) {
       std::lock_guard<std::mutex> lock(ctx->state_mutex);

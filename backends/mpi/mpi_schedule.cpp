@@ -8,24 +8,39 @@
 namespace plexus::mpi {
 namespace {
 
-// Recursive doubling up to this many bytes per chunk, ring above (and ring
-// only when every rank gets a block of at least one element). Measured on
-// loopback TCP with 2 ranks; at 4 or more ranks the ring's 2 (n - 1) rounds
-// cost more latency, so its threshold grows with n.
-constexpr uint64_t kRingMinBytes = 64 << 10;
-
 uint32_t FloorPow2(uint32_t n) {
   uint32_t p = 1;
   while (p * 2 <= n) p *= 2;
   return p;
 }
 
-bool UseRing(uint64_t count, size_t es, uint32_t size) {
-  if (size < 2 || count < size) return false;
-  return count * es >= kRingMinBytes * std::max<uint32_t>(1, size / 2);
+// Ring or recursive doubling, from the chunk's size alone (the same on every
+// rank). Measured with bench/harness/mpi_paired_bench (2 ranks, loopback TCP,
+// Open MPI 4.1 ob1 + tcp, median of 10 rounds of alternating blocks), time
+// relative to MPI_Allreduce in the same process, PLEXUS_MPI_ALLREDUCE forcing
+// each schedule:
+//             16K   32K   64K        128K  256K  512K  1M    2M    4M    16M
+//   ring      1.10  1.00  0.99-1.07  1.10  1.09  0.95  0.83  0.73  0.87  0.86
+//   rec. dbl  0.64  0.93  1.18-1.24  0.68  0.86  1.00  1.00  1.46  1.31  1.09
+// Recursive doubling sends one message of the whole vector, the ring two of
+// half of it but reduces only half: the ring wins where the half fits TCP's
+// 64 KiB eager limit and the whole does not (no rendezvous round trip), and
+// from 512 KiB, where moving and reducing half the data outweighs the extra
+// round. With more ranks the ring takes 2 (n - 1) rounds against about
+// log2(n), so it starts at 64 KiB x n/2 (with 3 and 4 ranks on 2 cores the
+// ring measured 0.96 and 0.86 there, recursive doubling 1.16 and 0.90).
+bool UseRing(uint64_t count, size_t es, uint32_t size, AllreduceAlgorithm algorithm) {
+  if (size < 2 || count < size) return false;  // the ring needs a block per rank
+  if (algorithm == AllreduceAlgorithm::kRing) return true;
+  if (algorithm == AllreduceAlgorithm::kRecursiveDoubling) return false;
+  const uint64_t bytes = count * es;
+  if (size == 2) return (bytes >= (64 << 10) && bytes < (128 << 10)) || bytes >= (512 << 10);
+  return bytes >= (uint64_t(64) << 10) * (size / 2);
 }
 
-inline uint8_t* Bytes(void* p, uint64_t off) { return static_cast<uint8_t*>(p) + off; }
+inline uint8_t* Bytes(void* p, uint64_t off) {
+  return static_cast<uint8_t*>(p) + off;
+}
 inline const uint8_t* Bytes(const void* p, uint64_t off) {
   return static_cast<const uint8_t*>(p) + off;
 }
@@ -33,21 +48,20 @@ inline const uint8_t* Bytes(const void* p, uint64_t off) {
 }  // namespace
 
 uint64_t AllreduceSchedule::ScratchBytes(uint64_t count, plexus_dtype_t dtype, uint32_t size,
-                                         bool in_place) {
+                                         bool in_place, AllreduceAlgorithm algorithm) {
   const size_t es = algos::DtypeSize(dtype);
   if (size < 2 || count == 0) return 0;
-  if (UseRing(count, es, size)) {
+  if (UseRing(count, es, size, algorithm)) {
     // In place, one block (the largest) receives the left neighbour's partial sums.
     return in_place ? (count / size + (count % size ? 1 : 0)) * es : 0;
   }
-  // Recursive doubling: out of place, the first exchange lands in recvbuf; a
-  // second one (more than 2 ranks) or in place needs a vector of scratch.
-  return in_place || size > 2 ? count * es : 0;
+  return count * es;  // recursive doubling: a vector, on some ranks at least
 }
 
-AllreduceSchedule::AllreduceSchedule(const Args& args) : a_(args), es_(algos::DtypeSize(args.dtype)) {
+AllreduceSchedule::AllreduceSchedule(const Args& args)
+    : a_(args), es_(algos::DtypeSize(args.dtype)) {
   if (a_.size < 2 || a_.count == 0) return;
-  if (UseRing(a_.count, es_, a_.size)) {
+  if (UseRing(a_.count, es_, a_.size, a_.algorithm)) {
     PlanRing();
   } else {
     PlanRecursiveDoubling();
@@ -57,68 +71,79 @@ AllreduceSchedule::AllreduceSchedule(const Args& args) : a_(args), es_(algos::Dt
 // Recursive doubling with MPICH's fold: of the first 2 * rem ranks (rem = n -
 // pof2), each even one hands its vector to the next odd one and gets the
 // result back at the end; the remaining pof2 ranks exchange whole vectors
-// with partner newrank ^ mask for every mask < pof2.
+// with partner newrank ^ mask for every mask < pof2. Each exchange computes
+// (lower rank's data) (op) (higher rank's data), the lower rank's being
+// MPI_Reduce_local's in: the lower rank receives into a free buffer and
+// reduces its own data into it; the higher one reduces what it received into
+// its own data, which must be writable (out of place: a copy in recvbuf).
 void AllreduceSchedule::PlanRecursiveDoubling() {
   const uint32_t r = a_.rank, n = a_.size;
   const uint32_t pof2 = FloorPow2(n), rem = n - pof2;
   const bool in_place = a_.send == a_.recv;
-  const void* cur = a_.send;  // where this rank's partial result is
-  bool cur_in_recv = in_place;
-  // Received data goes to recvbuf while it holds nothing, else to scratch.
-  auto landing = [&]() -> void* { return cur_in_recv ? a_.scratch : a_.recv; };
-  auto exchange = [&](uint32_t peer, bool send, bool recv) {
+  void* const recv = a_.recv;
+  void* const scratch = a_.scratch;
+  const void* cur = a_.send;  // this rank's partial result: sendbuf, recvbuf or scratch
+  bool cur_writable = in_place;
+  auto free_buffer = [&]() -> void* { return cur == recv ? scratch : recv; };
+  auto exchange = [&](uint32_t peer, bool send) {
     Step s;
     s.count = a_.count;
+    if (peer > r) {  // lower: the result lands in the buffer received into
+      s.recv_buf = free_buffer();
+      s.in = cur;
+      s.inout = s.recv_buf;
+    } else {  // higher: reduce into own data
+      if (!cur_writable) {
+        copy_in_ = true;  // out of place: work on a copy of sendbuf in recvbuf
+        cur = recv;
+      }
+      s.recv_buf = free_buffer();
+      s.in = s.recv_buf;
+      s.inout = const_cast<void*>(cur);
+    }
+    s.recv_from = int(peer);
     if (send) {
       s.send_to = int(peer);
       s.send_buf = cur;
       s.send_count = a_.count;
     }
-    if (recv) {
-      s.recv_from = int(peer);
-      s.recv_buf = landing();
-      s.out = a_.recv;
-      // lower rank (op) higher rank, on every rank alike
-      s.a = peer < r ? s.recv_buf : cur;
-      s.b = peer < r ? cur : s.recv_buf;
-      cur = a_.recv;
-      cur_in_recv = true;
-    }
+    cur = s.inout;
+    cur_writable = true;
     steps_.push_back(s);
   };
 
   int64_t newrank;
   if (r < 2 * rem) {
     if (r % 2 == 0) {
-      exchange(r + 1, true, false);
-      newrank = -1;
-    } else {
-      exchange(r - 1, false, true);
-      newrank = r / 2;
+      Step s;  // hand the vector to the odd partner ...
+      s.send_to = int(r + 1);
+      s.send_buf = cur;
+      s.send_count = a_.count;
+      steps_.push_back(s);
+      Step t;  // ... and get the result back into recvbuf
+      t.count = a_.count;
+      t.recv_from = int(r + 1);
+      t.recv_buf = recv;
+      steps_.push_back(t);
+      return;
     }
+    exchange(r - 1, false);  // receive the even partner's vector
+    newrank = r / 2;
   } else {
     newrank = int64_t(r) - rem;
   }
-  if (newrank < 0) {
-    Step s;  // the result, from the odd partner
-    s.count = a_.count;
-    s.recv_from = int(r + 1);
-    s.recv_buf = a_.recv;
-    steps_.push_back(s);
-    return;
-  }
   for (uint32_t mask = 1; mask < pof2; mask <<= 1) {
     const uint32_t np = uint32_t(newrank) ^ mask;
-    const uint32_t peer = np < rem ? np * 2 + 1 : np + rem;
-    exchange(peer, true, true);
+    exchange(np < rem ? np * 2 + 1 : np + rem, true);
   }
   if (r < 2 * rem) {  // odd: the result back to the even partner
     Step s;
-    s.send_count = a_.count;
     s.send_to = int(r - 1);
-    s.send_buf = a_.recv;
+    s.send_buf = cur;
+    s.send_count = a_.count;
     steps_.push_back(s);
   }
+  if (cur != recv) copy_out_from_ = cur;
 }
 
 // Ring reduce-scatter then ring allgather over n blocks. In reduce-scatter
@@ -140,12 +165,18 @@ void AllreduceSchedule::PlanRing() {
     st.send_buf = Bytes(s == 0 ? a_.send : a_.recv, off(sb));
     st.send_count = len(sb);
     st.recv_from = int(left);
-    st.recv_buf = in_place ? static_cast<void*>(a_.scratch) : Bytes(a_.recv, off(rb));
     st.count = len(rb);
-    // partial sums from the left (op) this rank's contribution
-    st.out = Bytes(a_.recv, off(rb));
-    st.a = st.recv_buf;
-    st.b = Bytes(in_place ? a_.recv : a_.send, off(rb));
+    // Block rb's partial result is reduced once per rank and then passed on,
+    // so the ranks agree whichever operand each makes `in`.
+    if (in_place) {  // partial (in scratch) into own data
+      st.recv_buf = a_.scratch;
+      st.in = a_.scratch;
+      st.inout = Bytes(a_.recv, off(rb));
+    } else {  // own data (sendbuf) into the partial, received into recvbuf
+      st.recv_buf = Bytes(a_.recv, off(rb));
+      st.in = Bytes(a_.send, off(rb));
+      st.inout = st.recv_buf;
+    }
     steps_.push_back(st);
   }
   for (uint32_t s = 0; s + 1 < n; ++s) {
@@ -163,8 +194,8 @@ void AllreduceSchedule::PlanRing() {
 
 int AllreduceSchedule::Post(const Step& s, const char** call) {
   if (s.recv_from >= 0) {
-    const int rc = MPI_Irecv(s.recv_buf, int(s.count), a_.type, s.recv_from, a_.tag, a_.comm,
-                             &reqs_[0]);
+    const int rc =
+        MPI_Irecv(s.recv_buf, int(s.count), a_.type, s.recv_from, a_.tag, a_.comm, &reqs_[0]);
     if (rc != MPI_SUCCESS) {
       *call = "MPI_Irecv";
       reqs_[0] = MPI_REQUEST_NULL;
@@ -172,7 +203,8 @@ int AllreduceSchedule::Post(const Step& s, const char** call) {
     }
   }
   if (s.send_to >= 0) {
-    const int rc = MPI_Isend(s.send_buf, int(s.send_count), a_.type, s.send_to, a_.tag, a_.comm, &reqs_[1]);
+    const int rc =
+        MPI_Isend(s.send_buf, int(s.send_count), a_.type, s.send_to, a_.tag, a_.comm, &reqs_[1]);
     if (rc != MPI_SUCCESS) {
       *call = "MPI_Isend";
       reqs_[1] = MPI_REQUEST_NULL;
@@ -189,6 +221,8 @@ int AllreduceSchedule::Start(const char** call) {
     finished_ = true;
     return MPI_SUCCESS;
   }
+  // Before anything is received: the steps only read sendbuf meanwhile.
+  if (copy_in_) std::memcpy(a_.recv, a_.send, a_.count * es_);
   next_ = 1;
   return Post(steps_[0], call);
 }
@@ -210,8 +244,15 @@ int AllreduceSchedule::Advance(const char** call) {
     }
     if (!flag) return MPI_SUCCESS;
     const Step done = steps_[next_ - 1];
-    if (done.out) algos::ReduceTo(done.out, done.a, done.b, done.count, a_.dtype, a_.op);
+    if (done.inout) {
+      const int rrc = MPI_Reduce_local(done.in, done.inout, int(done.count), a_.type, a_.op_mpi);
+      if (rrc != MPI_SUCCESS) {
+        *call = "MPI_Reduce_local";
+        return rrc;
+      }
+    }
     if (next_ == steps_.size()) {
+      if (copy_out_from_) std::memcpy(a_.recv, copy_out_from_, a_.count * es_);
       finished_ = true;
       return MPI_SUCCESS;
     }

@@ -13,19 +13,27 @@
 // rank that chose the blocking call while another chose MPI_Iallreduce (the
 // choice would depend on when each rank calls test/wait) would hang.
 // Point-to-point messages match whatever the peer used to post them, and the
-// schedules below are the ones MPI's tuned allreduce uses.
+// schedules below are of the kind MPI's tuned allreduce runs.
 //
 // Algorithms (chosen from count, element size and the number of ranks only,
-// so that every rank picks the same):
+// so that every rank picks the same; UseRing in mpi_schedule.cpp has the
+// sizes and the measurements behind them; PLEXUS_MPI_ALLREDUCE forces one):
 //   - recursive doubling (with a fold for non-powers of two) for small
 //     vectors: ceil(log2 n) (+2) rounds of whole-vector exchanges;
 //   - ring reduce-scatter + ring allgather for large ones: 2 (n - 1) rounds
 //     of 1/n of the vector each.
-// Out of place, received data lands in recvbuf and is reduced with sendbuf
-// there (no scratch); in place, a scratch buffer (one block for the ring, the
-// vector for recursive doubling) takes the received data. Every rank reduces
-// lower rank (op) higher rank, and each ring block is reduced once and then
-// copied, so all ranks end with identical bytes.
+// Local reductions are MPI_Reduce_local (inout = in (op) inout), so native
+// types get Open MPI's vectorised kernels, the ones its own MPI_Allreduce
+// uses (plexus-algos' portable loops measured 20-35 % slower end to end at
+// 1-2 MiB), and float16/bfloat16 the backend's user-defined ops. Ring: out of
+// place the left neighbour's partial sums land in recvbuf and sendbuf is
+// reduced into them; in place a scratch block takes them. Recursive
+// doubling: both partners compute (lower rank's data) (op) (higher rank's)
+// with the lower one as `in`, as tuned's recursive doubling does, so that
+// they agree to the bit (min/max of -0 and +0, NaN payloads); the rank that
+// is `inout` first copies sendbuf to recvbuf when out of place, and a result
+// that ends in scratch is copied to recvbuf. A ring block is reduced once
+// and then passed on, so all ranks end with identical bytes there too.
 //
 // Matching: each chunk of an allreduce gets its own tag (a per-communicator
 // sequence, identical on every rank because every rank posts the same
@@ -60,6 +68,10 @@
 
 namespace plexus::mpi {
 
+// Which allreduce the backend runs on host memory (PLEXUS_MPI_ALLREDUCE):
+// its own choice by size, always one of its schedules, or MPI_Iallreduce.
+enum class AllreduceAlgorithm { kAuto, kRing, kRecursiveDoubling, kMpi };
+
 // One allreduce of at most INT_MAX elements (a chunk of an ABI allreduce).
 class AllreduceSchedule {
  public:
@@ -70,15 +82,18 @@ class AllreduceSchedule {
     plexus_dtype_t dtype = 0;
     plexus_reduce_op_t op = 0;
     MPI_Datatype type = MPI_DATATYPE_NULL;  // element type for the messages
+    MPI_Op op_mpi = MPI_OP_NULL;            // op as an MPI op, for MPI_Reduce_local
     MPI_Comm comm = MPI_COMM_NULL;
     int tag = 0;
     uint32_t rank = 0;
     uint32_t size = 1;
     uint8_t* scratch = nullptr;  // ScratchBytes(...) bytes, when that is non-zero
+    AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;  // not kMpi
   };
 
   // Bytes of scratch memory the schedule for these arguments needs.
-  static uint64_t ScratchBytes(uint64_t count, plexus_dtype_t dtype, uint32_t size, bool in_place);
+  static uint64_t ScratchBytes(uint64_t count, plexus_dtype_t dtype, uint32_t size, bool in_place,
+                               AllreduceAlgorithm algorithm);
 
   explicit AllreduceSchedule(const Args& args);
 
@@ -106,10 +121,10 @@ class AllreduceSchedule {
     int recv_from = -1;       // rank, or -1 for no receive
     void* recv_buf = nullptr;
     uint64_t count = 0;  // elements received (and reduced)
-    // After both messages: out = a (op) b over count elements, when out is set.
-    void* out = nullptr;
-    const void* a = nullptr;
-    const void* b = nullptr;
+    // After both messages, when inout is set: inout = in (op) inout over
+    // count elements (MPI_Reduce_local).
+    const void* in = nullptr;
+    void* inout = nullptr;
   };
 
   // The steps, inline up to kInline (recursive doubling up to 16 ranks, the
@@ -154,6 +169,8 @@ class AllreduceSchedule {
   StepList steps_;
   size_t next_ = 0;  // steps_[next_ - 1] is in flight once Start() ran
   bool finished_ = false;
+  bool copy_in_ = false;                 // Start() copies sendbuf to recvbuf first
+  const void* copy_out_from_ = nullptr;  // the result is here; copy it to recvbuf at the end
   MPI_Request reqs_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // [0] recv, [1] send
 };
 

@@ -31,6 +31,11 @@ Work::~Work() {
 }
 
 void Work::Finish(int32_t code) {
+  if (code == PLEXUS_OK) {  // (no strings built on the fast path)
+    comm_->backend->FreeRequest(request_);
+    request_ = nullptr;
+    return;
+  }
   Status st =
       comm_->backend->Describe(comm_->comm, code, what_ + (" on " + comm_->backend->name()));
   comm_->backend->FreeRequest(request_);

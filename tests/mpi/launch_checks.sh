@@ -4,7 +4,8 @@
 #   launch_checks.sh no-mpirun PROG            PLEXUS_BACKEND=mpi without mpirun fails
 #                                              fast (< 10 s) saying it needs mpirun; with
 #                                              PLEXUS_BACKEND unset the automatic choice
-#                                              passes over mpi without an error line
+#                                              passes over mpi without an error line; a
+#                                              bad PLEXUS_MPI_ALLREDUCE fails, naming it
 #   launch_checks.sh exports PLUGIN          the plugin's dynamic symbol table defines
 #                                              exactly plexus_backend_get_v1
 #   launch_checks.sh auto MPIRUN_SH MPIRUN PROG
@@ -39,6 +40,15 @@ case ${1:-} in
     check "it fails within 10 s (took $ms ms)" test $ms -lt 10000
     check "the message says the backend needs mpirun" grep -q "needs to be launched by mpirun" "$out"
     check "the host names the backend" grep -q "backend 'mpi'" "$out"
+
+    # A bad setting is refused before anything else, naming it.
+    "${clean_env[@]}" PLEXUS_BACKEND=mpi PLEXUS_MPI_ALLREDUCE=fastest timeout 60 "$prog" "$dir" \
+      >"$out" 2>&1
+    rc=$?
+    cat "$out"
+    check "PLEXUS_MPI_ALLREDUCE=fastest exits non-zero (got $rc)" test $rc -ne 0 -a $rc -ne 124
+    check "the message names the setting and its choices" \
+      grep -q "PLEXUS_MPI_ALLREDUCE='fastest' is not one of auto, ring, rd, mpi" "$out"
 
     "${clean_env[@]}" -u PLEXUS_BACKEND timeout 60 "$prog" "$dir" >"$out" 2>&1
     rc=$?
