@@ -118,6 +118,19 @@ algos::Status SocketTransport::ReadFailText(uint32_t peer, std::string prefix, u
   return {PLEXUS_ERR_REMOTE, "rank " + std::to_string(peer) + " failed: " + text};
 }
 
+algos::Status SocketTransport::FailFrameWaiting(uint32_t peer) {
+  // Only at a frame boundary: inside a data frame the next bytes are payload.
+  if (!recvq_[peer].empty() && recvq_[peer].front()->header_done > 0) return {};
+  FrameHeader h;
+  const ssize_t n = recv(fds_[peer], &h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
+  if (n != ssize_t(sizeof h) || h.magic != kFrameMagic || h.version != kFrameVersion ||
+      h.kind != kFrameFail || h.payload_bytes > kMaxFailText) {
+    return {};
+  }
+  if (recv(fds_[peer], &h, sizeof h, MSG_DONTWAIT) != ssize_t(sizeof h)) return {};
+  return ReadFailText(peer, "", h.payload_bytes);
+}
+
 algos::Status SocketTransport::Describe(int32_t code, const std::string& what, uint32_t peer,
                                         const algos::OpSignature& sig,
                                         const std::string& hint) const {
@@ -151,7 +164,12 @@ algos::Status SocketTransport::SendSome(Transfer& t, bool* progressed) {
   const ssize_t n = sendmsg(fds_[t.peer], &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n < 0) {
     if (WouldBlock(errno)) return {};
-    return Describe(PLEXUS_ERR_REMOTE, "is unreachable (" + Errno("send", errno) + ")", t.peer,
+    const int err = errno;
+    // A peer that failed first sent its reason before closing: that says
+    // more than the broken pipe its close left behind.
+    algos::Status why = FailFrameWaiting(t.peer);
+    if (!why.ok()) return why;
+    return Describe(PLEXUS_ERR_REMOTE, "is unreachable (" + Errno("send", err) + ")", t.peer,
                     t.sig);
   }
   const size_t sent = size_t(n);

@@ -80,6 +80,9 @@ class SocketTransport final : public algos::PeerTransport {
  private:
   // Reads the rest of a FAIL frame's text (prefix already read) and reports it.
   algos::Status ReadFailText(uint32_t peer, std::string prefix, uint64_t bytes);
+  // After a send to peer failed: the reason in a FAIL frame the peer sent
+  // before it went (waiting unread at a frame boundary), or OK if none.
+  algos::Status FailFrameWaiting(uint32_t peer);
   algos::Status Describe(int32_t code, const std::string& what, uint32_t peer,
                          const algos::OpSignature& sig, const std::string& hint = "") const;
   // One non-blocking I/O attempt on the head transfer; sets *progressed.
