@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -250,6 +251,15 @@ int main(int argc, char** argv) {
   Options o;
   if (!Parse(argc, argv, &o)) {
     std::fputs(kUsage, stderr);
+    return 2;
+  }
+  // A singleton MPI_Init can hang or start daemons: insist on a launcher.
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("PMIX_RANK") &&
+      !std::getenv("PMI_RANK")) {
+    std::fputs(
+        "mpi_paired_bench: run it under mpirun (none of OMPI_COMM_WORLD_SIZE, PMIX_RANK, "
+        "PMI_RANK is set)\n",
+        stderr);
     return 2;
   }
   int provided = 0;
