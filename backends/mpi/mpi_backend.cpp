@@ -445,7 +445,12 @@ void plexus_backend_ctx::AdvanceSchedules() {
   std::lock_guard<std::mutex> lock(sched_mutex);
   size_t kept = 0;
   for (plexus_request* req : active) {
-    if (!plexus::mpi::AdvanceRequest(req)) active[kept++] = req;
+    bool left = false;
+    try {
+      left = plexus::mpi::AdvanceRequest(req);
+    } catch (...) {  // (out of memory for an error text): keep it, try again
+    }
+    if (!left) active[kept++] = req;
   }
   active.resize(kept);
   active_count.store(kept, std::memory_order_release);

@@ -200,15 +200,15 @@ int32_t PostAllreduceSchedules(plexus_comm* comm, const void* send, void* recv, 
       MpiLock lock(*ctx);
       for (auto& s : req->schedules) s.TakeRequests(&a.requests);
     }
-    if (a.requests.empty()) {
-      comm->SetError(message);  // nothing reached MPI
-      return code;
+    // Either part of the operation is in MPI already, or this rank has used
+    // tags its peers will use for their next allreduce: either way it is out
+    // of step with them, and going on could pair different allreduces.
+    if (!a.requests.empty()) {
+      a.scratch = std::move(req->scratch);
+      ctx->Abandon(std::move(a));
     }
-    // Part of the operation is in MPI already: this rank is out of step.
-    a.scratch = std::move(req->scratch);
-    ctx->Abandon(std::move(a));
     comm->Break(code, message +
-                          " (after part of the operation was posted; the communicator "
+                          " (this rank is now out of step with its peers; the communicator "
                           "is no longer usable)");
     return code;
   }

@@ -244,6 +244,17 @@ int AllreduceSchedule::Advance(const char** call) {
     }
     if (!flag) return MPI_SUCCESS;
     const Step done = steps_[next_ - 1];
+    if (done.recv_from >= 0) {
+      // MPI reports a longer message (MPI_ERR_TRUNCATE), not a shorter one,
+      // which ranks that disagree about the count could send.
+      int got = 0;
+      if (MPI_Get_count(&st[0], a_.type, &got) == MPI_SUCCESS && uint64_t(got) != done.count) {
+        *call =
+            "MPI_Irecv (a peer sent fewer elements than this rank expects: do the ranks "
+            "pass the same count?)";
+        return MPI_ERR_TRUNCATE;
+      }
+    }
     if (done.inout) {
       const int rrc = MPI_Reduce_local(done.in, done.inout, int(done.count), a_.type, a_.op_mpi);
       if (rrc != MPI_SUCCESS) {

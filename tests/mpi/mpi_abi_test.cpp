@@ -10,7 +10,7 @@
 // UNSUPPORTED with a last error naming the collective; comm_create refuses a
 // rank/size that disagrees with MPI_COMM_WORLD; wait() with a timeout returns
 // TIMEOUT and leaves the request pending (request_free refuses it); send/recv
-// count mismatches are REMOTE errors; comm_abort from another thread ends a
+// and allreduce count mismatches are REMOTE errors; comm_abort from another thread ends a
 // wait() promptly with ABORTED and makes later posts fail; an aborted
 // collective that the peer completes later is cleaned up before MPI_Finalize.
 #include <dlfcn.h>
@@ -204,6 +204,21 @@ void MismatchChecks(plexus_comm* comm, uint32_t rank) {
     t->recv(comm, buf, 3, PLEXUS_DTYPE_INT32, 1, nullptr, &req);
     Expect(comm, WaitFree(req), PLEXUS_ERR_REMOTE, "recv 3 of a 5-element send",
            {"recv from rank 1", "MPI"});
+  }
+  Barrier(comm);
+  // Allreduce counts that disagree (3 on rank 0, 5 on rank 1): both fail as
+  // REMOTE, rank 0 on the longer message, rank 1 on the shorter one.
+  int32_t out[5] = {};
+  const uint64_t count = rank == 0 ? 3 : 5;
+  Check(t->allreduce(comm, buf, out, count, PLEXUS_DTYPE_INT32, PLEXUS_OP_SUM, nullptr, &req) ==
+            PLEXUS_OK,
+        "post an allreduce of " + std::to_string(count));
+  if (rank == 0) {
+    Expect(comm, WaitFree(req), PLEXUS_ERR_REMOTE, "allreduce of 3 against a peer's 5",
+           {"allreduce", "MPI_ERR_TRUNCATE"});
+  } else {
+    Expect(comm, WaitFree(req), PLEXUS_ERR_REMOTE, "allreduce of 5 against a peer's 3",
+           {"allreduce", "fewer elements than this rank expects"});
   }
   Barrier(comm);
 }
