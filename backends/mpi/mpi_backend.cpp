@@ -224,38 +224,38 @@ int32_t WaitFor(plexus_request* req, int64_t timeout_ms) {
 
 namespace {
 
-// Hands req's unfinished schedules (and the scratch memory they use) to the
-// context, which runs them to their end. sched_mutex held.
-void AbandonSchedules(plexus_request* req) {
+// Ends req's ownership of its schedules: what they still have running (a)
+// goes to the context with req's scratch memory, which they use; with
+// nothing running, the scratch goes back to the communicator's cache.
+// sched_mutex held.
+void HandOver(plexus_request* req, Abandoned a) {
   plexus_comm* comm = req->comm;
-  Abandoned a;
-  a.comm = comm->mpi;
-  for (auto& s : req->schedules) {
-    if (!s.done()) a.schedules.push_back(std::move(s));
-  }
   req->schedules.clear();
-  if (a.schedules.empty()) {
+  if (a.schedules.empty() && a.requests.empty()) {
     if (req->scratch) comm->GiveScratch(std::move(req->scratch), req->scratch_capacity);
     return;
   }
+  a.comm = comm->mpi;
   a.scratch = std::move(req->scratch);
   comm->ctx->Abandon(std::move(a));
+}
+
+// After an abort: req's unfinished schedules go on, run by the context to
+// their end (a peer may still need their messages). sched_mutex held.
+void AbandonSchedules(plexus_request* req) {
+  Abandoned a;
+  for (auto& s : req->schedules) {
+    if (!s.done()) a.schedules.push_back(std::move(s));
+  }
+  HandOver(req, std::move(a));
 }
 
 // After a failure: what req's schedules have in MPI goes to the context as
 // plain requests (no further steps). sched_mutex held.
 void FailSchedules(plexus_request* req) {
-  plexus_comm* comm = req->comm;
   Abandoned a;
-  a.comm = comm->mpi;
   for (auto& s : req->schedules) s.TakeRequests(&a.requests);
-  req->schedules.clear();
-  if (a.requests.empty()) {
-    if (req->scratch) comm->GiveScratch(std::move(req->scratch), req->scratch_capacity);
-    return;
-  }
-  a.scratch = std::move(req->scratch);
-  comm->ctx->Abandon(std::move(a));
+  HandOver(req, std::move(a));
 }
 
 void SetStatus(plexus_request* req, int32_t status) {
