@@ -1,0 +1,389 @@
+#include <exception>
+#include <unordered_set>
+
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "plexus/ddp/distributed_data_parallel.hpp"
+#include "plexus/error.hpp"
+#include "plexus/log.hpp"
+
+namespace plexus::ddp {
+
+namespace {
+
+[[noreturn]] void Throw(int32_t code, const std::string& message) {
+  throw Error(code, "plexus", "DDP: " + message);
+}
+
+std::optional<DType> ToDType(c10::ScalarType t) {
+  switch (t) {
+    case c10::ScalarType::Half: return DType::Float16;
+    case c10::ScalarType::BFloat16: return DType::BFloat16;
+    case c10::ScalarType::Float: return DType::Float32;
+    case c10::ScalarType::Double: return DType::Float64;
+    case c10::ScalarType::Char: return DType::Int8;
+    case c10::ScalarType::Byte: return DType::UInt8;
+    case c10::ScalarType::Bool: return DType::UInt8;
+    case c10::ScalarType::Short: return DType::Int16;
+    case c10::ScalarType::Int: return DType::Int32;
+    case c10::ScalarType::Long: return DType::Int64;
+    default: return std::nullopt;
+  }
+}
+
+reducer::Parameter Describe(const std::string& name, const torch::Tensor& t) {
+  const auto dtype = ToDType(t.scalar_type());
+  if (!dtype) {
+    Throw(PLEXUS_ERR_UNSUPPORTED, "tensor '" + name + "' has dtype " +
+                                      std::string(c10::toString(t.scalar_type())) +
+                                      ", which Plexus cannot communicate");
+  }
+  if (!t.device().is_cpu()) {
+    Throw(PLEXUS_ERR_UNSUPPORTED, "tensor '" + name + "' is on " + t.device().str() +
+                                      "; this version of plexus::ddp supports CPU modules only");
+  }
+  if (!t.is_contiguous()) {
+    Throw(PLEXUS_ERR_UNSUPPORTED, "tensor '" + name + "' is not contiguous");
+  }
+  return {name, t.sizes().vec(), static_cast<uint64_t>(t.numel()), *dtype, -1};
+}
+
+}  // namespace
+
+struct DistributedDataParallelBase::Impl {
+  std::shared_ptr<torch::nn::Module> module;
+  Communicator& comm;
+  DistributedDataParallelOptions options;
+  std::vector<std::string> names;        // of the parameters the reducer handles
+  std::vector<torch::Tensor> params;     // same order
+  std::vector<torch::Tensor> buffers;
+  std::unique_ptr<reducer::Reducer> reducer;
+  std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators;  // holds the hooks
+  std::vector<uintptr_t> hook_keys;
+  std::vector<torch::Tensor> views;  // bucket views (gradient_as_bucket_view)
+  uint64_t views_generation = 0;
+  bool callback_queued = false;
+  std::optional<std::vector<size_t>> static_unused;  // static_graph: the first walk's result
+  bool join_enabled = false;
+  bool joined = false;
+
+  Impl(std::shared_ptr<torch::nn::Module> m, Communicator& c, DistributedDataParallelOptions o)
+      : module(std::move(m)), comm(c), options(std::move(o)) {}
+
+  void BroadcastTensors(const std::vector<torch::Tensor>& tensors, uint32_t root) {
+    torch::NoGradGuard no_grad;
+    for (const torch::Tensor& t : tensors) {
+      if (t.numel() == 0) continue;
+      comm.broadcast(t.data_ptr(), t.numel(), *ToDType(t.scalar_type()), root).wait();
+    }
+  }
+
+  torch::Tensor& View(size_t i) {
+    if (views_generation != reducer->buckets_generation() || views.empty()) {
+      views.clear();
+      for (size_t k = 0; k < params.size(); ++k) {
+        views.push_back(torch::from_blob(reducer->bucket_view(k), params[k].sizes(),
+                                         params[k].options().requires_grad(false)));
+      }
+      views_generation = reducer->buckets_generation();
+    }
+    return views[i];
+  }
+
+  // Autograd has accumulated parameter i's gradient into .grad.
+  void OnGradientReady(size_t i) {
+    if (!reducer->in_backward()) return;  // no_sync, or a backward DDP did not prepare
+    if (!callback_queued) {
+      callback_queued = true;
+      torch::autograd::Engine::get_default_engine().queue_callback([this] { FinishBackward(); });
+    }
+    torch::Tensor& param = params[i];
+    torch::Tensor grad = param.grad();
+    if (!grad.defined()) {
+      Throw(PLEXUS_ERR_INTERNAL, "parameter '" + names[i] + "' has no .grad after accumulation");
+    }
+    if (options.gradient_as_bucket_view) {
+      torch::Tensor& view = View(i);
+      if (!grad.is_same(view)) {
+        view.copy_(grad);
+        param.mutable_grad() = view;
+      }
+      reducer->mark_ready(i, view.data_ptr());
+      return;
+    }
+    if (!grad.is_contiguous() || grad.scalar_type() != param.scalar_type()) {
+      param.mutable_grad() = grad.to(param.scalar_type()).contiguous();
+      grad = param.grad();
+    }
+    reducer->mark_ready(i, grad.data_ptr());
+  }
+
+  void FinishBackward() {
+    callback_queued = false;
+    reducer->finalize();
+    if (!options.find_unused_parameters) return;
+    // Unused here, used elsewhere: the average is in the bucket and no .grad holds it.
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (!reducer->needs_gradient(i)) continue;
+      torch::Tensor& view = View(i);
+      if (options.gradient_as_bucket_view) {
+        params[i].mutable_grad() = view;
+      } else if (params[i].grad().defined()) {
+        params[i].mutable_grad().copy_(view);
+      } else {
+        params[i].mutable_grad() = view.clone();
+      }
+    }
+  }
+
+  // The parameters the autograd graph of `outputs` does not reach.
+  std::vector<size_t> FindUnused(const std::vector<torch::Tensor>& outputs) {
+    std::unordered_set<const torch::autograd::Node*> seen;
+    std::vector<const torch::autograd::Node*> stack;
+    auto push = [&](const torch::autograd::Node* n) {
+      if (n && seen.insert(n).second) stack.push_back(n);
+    };
+    for (const torch::Tensor& t : outputs) {
+      if (!t.defined() || !t.requires_grad()) continue;
+      if (t.grad_fn()) {
+        push(t.grad_fn().get());
+      } else {
+        push(torch::autograd::impl::try_get_grad_accumulator(t).get());
+      }
+    }
+    while (!stack.empty()) {
+      const torch::autograd::Node* n = stack.back();
+      stack.pop_back();
+      for (const torch::autograd::Edge& e : n->next_edges()) push(e.function.get());
+    }
+    std::vector<size_t> unused;
+    for (size_t i = 0; i < accumulators.size(); ++i) {
+      if (!seen.count(accumulators[i].get())) unused.push_back(i);
+    }
+    return unused;
+  }
+};
+
+namespace {
+
+// Fires after AccumulateGrad has written a parameter's .grad.
+class GradientReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  explicit GradientReadyHook(std::function<void()> ready) : ready_(std::move(ready)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    ready_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> ready_;
+};
+
+}  // namespace
+
+DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::nn::Module> module,
+                                                         Communicator& comm,
+                                                         DistributedDataParallelOptions options)
+    : impl_(std::make_unique<Impl>(std::move(module), comm, std::move(options))) {
+  Impl& m = *impl_;
+  if (!m.module) Throw(PLEXUS_ERR_INVALID_ARGUMENT, "the module is null");
+  if (!m.options.device_ids.empty() || m.options.output_device) {
+    Throw(PLEXUS_ERR_UNSUPPORTED,
+          "device_ids/output_device: CUDA modules are not supported by this version; leave them "
+          "empty for a CPU module");
+  }
+  if (m.options.bucket_cap_mb && !(*m.options.bucket_cap_mb > 0)) {
+    Throw(PLEXUS_ERR_INVALID_ARGUMENT, "bucket_cap_mb must be positive");
+  }
+  // Everything that is communicated, checked across ranks: parameters (all,
+  // also the frozen ones, which init_sync broadcasts) and buffers.
+  std::vector<reducer::Parameter> everything;
+  std::vector<reducer::Parameter> trained;
+  std::vector<torch::Tensor> all_params;
+  for (const auto& item : m.module->named_parameters(/*recurse=*/true)) {
+    everything.push_back(Describe(item.key(), item.value()));
+    all_params.push_back(item.value());
+    if (!item.value().requires_grad()) continue;
+    trained.push_back(everything.back());
+    m.names.push_back(item.key());
+    m.params.push_back(item.value());
+  }
+  for (const auto& item : m.module->named_buffers(/*recurse=*/true)) {
+    everything.push_back(Describe("buffer " + item.key(), item.value()));
+    m.buffers.push_back(item.value());
+  }
+  if (trained.empty()) {
+    Throw(PLEXUS_ERR_INVALID_ARGUMENT, "the module has no parameter that requires a gradient");
+  }
+  if (m.options.init_sync) {
+    reducer::VerifyReplicas(comm, everything);
+    m.BroadcastTensors(all_params, 0);
+    m.BroadcastTensors(m.buffers, 0);
+  }
+  reducer::ReducerOptions ro;
+  if (m.options.bucket_cap_mb) {
+    ro.bucket_cap_bytes = static_cast<uint64_t>(*m.options.bucket_cap_mb * 1024 * 1024);
+    if (ro.bucket_cap_bytes == 0) ro.bucket_cap_bytes = 1;
+    ro.first_bucket_bytes = ro.bucket_cap_bytes;  // as PyTorch when bucket_cap_mb is given
+  }
+  ro.find_unused_parameters = m.options.find_unused_parameters;
+  ro.static_graph = m.options.static_graph;
+  m.reducer = std::make_unique<reducer::Reducer>(comm, std::move(trained), ro);
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    auto acc = torch::autograd::impl::grad_accumulator(m.params[i]);
+    m.hook_keys.push_back(acc->add_post_hook(
+        std::make_unique<GradientReadyHook>([&m, i] { m.OnGradientReady(i); })));
+    m.accumulators.push_back(std::move(acc));
+  }
+}
+
+DistributedDataParallelBase::~DistributedDataParallelBase() {
+  Impl& m = *impl_;
+  for (size_t i = 0; i < m.accumulators.size(); ++i) m.accumulators[i]->del_post_hook(m.hook_keys[i]);
+  // Gradients that are views into the buckets must not outlive them.
+  if (m.options.gradient_as_bucket_view) {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < m.params.size() && !m.views.empty(); ++i) {
+      if (m.params[i].grad().defined() && m.params[i].grad().is_same(m.views[i])) {
+        m.params[i].mutable_grad() = m.views[i].clone();
+      }
+    }
+  }
+}
+
+reducer::Reducer::NoSyncGuard DistributedDataParallelBase::no_sync() {
+  return impl_->reducer->no_sync();
+}
+
+Join DistributedDataParallelBase::join() { return Join(*this); }
+
+void DistributedDataParallelBase::register_comm_hook(reducer::CommHook hook) {
+  impl_->reducer->register_comm_hook(std::move(hook));
+}
+
+Communicator& DistributedDataParallelBase::communicator() const { return impl_->comm; }
+
+DDPLoggingData DistributedDataParallelBase::logging_data() const {
+  const Impl& m = *impl_;
+  DDPLoggingData d;
+  d.reducer = m.reducer->stats();
+  d.parameter_names = m.names;
+  d.options = m.options;
+  d.rank = m.comm.rank();
+  d.world_size = m.comm.size();
+  d.backend = m.comm.backend_name();
+  return d;
+}
+
+void DistributedDataParallelBase::pre_forward() {
+  Impl& m = *impl_;
+  if (m.reducer->in_backward()) {
+    Throw(PLEXUS_ERR_INVALID_USAGE,
+          "forward() on rank " + std::to_string(m.comm.rank()) +
+              " while the previous iteration's backward has not finished: expected to have "
+              "finished reduction in the prior iteration before starting a new one. Call "
+              "backward() on the output of every forward() taken with gradients (or run "
+              "evaluation under torch::NoGradGuard)");
+  }
+  if (m.join_enabled) {
+    // This rank still has inputs: count it, and say whether it synchronises.
+    int64_t flags[2] = {1, m.reducer->require_backward_grad_sync() ? 1 : 0};
+    m.comm.allreduce(flags, flags, 2, DType::Int64, ReduceOp::Sum).wait();
+  }
+  if (m.options.broadcast_buffers && !m.buffers.empty() && m.comm.size() > 1) {
+    m.BroadcastTensors(m.buffers, 0);
+  }
+}
+
+void DistributedDataParallelBase::post_forward(const std::vector<torch::Tensor>& outputs) {
+  Impl& m = *impl_;
+  if (!torch::autograd::GradMode::is_enabled() || !m.reducer->require_backward_grad_sync()) return;
+  std::vector<size_t> unused;
+  if (m.options.find_unused_parameters) {
+    if (m.options.static_graph && m.static_unused) {
+      unused = *m.static_unused;
+    } else {
+      unused = m.FindUnused(outputs);
+      if (m.options.static_graph) m.static_unused = unused;
+    }
+  }
+  // A rebuild inside prepare_for_backward moves the bucket views: keep the
+  // gradients that pointed into the old ones pointing into the new ones.
+  std::vector<const void*> old_views;
+  if (m.options.gradient_as_bucket_view && !m.views.empty()) {
+    for (const torch::Tensor& v : m.views) old_views.push_back(v.data_ptr());
+  }
+  const uint64_t generation = m.reducer->buckets_generation();
+  m.reducer->prepare_for_backward(unused);
+  if (!old_views.empty() && generation != m.reducer->buckets_generation()) {
+    for (size_t i = 0; i < m.params.size(); ++i) {
+      const torch::Tensor& g = m.params[i].grad();
+      if (g.defined() && g.data_ptr() == old_views[i]) m.params[i].mutable_grad() = m.View(i);
+    }
+  }
+}
+
+Join::Join(DistributedDataParallelBase& ddp) : ddp_(&ddp), uncaught_(std::uncaught_exceptions()) {
+  auto& m = *ddp.impl_;
+  if (m.join_enabled) Throw(PLEXUS_ERR_INVALID_USAGE, "join(): this DDP is already in a Join");
+  m.join_enabled = true;
+  m.joined = false;
+}
+
+Join::Join(Join&& other) noexcept
+    : ddp_(std::exchange(other.ddp_, nullptr)), uncaught_(other.uncaught_) {}
+
+Join::~Join() {
+  if (!ddp_) return;
+  if (std::uncaught_exceptions() > uncaught_) {
+    ddp_->impl_->join_enabled = false;  // unwinding: no collectives from a destructor
+    return;
+  }
+  try {
+    finish();
+  } catch (const std::exception& e) {
+    LogLine(PLEXUS_LOG_ERROR, "plexus", std::string("DDP join: ") + e.what());
+  }
+}
+
+void Join::finish() {
+  if (!ddp_) return;
+  auto& m = *std::exchange(ddp_, nullptr)->impl_;
+  m.joined = true;
+  bool first = true, last_joiner = false;
+  try {
+    while (true) {
+      int64_t flags[2] = {0, 0};  // {ranks with inputs, of which synchronising}
+      m.comm.allreduce(flags, flags, 2, DType::Int64, ReduceOp::Sum).wait();
+      if (flags[0] == 0) {
+        last_joiner = first;
+        break;
+      }
+      first = false;
+      // Shadow one iteration of the ranks that still train.
+      if (m.options.broadcast_buffers && !m.buffers.empty() && m.comm.size() > 1) {
+        m.BroadcastTensors(m.buffers, 0);
+      }
+      if (flags[1] > 0) m.reducer->run_zero_iteration();
+    }
+    // Everyone takes the model of a rank that trained to the end.
+    int64_t authority = last_joiner ? m.comm.rank() : -1;
+    m.comm.allreduce(&authority, &authority, 1, DType::Int64, ReduceOp::Max).wait();
+    std::vector<torch::Tensor> state;
+    for (const auto& p : m.module->parameters(true)) state.push_back(p);
+    m.BroadcastTensors(state, static_cast<uint32_t>(authority));
+    m.BroadcastTensors(m.buffers, static_cast<uint32_t>(authority));
+  } catch (...) {
+    m.join_enabled = false;
+    throw;
+  }
+  m.join_enabled = false;
+}
+
+}  // namespace plexus::ddp

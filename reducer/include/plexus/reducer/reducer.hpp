@@ -1,0 +1,187 @@
+// plexus::reducer::Reducer — gradient bucketing for data-parallel training,
+// over any backend, on raw gradient buffers (no LibTorch).
+//
+// It does what PyTorch DDP's C++ Reducer (torch/csrc/distributed/c10d/
+// reducer.cpp) does, with its names and defaults:
+//
+//   Reducer reducer(comm, parameters, {});
+//   for each step:
+//     reducer.prepare_for_backward(unused);     // backward is about to run
+//     ... as each gradient is computed:
+//     reducer.mark_ready(i, grad_i);            // copies grad_i / world_size into its bucket;
+//                                               // a full bucket starts its all-reduce at once
+//     reducer.finalize();                       // waits; grad_i now holds the average
+//
+// Buckets. At construction the gradients are bucketed by
+// ComputeBucketAssignmentBySize, and the bucket list is reversed (gradients
+// of the last parameters are computed first). As in PyTorch, the first
+// iteration then uses one bucket per dtype unless find_unused_parameters is
+// set; after the first synchronised iteration the buckets are rebuilt once,
+// in the order the gradients became ready on rank 0 (broadcast, so ranks
+// whose orders differ still agree), with limits {first_bucket_bytes,
+// bucket_cap_bytes}. Buckets start their all-reduce strictly in index order.
+//
+// Unused parameters (find_unused_parameters): prepare_for_backward is told
+// which parameters take no part; they count as ready with a zero gradient at
+// once. A bitmap of the parameters used anywhere is all-reduced: a parameter
+// unused on every rank keeps its gradient untouched; one unused here but used
+// elsewhere receives the average (needs_gradient() says so).
+//
+// no_sync: while a NoSyncGuard lives, the reducer does nothing: the caller's
+// gradients accumulate where they are and the next synchronised iteration
+// reduces their sum.
+//
+// Bucket views (gradient_as_bucket_view in DDP): bucket_view(i) is the place
+// of gradient i in its bucket; a gradient passed to mark_ready at that very
+// address is used in place (no copy in, no copy back). A rebuild moves the
+// views (the values move with them): call bucket_view again after
+// prepare_for_backward when buckets_generation() changed.
+//
+// Errors are thrown as plexus::Error and say what and where: a parameter
+// marked ready twice, parameters that produced no gradient (named, with the
+// fix), a bucket whose all-reduce failed (its index and parameters), ranks
+// whose parameters differ (VerifyReplicas).
+//
+// Thread safety: none; one thread calls everything (autograd's, for DDP).
+// The reducer holds a reference to comm, which must outlive it.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "plexus/communicator.hpp"
+#include "plexus/reducer/bucket_assignment.hpp"
+#include "plexus/reducer/comm_hook.hpp"
+
+namespace plexus::reducer {
+
+inline constexpr uint64_t kDefaultFirstBucketBytes = 1024 * 1024;       // dist._DEFAULT_FIRST_BUCKET_BYTES
+inline constexpr uint64_t kDefaultBucketCapBytes = 25ull * 1024 * 1024;  // bucket_cap_mb = 25
+
+// One parameter's gradient as the reducer sees it.
+struct Parameter {
+  std::string name;            // for errors and statistics ("fc1.weight")
+  std::vector<int64_t> shape;  // for the cross-rank check; {count} if unknown
+  uint64_t count = 0;          // elements
+  DType dtype = DType::Float32;  // float16, bfloat16, float32 or float64
+  int device = -1;             // -1 = host memory (the only kind supported so far)
+};
+
+struct ReducerOptions {
+  uint64_t bucket_cap_bytes = kDefaultBucketCapBytes;
+  uint64_t first_bucket_bytes = kDefaultFirstBucketBytes;
+  bool find_unused_parameters = false;
+  // With find_unused_parameters: the first iteration's unused set is the
+  // same every iteration (the graph is static); also enables the rebuild.
+  bool static_graph = false;
+};
+
+struct BucketInfo {
+  uint64_t bytes = 0;
+  DType dtype = DType::Float32;
+  uint64_t size_limit = 0;
+  std::vector<size_t> parameters;
+};
+
+// Times of one synchronised iteration, in microseconds (DDPLoggingData's names).
+struct IterationTimes {
+  double backward_compute_time = 0;  // prepare_for_backward -> last mark_ready
+  double backward_comm_time = 0;     // first bucket launched -> every bucket reduced
+  double backward_compute_comm_overlap_time = 0;  // first launch -> last mark_ready
+  double comm_not_hidden_time = 0;   // last mark_ready -> finalize done (what backward waited)
+};
+
+struct ReducerStats {
+  std::vector<BucketInfo> buckets;
+  bool has_rebuilt_bucket = false;
+  uint64_t iterations = 0;  // synchronised iterations finalized
+  IterationTimes last;      // of the last iteration
+  IterationTimes average;   // over every iteration but the first
+  uint64_t bucket_cap_bytes = 0;
+  uint64_t first_bucket_bytes = 0;
+  bool find_unused_parameters = false;
+  bool comm_hook = false;
+  std::string backend;
+  uint32_t world_size = 0;
+};
+
+class Reducer {
+ public:
+  // Checks the parameters (non-empty, float dtypes, host memory) and buckets
+  // them. Not collective: call VerifyReplicas first to check that every rank
+  // has the same parameters. Throws plexus::Error.
+  Reducer(Communicator& comm, std::vector<Parameter> parameters, ReducerOptions options = {});
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Starts a synchronised iteration. Collective on the iteration that
+  // rebuilds the buckets (the second). `unused`: parameters that take no part
+  // (only with find_unused_parameters). No-op under no_sync.
+  void prepare_for_backward(std::span<const size_t> unused = {});
+
+  // Gradient `index` is ready at `grad` (count elements of its dtype). The
+  // reducer reads it now, and writes the average back to it in finalize(),
+  // so it must stay valid until then. No-op under no_sync.
+  void mark_ready(size_t index, void* grad);
+
+  // Waits for every bucket and writes the averages back. Throws plexus::Error
+  // if a parameter produced no gradient (after reducing the rest, so ranks
+  // stay in step) or a bucket's reduction failed. No-op under no_sync.
+  void finalize();
+
+  // True when this iteration has started and not been finalized.
+  bool in_backward() const;
+  // After finalize(): parameter `index` was unused here but used on another
+  // rank, so its average is at bucket_view(index) and no gradient holds it.
+  bool needs_gradient(size_t index) const;
+  // After finalize() with find_unused_parameters: used on some rank.
+  bool globally_used(size_t index) const;
+
+  // Where gradient `index` lives in its bucket (see "Bucket views").
+  void* bucket_view(size_t index);
+  // Changes whenever the buckets (and so the views) are rebuilt.
+  uint64_t buckets_generation() const;
+
+  // A joined rank's share of an iteration (uneven inputs): an iteration in
+  // which every gradient is zero and no gradient is written back. Collective.
+  void run_zero_iteration();
+
+  // Replaces the default averaging (see comm_hook.hpp). Before the first
+  // iteration only (INVALID_USAGE otherwise).
+  void register_comm_hook(CommHook hook);
+
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(Reducer& r);
+    ~NoSyncGuard();
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    Reducer& reducer_;
+    bool previous_;
+  };
+  // While the guard lives, gradients are not synchronised (see "no_sync").
+  NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+  bool require_backward_grad_sync() const;
+
+  const std::vector<Parameter>& parameters() const;
+  ReducerStats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Checks, collectively, that every rank has the same parameters (names,
+// shapes, dtypes, in the same order). Throws plexus::Error on every rank when
+// they differ, naming the first parameter that differs and the ranks.
+void VerifyReplicas(Communicator& comm, std::span<const Parameter> parameters);
+
+}  // namespace plexus::reducer

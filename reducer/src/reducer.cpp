@@ -1,0 +1,496 @@
+#include "plexus/reducer/reducer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "gradient_math.hpp"
+#include "plexus/error.hpp"
+#include "size_math.hpp"
+
+namespace plexus::reducer {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Micros(Clock::time_point from, Clock::time_point to) {
+  return to > from ? std::chrono::duration<double, std::micro>(to - from).count() : 0.0;
+}
+
+[[noreturn]] void Throw(int32_t code, const std::string& message) {
+  throw Error(code, "plexus", "reducer: " + message);
+}
+
+struct Bucket {
+  std::vector<size_t> parameters;
+  std::vector<uint64_t> offsets;  // element offset of each parameter in the buffer
+  uint64_t count = 0;
+  DType dtype = DType::Float32;
+  uint64_t size_limit = 0;
+  std::vector<double> storage;  // the flat buffer (double: aligned for every dtype)
+  size_t pending = 0;           // parameters not yet ready this iteration
+  bool launched = false;
+  BucketFuture future;
+
+  void* data() { return storage.data(); }
+};
+
+struct Slot {
+  size_t bucket = 0;
+  uint64_t offset = 0;  // elements
+};
+
+}  // namespace
+
+struct Reducer::Impl {
+  Communicator& comm;
+  std::vector<Parameter> params;
+  ReducerOptions options;
+  std::vector<Bucket> buckets;
+  std::vector<Slot> slots;
+  uint64_t generation = 0;
+  CommHook hook;
+
+  // The iteration in flight.
+  bool require_sync = true;
+  bool in_iteration = false;
+  bool zero_iteration = false;
+  std::vector<void*> grads;  // where to write each average back (null: nowhere)
+  std::vector<uint8_t> ready;
+  size_t next_bucket = 0;     // the next bucket to launch
+  size_t next_unfinished = 0;  // the first launched bucket not seen complete
+  std::vector<int32_t> local_used;
+  std::vector<int32_t> global_used;
+  Work used_work;
+
+  // The rebuild by ready order, once, after the first synchronised iteration.
+  bool rebuild_enabled = false;
+  bool rebuilt = false;
+  std::vector<uint64_t> ready_order;
+
+  // Statistics.
+  uint64_t iterations = 0;
+  Clock::time_point start, first_launch, finalize_start;
+  bool launched_any = false;
+  IterationTimes last, sum;
+
+  Impl(Communicator& c, std::vector<Parameter> p, ReducerOptions o)
+      : comm(c), params(std::move(p)), options(o) {}
+
+  std::vector<GradientShape> Shapes() const {
+    std::vector<GradientShape> shapes;
+    shapes.reserve(params.size());
+    for (const Parameter& p : params) shapes.push_back({p.count, p.dtype, p.device});
+    return shapes;
+  }
+
+  std::string Name(size_t i) const {
+    return "'" + (params[i].name.empty() ? "#" + std::to_string(i) : params[i].name) + "'";
+  }
+
+  std::string NameList(std::span<const size_t> indices, size_t max = 8) const {
+    std::string s;
+    for (size_t k = 0; k < indices.size() && k < max; ++k) s += (k ? ", " : "") + Name(indices[k]);
+    if (indices.size() > max) s += " and " + std::to_string(indices.size() - max) + " more";
+    return s;
+  }
+
+  void* View(size_t i) {
+    const Slot& s = slots[i];
+    Bucket& b = buckets[s.bucket];
+    return reinterpret_cast<std::byte*>(b.data()) + s.offset * ElementSize(b.dtype);
+  }
+
+  void Build(const BucketAssignment& a) {
+    std::vector<Bucket> built(a.buckets.size());
+    std::vector<Slot> placed(params.size());
+    for (size_t b = 0; b < a.buckets.size(); ++b) {
+      Bucket& bucket = built[b];
+      bucket.parameters = a.buckets[b];
+      bucket.size_limit = a.size_limits[b];
+      bucket.dtype = params[bucket.parameters.front()].dtype;
+      for (size_t i : bucket.parameters) {
+        bucket.offsets.push_back(bucket.count);
+        placed[i] = {b, bucket.count};
+        bucket.count += params[i].count;
+      }
+      const uint64_t bytes = bucket.count * ElementSize(bucket.dtype);
+      bucket.storage.assign((bytes + sizeof(double) - 1) / sizeof(double), 0.0);
+    }
+    buckets = std::move(built);
+    slots = std::move(placed);
+    ++generation;
+  }
+
+  void Rebuild() {
+    std::vector<uint64_t> order = ready_order;
+    order.resize(params.size());
+    comm.broadcast(order.data(), order.size(), DType::UInt64, 0).wait();
+    std::vector<size_t> indices(order.begin(), order.end());
+    std::vector<uint8_t> seen(params.size(), 0);
+    for (size_t i : indices) {
+      if (i >= params.size() || seen[i]++) {
+        Throw(PLEXUS_ERR_INTERNAL, "rank 0's gradient ready order is not a permutation of the " +
+                                       std::to_string(params.size()) + " parameters");
+      }
+    }
+    const uint64_t limits[] = {options.first_bucket_bytes, options.bucket_cap_bytes};
+    const std::vector<GradientShape> shapes = Shapes();
+    BucketAssignment a = ComputeBucketAssignmentBySize(shapes, limits, indices);
+    // Keep the values: with bucket views the gradients live in the buckets.
+    std::vector<Bucket> old = std::move(buckets);
+    std::vector<Slot> old_slots = std::move(slots);
+    Build(a);
+    for (size_t i = 0; i < params.size(); ++i) {
+      const Bucket& from = old[old_slots[i].bucket];
+      const size_t esize = ElementSize(params[i].dtype);
+      std::memcpy(View(i),
+                  reinterpret_cast<const std::byte*>(from.storage.data()) + old_slots[i].offset * esize,
+                  params[i].count * esize);
+    }
+    rebuilt = true;
+  }
+
+  void Launch(size_t b) {
+    Bucket& bucket = buckets[b];
+    if (!launched_any) {
+      launched_any = true;
+      first_launch = Clock::now();
+    }
+    GradBucket gb{b, buckets.size(), bucket.data(), bucket.count, bucket.dtype, bucket.parameters};
+    try {
+      bucket.future = hook ? hook(comm, gb)
+                           : BucketFuture(comm.allreduce(bucket.data(), bucket.data(), bucket.count,
+                                                         bucket.dtype, ReduceOp::Sum));
+    } catch (const Error& e) {
+      throw Error(e.status(), e.backend(), BucketContext(b) + ": " + e.message());
+    }
+    bucket.launched = true;
+  }
+
+  std::string BucketContext(size_t b) const {
+    return "reducer: all-reduce of bucket " + std::to_string(b) + " of " +
+           std::to_string(buckets.size()) + " (" + std::to_string(buckets[b].parameters.size()) +
+           " parameters: " + NameList(buckets[b].parameters, 4) + "), iteration " +
+           std::to_string(iterations + 1) + ", rank " + std::to_string(comm.rank());
+  }
+
+  void LaunchReadyBuckets() {
+    while (next_bucket < buckets.size() && buckets[next_bucket].pending == 0) Launch(next_bucket++);
+    if (next_bucket == buckets.size() && options.find_unused_parameters && used_work.completed() &&
+        global_used.empty()) {
+      global_used = local_used;
+      used_work = comm.allreduce(global_used.data(), global_used.data(), global_used.size(),
+                                 DType::Int32, ReduceOp::Sum);
+    }
+  }
+
+  // Lets backends without a progress thread move, and notes completions.
+  void Poll() {
+    while (next_unfinished < next_bucket && buckets[next_unfinished].future.test()) {
+      ++next_unfinished;
+    }
+  }
+
+  void MarkReady(size_t i, void* grad) {
+    if (ready[i]) {
+      Throw(PLEXUS_ERR_INVALID_USAGE,
+            "parameter " + Name(i) + " (index " + std::to_string(i) + ") was marked ready twice in iteration " +
+                std::to_string(iterations + 1) + " on rank " + std::to_string(comm.rank()) +
+                ". A parameter may produce one gradient per synchronised backward: it is probably "
+                "used by several reentrant backward passes (activation checkpointing) or its "
+                "gradient hook fired twice; with DDP, set static_graph = true for checkpointing, "
+                "or call backward once per iteration");
+    }
+    ready[i] = 1;
+    void* view = View(i);
+    const Parameter& p = params[i];
+    const double divisor = hook ? 1.0 : static_cast<double>(comm.size());
+    if (grad == nullptr) {
+      std::memset(view, 0, p.count * ElementSize(p.dtype));
+    } else {
+      CopyDivided(view, grad, p.count, p.dtype, divisor);
+      if (grad != view) grads[i] = grad;
+    }
+    if (rebuild_enabled && !rebuilt) ready_order.push_back(i);
+    if (--buckets[slots[i].bucket].pending == 0) LaunchReadyBuckets();
+  }
+
+  void Begin(std::span<const size_t> unused) {
+    if (in_iteration) {
+      Throw(PLEXUS_ERR_INVALID_USAGE,
+            "expected to have finished reduction in the prior iteration before starting a new "
+            "one (rank " + std::to_string(comm.rank()) +
+                "): finalize() was not called after the last backward");
+    }
+    if (!unused.empty() && !options.find_unused_parameters) {
+      Throw(PLEXUS_ERR_INVALID_USAGE,
+            "prepare_for_backward was given unused parameters but find_unused_parameters is off");
+    }
+    for (size_t i : unused) {
+      if (i >= params.size()) {
+        Throw(PLEXUS_ERR_INVALID_ARGUMENT, "unused parameter index " + std::to_string(i) +
+                                               " out of range (" + std::to_string(params.size()) +
+                                               " parameters)");
+      }
+    }
+    if (rebuild_enabled && !rebuilt && iterations >= 1) Rebuild();
+    start = Clock::now();
+    launched_any = false;
+    std::fill(grads.begin(), grads.end(), nullptr);
+    std::fill(ready.begin(), ready.end(), 0);
+    for (Bucket& b : buckets) {
+      b.pending = b.parameters.size();
+      b.launched = false;
+    }
+    next_bucket = next_unfinished = 0;
+    local_used.assign(options.find_unused_parameters ? params.size() : 0, 1);
+    global_used.clear();
+    if (!rebuilt) ready_order.clear();
+    in_iteration = true;
+    // Empty buckets (zero-element parameters only) are ready at once.
+    LaunchReadyBuckets();
+    for (size_t i : unused) {
+      local_used[i] = 0;
+      if (!ready[i]) MarkReady(i, nullptr);
+    }
+  }
+
+  void Finish() {
+    finalize_start = Clock::now();
+    std::vector<size_t> missing;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (!ready[i]) missing.push_back(i);
+    }
+    // Reduce with zeros in their place, so that every rank's collectives still match.
+    for (size_t i : missing) {
+      if (!local_used.empty()) local_used[i] = 0;
+      MarkReady(i, nullptr);
+    }
+    in_iteration = false;  // from here on, a failure leaves the reducer ready for a new iteration
+    for (size_t b = next_unfinished; b < buckets.size(); ++b) {
+      try {
+        buckets[b].future.wait();
+      } catch (const Error& e) {
+        throw Error(e.status(), e.backend(),
+                    BucketContext(b) + ": " + e.message() +
+                        (e.status() == PLEXUS_ERR_TIMEOUT || e.status() == PLEXUS_ERR_REMOTE
+                             ? ". If ranks run different numbers of iterations (uneven inputs), "
+                               "the ranks that ran out must keep joining in (DDP's join())"
+                             : ""));
+      }
+    }
+    if (options.find_unused_parameters) used_work.wait();
+    const auto done = Clock::now();
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (grads[i] != nullptr) {
+        std::memcpy(grads[i], View(i), params[i].count * ElementSize(params[i].dtype));
+      }
+    }
+    if (!zero_iteration) Record(done);
+    ++iterations;
+    if (!missing.empty() && !zero_iteration) {
+      Throw(PLEXUS_ERR_INVALID_USAGE,
+            "rank " + std::to_string(comm.rank()) + ": " + std::to_string(missing.size()) +
+                " parameter(s) produced no gradient in iteration " + std::to_string(iterations) +
+                ": " + NameList(missing) +
+                ". Every parameter must take part in computing the loss; if some legitimately do "
+                "not (conditional branches, frozen heads), construct DDP with "
+                "find_unused_parameters = true, or set requires_grad = false on those that never "
+                "train. Their buckets were reduced with zeros so that the ranks stay in step");
+    }
+  }
+
+  void Record(Clock::time_point done) {
+    IterationTimes t;
+    t.backward_compute_time = Micros(start, finalize_start);
+    if (launched_any) {
+      t.backward_comm_time = Micros(first_launch, done);
+      t.backward_compute_comm_overlap_time = Micros(first_launch, finalize_start);
+    }
+    t.comm_not_hidden_time = Micros(finalize_start, done);
+    last = t;
+    if (iterations >= 1) {  // the first iteration (one big bucket, warm-up) is left out
+      sum.backward_compute_time += t.backward_compute_time;
+      sum.backward_comm_time += t.backward_comm_time;
+      sum.backward_compute_comm_overlap_time += t.backward_compute_comm_overlap_time;
+      sum.comm_not_hidden_time += t.comm_not_hidden_time;
+    }
+  }
+};
+
+Reducer::Reducer(Communicator& comm, std::vector<Parameter> parameters, ReducerOptions options)
+    : impl_(std::make_unique<Impl>(comm, std::move(parameters), options)) {
+  Impl& m = *impl_;
+  if (m.params.empty()) Throw(PLEXUS_ERR_INVALID_ARGUMENT, "no parameters to reduce");
+  if (options.bucket_cap_bytes == 0 || options.first_bucket_bytes == 0) {
+    Throw(PLEXUS_ERR_INVALID_ARGUMENT, "bucket_cap_bytes and first_bucket_bytes must be positive");
+  }
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    const Parameter& p = m.params[i];
+    if (!IsGradientDType(p.dtype)) {
+      Throw(PLEXUS_ERR_INVALID_ARGUMENT,
+            "parameter " + m.Name(i) + " has dtype " + ToString(p.dtype) +
+                "; gradients must be float16, bfloat16, float32 or float64");
+    }
+    if (p.device != -1) {
+      Throw(PLEXUS_ERR_UNSUPPORTED, "parameter " + m.Name(i) + " is on device " +
+                                        std::to_string(p.device) +
+                                        "; the reducer supports host memory only so far");
+    }
+    if (SaturatingMul(p.count, ElementSize(p.dtype)) > (uint64_t{1} << 48)) {
+      Throw(PLEXUS_ERR_INVALID_ARGUMENT, "parameter " + m.Name(i) + " has an impossible size (" +
+                                             std::to_string(p.count) + " elements)");
+    }
+  }
+  // PyTorch's choice (DistributedDataParallel._ddp_init_helper): without
+  // find_unused_parameters the first iteration runs on one bucket per dtype,
+  // then the buckets are rebuilt in the order gradients really arrive.
+  std::vector<uint64_t> limits;
+  if (options.static_graph || !options.find_unused_parameters) {
+    limits = {std::numeric_limits<uint64_t>::max()};
+  } else if (options.first_bucket_bytes < options.bucket_cap_bytes) {
+    limits = {options.first_bucket_bytes, options.bucket_cap_bytes};
+  } else {
+    limits = {options.bucket_cap_bytes};
+  }
+  m.rebuild_enabled = options.static_graph || !options.find_unused_parameters;
+  const std::vector<GradientShape> shapes = m.Shapes();
+  BucketAssignment a = ComputeBucketAssignmentBySize(shapes, limits);
+  std::reverse(a.buckets.begin(), a.buckets.end());
+  std::reverse(a.size_limits.begin(), a.size_limits.end());
+  m.Build(a);
+  m.grads.assign(m.params.size(), nullptr);
+  m.ready.assign(m.params.size(), 0);
+}
+
+Reducer::~Reducer() = default;
+
+void Reducer::prepare_for_backward(std::span<const size_t> unused) {
+  if (!impl_->require_sync) return;
+  impl_->zero_iteration = false;
+  impl_->Begin(unused);
+}
+
+void Reducer::mark_ready(size_t index, void* grad) {
+  Impl& m = *impl_;
+  if (!m.require_sync) return;
+  if (!m.in_iteration) {
+    Throw(PLEXUS_ERR_INVALID_USAGE, "mark_ready(" + std::to_string(index) +
+                                        ") outside an iteration: call prepare_for_backward first");
+  }
+  if (index >= m.params.size()) {
+    Throw(PLEXUS_ERR_INVALID_ARGUMENT, "mark_ready: parameter index " + std::to_string(index) +
+                                           " out of range (" + std::to_string(m.params.size()) +
+                                           " parameters)");
+  }
+  if (grad == nullptr) {
+    Throw(PLEXUS_ERR_INVALID_ARGUMENT, "mark_ready: null gradient for parameter " + m.Name(index));
+  }
+  m.MarkReady(index, grad);
+  m.Poll();
+}
+
+void Reducer::finalize() {
+  Impl& m = *impl_;
+  if (!m.require_sync) return;
+  if (!m.in_iteration) {
+    Throw(PLEXUS_ERR_INVALID_USAGE, "finalize() without prepare_for_backward()");
+  }
+  m.Finish();
+}
+
+void Reducer::run_zero_iteration() {
+  Impl& m = *impl_;
+  m.zero_iteration = true;
+  std::vector<size_t> all;
+  if (m.options.find_unused_parameters) {
+    for (size_t i = 0; i < m.params.size(); ++i) all.push_back(i);
+  }
+  try {
+    m.Begin(all);
+    for (size_t i = m.params.size(); i-- > 0;) {
+      if (!m.ready[i]) m.MarkReady(i, nullptr);
+    }
+    m.Finish();
+  } catch (...) {
+    m.zero_iteration = false;
+    throw;
+  }
+  m.zero_iteration = false;
+}
+
+bool Reducer::in_backward() const { return impl_->in_iteration; }
+
+bool Reducer::needs_gradient(size_t index) const {
+  const Impl& m = *impl_;
+  return !m.in_iteration && m.options.find_unused_parameters && index < m.local_used.size() &&
+         m.local_used[index] == 0 && index < m.global_used.size() && m.global_used[index] > 0;
+}
+
+bool Reducer::globally_used(size_t index) const {
+  const Impl& m = *impl_;
+  if (!m.options.find_unused_parameters) return true;
+  return index < m.global_used.size() && m.global_used[index] > 0;
+}
+
+void* Reducer::bucket_view(size_t index) {
+  if (index >= impl_->params.size()) {
+    Throw(PLEXUS_ERR_INVALID_ARGUMENT, "bucket_view: parameter index " + std::to_string(index) +
+                                           " out of range");
+  }
+  return impl_->View(index);
+}
+
+uint64_t Reducer::buckets_generation() const { return impl_->generation; }
+
+void Reducer::register_comm_hook(CommHook hook) {
+  Impl& m = *impl_;
+  if (m.iterations > 0 || m.in_iteration) {
+    Throw(PLEXUS_ERR_INVALID_USAGE, "register_comm_hook must be called before the first iteration");
+  }
+  if (m.hook) Throw(PLEXUS_ERR_INVALID_USAGE, "register_comm_hook: a hook is already registered");
+  m.hook = std::move(hook);
+}
+
+Reducer::NoSyncGuard::NoSyncGuard(Reducer& r) : reducer_(r), previous_(r.impl_->require_sync) {
+  if (r.impl_->in_iteration) {
+    Throw(PLEXUS_ERR_INVALID_USAGE, "no_sync() inside a backward pass");
+  }
+  r.impl_->require_sync = false;
+}
+
+Reducer::NoSyncGuard::~NoSyncGuard() { reducer_.impl_->require_sync = previous_; }
+
+bool Reducer::require_backward_grad_sync() const { return impl_->require_sync; }
+
+const std::vector<Parameter>& Reducer::parameters() const { return impl_->params; }
+
+ReducerStats Reducer::stats() const {
+  const Impl& m = *impl_;
+  ReducerStats s;
+  for (const Bucket& b : m.buckets) {
+    s.buckets.push_back({b.count * ElementSize(b.dtype), b.dtype, b.size_limit, b.parameters});
+  }
+  s.has_rebuilt_bucket = m.rebuilt;
+  s.iterations = m.iterations;
+  s.last = m.last;
+  if (m.iterations > 1) {
+    const double n = static_cast<double>(m.iterations - 1);
+    s.average = {m.sum.backward_compute_time / n, m.sum.backward_comm_time / n,
+                 m.sum.backward_compute_comm_overlap_time / n, m.sum.comm_not_hidden_time / n};
+  }
+  s.bucket_cap_bytes = m.options.bucket_cap_bytes;
+  s.first_bucket_bytes = m.options.first_bucket_bytes;
+  s.find_unused_parameters = m.options.find_unused_parameters;
+  s.comm_hook = static_cast<bool>(m.hook);
+  s.backend = m.comm.backend_name();
+  s.world_size = m.comm.size();
+  return s;
+}
+
+}  // namespace plexus::reducer
