@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Configures (once) and builds Plexus in ./build with warnings as errors.
+# Reconfigures when LibTorch appeared in .venv/ after the first configure, so
+# that the ddp/ layer and its tests are built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -f build/build.ninja ]; then
   meson setup build -Dwerror=true
+elif compgen -G ".venv/lib/python3*/site-packages/torch/lib/libtorch_cpu.so" >/dev/null &&
+     ! grep -q "plexus-ddp" build/build.ninja; then
+  meson setup --reconfigure build
 fi
 ninja -C build

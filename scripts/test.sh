@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+scripts/install-torch.sh
 scripts/build.sh
 status=0
 meson test -C build --print-errorlogs "$@" || status=$?

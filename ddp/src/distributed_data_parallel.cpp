@@ -297,7 +297,15 @@ void DistributedDataParallelBase::pre_forward() {
     m.comm.allreduce(flags, flags, 2, DType::Int64, ReduceOp::Sum).wait();
   }
   if (m.options.broadcast_buffers && !m.buffers.empty() && m.comm.size() > 1) {
-    m.BroadcastTensors(m.buffers, 0);
+    try {
+      m.BroadcastTensors(m.buffers, 0);
+    } catch (const Error& e) {
+      throw Error(e.status(), e.backend(),
+                  "DDP: broadcast of rank 0's buffers before forward() on rank " +
+                      std::to_string(m.comm.rank()) + " failed: " + e.message() +
+                      ". If ranks run different numbers of iterations (uneven inputs), the "
+                      "ranks that ran out must keep joining in (DDP's join())");
+    }
   }
 }
 
@@ -373,7 +381,7 @@ void Join::finish() {
       if (flags[1] > 0) m.reducer->run_zero_iteration();
     }
     // Everyone takes the model of a rank that trained to the end.
-    int64_t authority = last_joiner ? m.comm.rank() : -1;
+    int64_t authority = last_joiner ? static_cast<int64_t>(m.comm.rank()) : int64_t{-1};
     m.comm.allreduce(&authority, &authority, 1, DType::Int64, ReduceOp::Max).wait();
     std::vector<torch::Tensor> state;
     for (const auto& p : m.module->parameters(true)) state.push_back(p);

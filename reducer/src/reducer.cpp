@@ -457,14 +457,19 @@ void Reducer::register_comm_hook(CommHook hook) {
   m.hook = std::move(hook);
 }
 
-Reducer::NoSyncGuard::NoSyncGuard(Reducer& r) : reducer_(r), previous_(r.impl_->require_sync) {
+Reducer::NoSyncGuard::NoSyncGuard(Reducer& r) : reducer_(&r), previous_(r.impl_->require_sync) {
   if (r.impl_->in_iteration) {
     Throw(PLEXUS_ERR_INVALID_USAGE, "no_sync() inside a backward pass");
   }
   r.impl_->require_sync = false;
 }
 
-Reducer::NoSyncGuard::~NoSyncGuard() { reducer_.impl_->require_sync = previous_; }
+Reducer::NoSyncGuard::NoSyncGuard(NoSyncGuard&& other) noexcept
+    : reducer_(std::exchange(other.reducer_, nullptr)), previous_(other.previous_) {}
+
+Reducer::NoSyncGuard::~NoSyncGuard() {
+  if (reducer_) reducer_->impl_->require_sync = previous_;
+}
 
 bool Reducer::require_backward_grad_sync() const { return impl_->require_sync; }
 

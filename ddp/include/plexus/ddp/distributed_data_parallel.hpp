@@ -57,12 +57,12 @@ namespace plexus::ddp {
 // initialisers read like the keyword arguments: {.bucket_cap_mb = 25}.
 struct DistributedDataParallelOptions {
   // CUDA device of this rank's module (single-device modules only); empty on CPU.
-  std::vector<int> device_ids;
-  std::optional<int> output_device;
+  std::vector<int> device_ids{};
+  std::optional<int> output_device{};
   // Broadcast rank 0's buffers (e.g. BatchNorm statistics) before each forward.
   bool broadcast_buffers = true;
   // Bucket size in MiB; unset means 25 with a first bucket of 1 MiB (as PyTorch).
-  std::optional<double> bucket_cap_mb;
+  std::optional<double> bucket_cap_mb{};
   // Walk the autograd graph after each forward to find parameters that take
   // no part; needed when some parameters get no gradient in an iteration.
   bool find_unused_parameters = false;

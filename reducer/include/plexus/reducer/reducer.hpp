@@ -160,11 +160,13 @@ class Reducer {
    public:
     explicit NoSyncGuard(Reducer& r);
     ~NoSyncGuard();
+    NoSyncGuard(NoSyncGuard&& other) noexcept;
     NoSyncGuard(const NoSyncGuard&) = delete;
     NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(NoSyncGuard&&) = delete;
 
    private:
-    Reducer& reducer_;
+    Reducer* reducer_;  // null once moved from
     bool previous_;
   };
   // While the guard lives, gradients are not synchronised (see "no_sync").

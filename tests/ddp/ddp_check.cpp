@@ -1,0 +1,286 @@
+// Multi-rank checks of plexus::ddp::DistributedDataParallel, run under
+// plexus-run (tcp) and mpirun (mpi). Every rank also trains a reference
+// model in one process on the whole N-fold batch; after every step the DDP
+// parameters must equal the reference's (float64, max |diff| <= 1e-12, or
+// within the compression hooks' precision) and be bit-identical across ranks.
+//
+//   ddp_check equivalence [--bucket-cap-mb X] [--bucket-view] [--no-sync]
+//                         [--unused] [--hook fp16|bf16]
+//   ddp_check join        ranks have 3, 4, 5, ... batches, with Join
+//   ddp_check no-join     the same without Join: the ranks still training must
+//                         fail with an error naming the bucket and join()
+//   ddp_check mismatch    the last rank's model has another shape: every rank
+//                         must fail at construction naming the difference
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "plexus/ddp.hpp"
+#include "plexus/plexus.hpp"
+
+namespace {
+
+uint32_t g_rank = 0, g_size = 1;
+int g_failures = 0;
+
+void Check(bool ok, const std::string& what) {
+  if (!ok) {
+    std::fprintf(stderr, "rank %u: FAILED: %s\n", g_rank, what.c_str());
+    ++g_failures;
+  }
+}
+
+struct NetImpl : torch::nn::Module {
+  explicit NetImpl(int64_t hidden = 16) {
+    fc1 = register_module("fc1", torch::nn::Linear(8, hidden));
+    fc2 = register_module("fc2", torch::nn::Linear(hidden, hidden));
+    head = register_module("head", torch::nn::Linear(hidden, 4));
+    aux = register_module("aux", torch::nn::Linear(hidden, 4));        // the optional branch
+    frozen = register_module("frozen", torch::nn::Linear(8, hidden));  // requires_grad = false
+    for (auto& p : frozen->parameters()) p.set_requires_grad(false);
+    scale = register_buffer("scale", torch::full({1}, 0.5, torch::kFloat64));
+  }
+  torch::Tensor forward(torch::Tensor x, bool use_aux = true) {
+    auto h = torch::tanh(fc1(x) + frozen(x) * scale);
+    h = torch::tanh(fc2(h));
+    auto out = head(h);
+    if (use_aux) out = out + aux(h);
+    return out;
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, head{nullptr}, aux{nullptr}, frozen{nullptr};
+  torch::Tensor scale;
+};
+TORCH_MODULE(Net);
+
+constexpr int64_t kBatch = 6;  // per rank
+
+// Step s's batch of rank r (inputs, targets): the same on every rank.
+std::pair<torch::Tensor, torch::Tensor> Batch(int step, uint32_t r) {
+  auto gen = at::detail::createCPUGenerator(1000 + 97 * step + r);
+  auto x = at::randn({kBatch, 8}, gen, torch::kFloat64);
+  auto y = at::randn({kBatch, 4}, gen, torch::kFloat64);
+  return {x, y};
+}
+
+Net MakeNet() {
+  torch::manual_seed(g_rank == 0 ? 42 : 1000 + g_rank);  // init_sync must make them equal
+  Net net;
+  net->to(torch::kFloat64);
+  return net;
+}
+
+uint64_t Hash(Net& net) {
+  uint64_t h = 1469598103934665603ull;
+  for (auto& p : net->parameters()) {
+    auto c = p.contiguous();
+    const auto* b = static_cast<const unsigned char*>(c.data_ptr());
+    for (int64_t i = 0; i < c.numel() * 8; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  }
+  return h;
+}
+
+void BitIdentical(plexus::Communicator& comm, Net& net, const std::string& when) {
+  uint64_t mine = Hash(net);
+  std::vector<uint64_t> all(comm.size());
+  comm.allgather(&mine, all.data(), 1, plexus::DType::UInt64).wait();
+  for (uint32_t r = 1; r < comm.size(); ++r) {
+    Check(all[r] == all[0], when + ": parameters of rank " + std::to_string(r) + " differ from rank 0's");
+  }
+}
+
+double MaxDiff(Net& a, Net& b) {
+  double m = 0;
+  auto pa = a->parameters(), pb = b->parameters();
+  for (size_t i = 0; i < pa.size(); ++i) m = std::max(m, (pa[i] - pb[i]).abs().max().item<double>());
+  return m;
+}
+
+struct Flags {
+  std::optional<double> bucket_cap_mb;
+  bool bucket_view = false, no_sync = false, unused = false;
+  std::string hook;
+};
+
+void Equivalence(plexus::Communicator& comm, const Flags& f) {
+  Net model = MakeNet();
+  plexus::ddp::DistributedDataParallelOptions o;
+  o.bucket_cap_mb = f.bucket_cap_mb;
+  o.gradient_as_bucket_view = f.bucket_view;
+  o.find_unused_parameters = f.unused;
+  plexus::ddp::DistributedDataParallel ddp(model, comm, o);
+  if (f.hook == "fp16") ddp.register_comm_hook(plexus::reducer::Fp16CompressHook());
+  if (f.hook == "bf16") ddp.register_comm_hook(plexus::reducer::Bf16CompressHook());
+  torch::manual_seed(42);
+  Net reference = MakeNet();
+  {  // the reference starts from rank 0's initial parameters
+    torch::NoGradGuard g;
+    auto src = model->parameters(), dst = reference->parameters();
+    for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  }
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+  torch::optim::SGD ref_opt(reference->parameters(), torch::optim::SGDOptions(0.1));
+  const double tolerance = f.hook == "fp16" ? 2e-3 : f.hook == "bf16" ? 2e-2 : 1e-12;
+  const int steps = f.no_sync ? 10 : 5;
+  for (int s = 0; s < steps; ++s) {
+    const bool use_aux = !f.unused || s % 2 == 0;  // the aux branch idles on odd steps
+    const bool sync = !f.no_sync || s % 2 == 1;   // with --no-sync: accumulate on even steps
+    auto [x, y] = Batch(s, g_rank);
+    {
+      std::optional<plexus::reducer::Reducer::NoSyncGuard> guard;
+      if (!sync) guard.emplace(ddp.no_sync());
+      auto loss = torch::mse_loss(ddp.forward(x, use_aux), y);
+      loss.backward();
+    }
+    // The reference: one process, the batches of every rank at once.
+    std::vector<torch::Tensor> xs, ys;
+    for (uint32_t r = 0; r < g_size; ++r) {
+      auto [xr, yr] = Batch(s, r);
+      xs.push_back(xr);
+      ys.push_back(yr);
+    }
+    torch::mse_loss(reference->forward(torch::cat(xs), use_aux), torch::cat(ys)).backward();
+    if (!sync) continue;
+    opt.step();
+    ref_opt.step();
+    opt.zero_grad(/*set_to_none=*/!f.bucket_view);  // keep the views alive with bucket views
+    ref_opt.zero_grad();
+    const double diff = MaxDiff(model, reference);
+    Check(diff <= tolerance, "step " + std::to_string(s) + ": max |DDP - reference| = " +
+                                 std::to_string(diff) + " > " + std::to_string(tolerance));
+    BitIdentical(comm, model, "step " + std::to_string(s));
+  }
+  const auto data = ddp.logging_data();
+  Check(data.reducer.iterations == uint64_t(f.no_sync ? steps / 2 : steps), "iterations counted");
+  if (f.bucket_cap_mb && *f.bucket_cap_mb < 0.001) {
+    Check(data.reducer.buckets.size() >= 4,
+          "small bucket_cap_mb gives many buckets (" + std::to_string(data.reducer.buckets.size()) + ")");
+  }
+  if (g_rank == 0) {
+    std::printf("%zu bucket(s), rebuilt %d, last backward: compute %.0f us, comm %.0f us, not hidden %.0f us\n",
+                data.reducer.buckets.size(), int(data.reducer.has_rebuilt_bucket),
+                data.reducer.last.backward_compute_time, data.reducer.last.backward_comm_time,
+                data.reducer.last.comm_not_hidden_time);
+  }
+}
+
+// Rank r has 3 + r batches; the reference divides by the full world size.
+void Uneven(plexus::Communicator& comm, bool with_join) {
+  Net model = MakeNet();
+  plexus::ddp::DistributedDataParallel ddp(model, comm, {.bucket_cap_mb = 0.0005});
+  torch::manual_seed(42);
+  Net reference = MakeNet();
+  {
+    torch::NoGradGuard g;
+    auto src = model->parameters(), dst = reference->parameters();
+    for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  }
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+  torch::optim::SGD ref_opt(reference->parameters(), torch::optim::SGDOptions(0.1));
+  const int mine = 3 + int(g_rank), most = 3 + int(g_size) - 1;
+  if (!with_join) {
+    try {
+      for (int s = 0; s < mine; ++s) {
+        auto [x, y] = Batch(s, g_rank);
+        torch::mse_loss(ddp.forward(x), y).backward();
+        opt.step();
+        opt.zero_grad();
+      }
+    } catch (const std::exception& e) {
+      const std::string m = e.what();
+      std::printf("rank %u failed as expected: %s\n", g_rank, m.c_str());
+      Check(m.find("join()") != std::string::npos && m.find("TIMEOUT") == std::string::npos
+                ? true : m.find("join()") != std::string::npos,
+            "the error names the collective and suggests join(): " + m);
+      return;
+    }
+    // This rank ran out of data first. Stay alive past the others' timeout,
+    // so that what they see is the timeout rather than a closed connection.
+    if (g_rank == 0 && g_size > 1) {
+      std::this_thread::sleep_for(comm.timeout() + std::chrono::seconds(3));
+    } else if (g_size > 1) {
+      Check(false, "rank " + std::to_string(g_rank) + " finished without an error");
+    }
+    return;
+  }
+  {
+    auto join = ddp.join();
+    for (int s = 0; s < mine; ++s) {
+      auto [x, y] = Batch(s, g_rank);
+      torch::mse_loss(ddp.forward(x), y).backward();
+      opt.step();
+      opt.zero_grad();
+    }
+    join.finish();
+  }
+  for (int s = 0; s < most; ++s) {
+    for (uint32_t r = 0; r < g_size; ++r) {
+      if (s >= 3 + int(r)) continue;  // rank r has joined: contributes zeros
+      auto [x, y] = Batch(s, r);
+      (torch::mse_loss(reference->forward(x), y) / double(g_size)).backward();
+    }
+    ref_opt.step();
+    ref_opt.zero_grad();
+  }
+  const double diff = MaxDiff(model, reference);
+  Check(diff <= 1e-12, "join: max |DDP - reference| = " + std::to_string(diff));
+  BitIdentical(comm, model, "after join");
+}
+
+void Mismatch(plexus::Communicator& comm) {
+  torch::manual_seed(1);
+  Net model(g_rank + 1 == g_size && g_size > 1 ? 17 : 16);
+  model->to(torch::kFloat64);
+  try {
+    plexus::ddp::DistributedDataParallel ddp(model, comm);
+    Check(g_size == 1, "construction succeeded although the last rank's model differs");
+  } catch (const plexus::Error& e) {
+    const std::string m = e.what();
+    if (g_rank == 0) std::printf("every rank fails; rank 0 says: %s\n", m.c_str());
+    Check(m.find("first difference, parameter #0: rank 0 has 'fc1.weight' float64 [16, 8], rank " +
+                 std::to_string(g_size - 1) + " has 'fc1.weight' float64 [17, 8]") != std::string::npos,
+          "the error names the first difference: " + m);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "equivalence";
+  Flags f;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--bucket-cap-mb" && i + 1 < argc) f.bucket_cap_mb = std::stod(argv[++i]);
+    else if (a == "--bucket-view") f.bucket_view = true;
+    else if (a == "--no-sync") f.no_sync = true;
+    else if (a == "--unused") f.unused = true;
+    else if (a == "--hook" && i + 1 < argc) f.hook = argv[++i];
+    else {
+      std::fprintf(stderr, "ddp_check: unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  torch::set_num_threads(1);
+  try {
+    auto comm = plexus::Communicator::from_env();
+    g_rank = comm.rank();
+    g_size = comm.size();
+    if (mode == "equivalence") Equivalence(comm, f);
+    else if (mode == "join") Uneven(comm, true);
+    else if (mode == "no-join") Uneven(comm, false);
+    else if (mode == "mismatch") Mismatch(comm);
+    else {
+      std::fprintf(stderr, "ddp_check: unknown mode %s\n", mode.c_str());
+      return 2;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %u: error: %s\n", g_rank, e.what());
+    return 1;
+  }
+  if (g_failures) return 1;
+  if (g_rank == 0) std::printf("ddp_check %s passed on %u rank(s)\n", mode.c_str(), g_size);
+  return 0;
+}
