@@ -4,7 +4,7 @@
 // (gradient MB, compute/comm ratio):
 //
 //   comm_us     an iteration with no compute (copies in and out + all-reduces)
-//   compute_us  the compute of one backward alone (ratio x comm_us)
+//   compute_us  the compute of one backward alone, measured (ratio x comm_us asked)
 //   total_us    backward with compute, median of --iters
 //   hidden      (compute + comm - total) / comm: the part of communication
 //               that ran while backward computed (1.0 = all of it)
@@ -90,12 +90,18 @@ int main(int argc, char** argv) try {
       return argv[++i];
     };
     if (a == "--help" || a == "-h") return Usage(), 0;
-    if (a == "--mb") mbs = ParseList(value());
-    else if (a == "--ratio") ratios = ParseList(value());
-    else if (a == "--params") nparams = std::stoul(value());
-    else if (a == "--iters") iters = std::stoi(value());
-    else if (a == "--compute") spin = value() != "sleep";
-    else if (a == "--bucket-cap-mb") cap_mb = std::stod(value());
+    if (a == "--mb")
+      mbs = ParseList(value());
+    else if (a == "--ratio")
+      ratios = ParseList(value());
+    else if (a == "--params")
+      nparams = std::stoul(value());
+    else if (a == "--iters")
+      iters = std::stoi(value());
+    else if (a == "--compute")
+      spin = value() != "sleep";
+    else if (a == "--bucket-cap-mb")
+      cap_mb = std::stod(value());
     else {
       Usage();
       return 2;
@@ -119,15 +125,17 @@ int main(int argc, char** argv) try {
     reducer::Reducer r(comm, params, o);
     std::vector<std::vector<float>> grads(nparams, std::vector<float>(count, 1.0f));
     // One iteration; per_param_us of compute before each gradient. Returns us.
-    auto iteration = [&](double per_param_us) {
+    // With reduce = false, the compute alone (sleep_for overshoots, so the
+    // compute time is measured, not assumed).
+    auto iteration = [&](double per_param_us, bool reduce = true) {
       comm.barrier().wait();
       const auto t0 = Clock::now();
-      r.prepare_for_backward();
+      if (reduce) r.prepare_for_backward();
       for (size_t i = nparams; i-- > 0;) {
         Compute(per_param_us, spin);
-        r.mark_ready(i, grads[i].data());
+        if (reduce) r.mark_ready(i, grads[i].data());
       }
-      r.finalize();
+      if (reduce) r.finalize();
       double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
       comm.allreduce(&us, &us, 1, DType::Float64, ReduceOp::Max).wait();  // the slowest rank
       return us;
@@ -137,11 +145,14 @@ int main(int argc, char** argv) try {
     for (int k = 0; k < iters; ++k) comm_runs.push_back(iteration(0));
     const double comm_us = Median(comm_runs);
     for (double ratio : ratios) {
-      const double compute_us = ratio * comm_us;
+      std::vector<double> computes;
+      for (int k = 0; k < iters; ++k)
+        computes.push_back(iteration(ratio * comm_us / nparams, false));
+      const double compute_us = Median(computes);
       std::vector<double> totals;
       double not_hidden = 0;
       for (int k = 0; k < iters; ++k) {
-        totals.push_back(iteration(compute_us / nparams));
+        totals.push_back(iteration(ratio * comm_us / nparams));
         not_hidden += r.stats().last.comm_not_hidden_time / iters;
       }
       const double total = Median(totals);

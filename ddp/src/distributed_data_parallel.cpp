@@ -21,17 +21,28 @@ namespace {
 
 std::optional<DType> ToDType(c10::ScalarType t) {
   switch (t) {
-    case c10::ScalarType::Half: return DType::Float16;
-    case c10::ScalarType::BFloat16: return DType::BFloat16;
-    case c10::ScalarType::Float: return DType::Float32;
-    case c10::ScalarType::Double: return DType::Float64;
-    case c10::ScalarType::Char: return DType::Int8;
-    case c10::ScalarType::Byte: return DType::UInt8;
-    case c10::ScalarType::Bool: return DType::UInt8;
-    case c10::ScalarType::Short: return DType::Int16;
-    case c10::ScalarType::Int: return DType::Int32;
-    case c10::ScalarType::Long: return DType::Int64;
-    default: return std::nullopt;
+    case c10::ScalarType::Half:
+      return DType::Float16;
+    case c10::ScalarType::BFloat16:
+      return DType::BFloat16;
+    case c10::ScalarType::Float:
+      return DType::Float32;
+    case c10::ScalarType::Double:
+      return DType::Float64;
+    case c10::ScalarType::Char:
+      return DType::Int8;
+    case c10::ScalarType::Byte:
+      return DType::UInt8;
+    case c10::ScalarType::Bool:
+      return DType::UInt8;
+    case c10::ScalarType::Short:
+      return DType::Int16;
+    case c10::ScalarType::Int:
+      return DType::Int32;
+    case c10::ScalarType::Long:
+      return DType::Int64;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -58,8 +69,8 @@ struct DistributedDataParallelBase::Impl {
   std::shared_ptr<torch::nn::Module> module;
   Communicator& comm;
   DistributedDataParallelOptions options;
-  std::vector<std::string> names;        // of the parameters the reducer handles
-  std::vector<torch::Tensor> params;     // same order
+  std::vector<std::string> names;     // of the parameters the reducer handles
+  std::vector<torch::Tensor> params;  // same order
   std::vector<torch::Tensor> buffers;
   std::unique_ptr<reducer::Reducer> reducer;
   std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators;  // holds the hooks
@@ -237,15 +248,16 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::
   m.reducer = std::make_unique<reducer::Reducer>(comm, std::move(trained), ro);
   for (size_t i = 0; i < m.params.size(); ++i) {
     auto acc = torch::autograd::impl::grad_accumulator(m.params[i]);
-    m.hook_keys.push_back(acc->add_post_hook(
-        std::make_unique<GradientReadyHook>([&m, i] { m.OnGradientReady(i); })));
+    m.hook_keys.push_back(
+        acc->add_post_hook(std::make_unique<GradientReadyHook>([&m, i] { m.OnGradientReady(i); })));
     m.accumulators.push_back(std::move(acc));
   }
 }
 
 DistributedDataParallelBase::~DistributedDataParallelBase() {
   Impl& m = *impl_;
-  for (size_t i = 0; i < m.accumulators.size(); ++i) m.accumulators[i]->del_post_hook(m.hook_keys[i]);
+  for (size_t i = 0; i < m.accumulators.size(); ++i)
+    m.accumulators[i]->del_post_hook(m.hook_keys[i]);
   // Gradients that are views into the buckets must not outlive them.
   if (m.options.gradient_as_bucket_view) {
     torch::NoGradGuard no_grad;
@@ -261,13 +273,17 @@ reducer::Reducer::NoSyncGuard DistributedDataParallelBase::no_sync() {
   return impl_->reducer->no_sync();
 }
 
-Join DistributedDataParallelBase::join() { return Join(*this); }
+Join DistributedDataParallelBase::join() {
+  return Join(*this);
+}
 
 void DistributedDataParallelBase::register_comm_hook(reducer::CommHook hook) {
   impl_->reducer->register_comm_hook(std::move(hook));
 }
 
-Communicator& DistributedDataParallelBase::communicator() const { return impl_->comm; }
+Communicator& DistributedDataParallelBase::communicator() const {
+  return impl_->comm;
+}
 
 DDPLoggingData DistributedDataParallelBase::logging_data() const {
   const Impl& m = *impl_;

@@ -22,8 +22,12 @@ DistributedSampler::DistributedSampler(size_t dataset_size, DistributedSamplerOp
   }
 }
 
-void DistributedSampler::set_epoch(uint64_t epoch) { *epoch_ = epoch; }
-uint64_t DistributedSampler::epoch() const { return *epoch_; }
+void DistributedSampler::set_epoch(uint64_t epoch) {
+  *epoch_ = epoch;
+}
+uint64_t DistributedSampler::epoch() const {
+  return *epoch_;
+}
 
 size_t DistributedSampler::size() const {
   const size_t n = dataset_size_, r = options_.num_replicas;

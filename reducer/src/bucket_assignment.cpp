@@ -39,8 +39,8 @@ BucketAssignment ComputeBucketAssignmentBySize(std::span<const GradientShape> gr
     const size_t index = order.empty() ? i : order[i];
     if (index >= gradients.size()) {
       throw Error(PLEXUS_ERR_INVALID_ARGUMENT, "plexus",
-                  "bucket assignment: order names gradient " + std::to_string(index) +
-                      " of " + std::to_string(gradients.size()));
+                  "bucket assignment: order names gradient " + std::to_string(index) + " of " +
+                      std::to_string(gradients.size()));
     }
     const GradientShape& g = gradients[index];
     auto it = std::find_if(open.begin(), open.end(), [&](const OpenBucket& b) {
@@ -67,9 +67,8 @@ BucketAssignment ComputeBucketAssignmentBySize(std::span<const GradientShape> gr
     // Each bucket's indices are increasing, so its smallest is its first.
     std::vector<size_t> perm(out.buckets.size());
     for (size_t i = 0; i < perm.size(); ++i) perm[i] = i;
-    std::sort(perm.begin(), perm.end(), [&](size_t a, size_t b) {
-      return out.buckets[a].front() < out.buckets[b].front();
-    });
+    std::sort(perm.begin(), perm.end(),
+              [&](size_t a, size_t b) { return out.buckets[a].front() < out.buckets[b].front(); });
     BucketAssignment sorted;
     for (size_t p : perm) {
       sorted.buckets.push_back(std::move(out.buckets[p]));

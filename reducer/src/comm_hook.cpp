@@ -40,7 +40,8 @@ CommHook CompressHook(DType wire) {
     // Owned by the continuation, which the bucket's future keeps until it completes.
     auto compressed = std::make_shared<std::vector<uint16_t>>(b.count);
     ConvertDivided(compressed->data(), wire, b.buffer, b.dtype, b.count, comm.size());
-    Work work = comm.allreduce(compressed->data(), compressed->data(), b.count, wire, ReduceOp::Sum);
+    Work work =
+        comm.allreduce(compressed->data(), compressed->data(), b.count, wire, ReduceOp::Sum);
     void* buffer = b.buffer;
     const uint64_t count = b.count;
     const DType dtype = b.dtype;
@@ -52,7 +53,11 @@ CommHook CompressHook(DType wire) {
 
 }  // namespace
 
-CommHook Fp16CompressHook() { return CompressHook(DType::Float16); }
-CommHook Bf16CompressHook() { return CompressHook(DType::BFloat16); }
+CommHook Fp16CompressHook() {
+  return CompressHook(DType::Float16);
+}
+CommHook Bf16CompressHook() {
+  return CompressHook(DType::BFloat16);
+}
 
 }  // namespace plexus::reducer

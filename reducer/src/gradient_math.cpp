@@ -45,8 +45,7 @@ void DivideLoop(T* dst, const T* src, uint64_t n, T d) {
 }  // namespace
 
 bool IsGradientDType(DType t) {
-  return t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32 ||
-         t == DType::Float64;
+  return t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32 || t == DType::Float64;
 }
 
 void CopyDivided(void* dst, const void* src, uint64_t count, DType dtype, double divisor) {

@@ -61,7 +61,7 @@ struct Reducer::Impl {
   bool zero_iteration = false;
   std::vector<void*> grads;  // where to write each average back (null: nowhere)
   std::vector<uint8_t> ready;
-  size_t next_bucket = 0;     // the next bucket to launch
+  size_t next_bucket = 0;      // the next bucket to launch
   size_t next_unfinished = 0;  // the first launched bucket not seen complete
   std::vector<int32_t> local_used;
   std::vector<int32_t> global_used;
@@ -148,9 +148,10 @@ struct Reducer::Impl {
     for (size_t i = 0; i < params.size(); ++i) {
       const Bucket& from = old[old_slots[i].bucket];
       const size_t esize = ElementSize(params[i].dtype);
-      std::memcpy(View(i),
-                  reinterpret_cast<const std::byte*>(from.storage.data()) + old_slots[i].offset * esize,
-                  params[i].count * esize);
+      std::memcpy(
+          View(i),
+          reinterpret_cast<const std::byte*>(from.storage.data()) + old_slots[i].offset * esize,
+          params[i].count * esize);
     }
     rebuilt = true;
   }
@@ -199,8 +200,9 @@ struct Reducer::Impl {
   void MarkReady(size_t i, void* grad) {
     if (ready[i]) {
       Throw(PLEXUS_ERR_INVALID_USAGE,
-            "parameter " + Name(i) + " (index " + std::to_string(i) + ") was marked ready twice in iteration " +
-                std::to_string(iterations + 1) + " on rank " + std::to_string(comm.rank()) +
+            "parameter " + Name(i) + " (index " + std::to_string(i) +
+                ") was marked ready twice in iteration " + std::to_string(iterations + 1) +
+                " on rank " + std::to_string(comm.rank()) +
                 ". A parameter may produce one gradient per synchronised backward: it is probably "
                 "used by several reentrant backward passes (activation checkpointing) or its "
                 "gradient hook fired twice; with DDP, set static_graph = true for checkpointing, "
@@ -224,7 +226,8 @@ struct Reducer::Impl {
     if (in_iteration) {
       Throw(PLEXUS_ERR_INVALID_USAGE,
             "expected to have finished reduction in the prior iteration before starting a new "
-            "one (rank " + std::to_string(comm.rank()) +
+            "one (rank " +
+                std::to_string(comm.rank()) +
                 "): finalize() was not called after the last backward");
     }
     if (!unused.empty() && !options.find_unused_parameters) {
@@ -424,7 +427,9 @@ void Reducer::run_zero_iteration() {
   m.zero_iteration = false;
 }
 
-bool Reducer::in_backward() const { return impl_->in_iteration; }
+bool Reducer::in_backward() const {
+  return impl_->in_iteration;
+}
 
 bool Reducer::needs_gradient(size_t index) const {
   const Impl& m = *impl_;
@@ -440,13 +445,15 @@ bool Reducer::globally_used(size_t index) const {
 
 void* Reducer::bucket_view(size_t index) {
   if (index >= impl_->params.size()) {
-    Throw(PLEXUS_ERR_INVALID_ARGUMENT, "bucket_view: parameter index " + std::to_string(index) +
-                                           " out of range");
+    Throw(PLEXUS_ERR_INVALID_ARGUMENT,
+          "bucket_view: parameter index " + std::to_string(index) + " out of range");
   }
   return impl_->View(index);
 }
 
-uint64_t Reducer::buckets_generation() const { return impl_->generation; }
+uint64_t Reducer::buckets_generation() const {
+  return impl_->generation;
+}
 
 void Reducer::register_comm_hook(CommHook hook) {
   Impl& m = *impl_;
@@ -471,9 +478,13 @@ Reducer::NoSyncGuard::~NoSyncGuard() {
   if (reducer_) reducer_->impl_->require_sync = previous_;
 }
 
-bool Reducer::require_backward_grad_sync() const { return impl_->require_sync; }
+bool Reducer::require_backward_grad_sync() const {
+  return impl_->require_sync;
+}
 
-const std::vector<Parameter>& Reducer::parameters() const { return impl_->params; }
+const std::vector<Parameter>& Reducer::parameters() const {
+  return impl_->params;
+}
 
 ReducerStats Reducer::stats() const {
   const Impl& m = *impl_;

@@ -88,14 +88,16 @@ void BitIdentical(plexus::Communicator& comm, Net& net, const std::string& when)
   std::vector<uint64_t> all(comm.size());
   comm.allgather(&mine, all.data(), 1, plexus::DType::UInt64).wait();
   for (uint32_t r = 1; r < comm.size(); ++r) {
-    Check(all[r] == all[0], when + ": parameters of rank " + std::to_string(r) + " differ from rank 0's");
+    Check(all[r] == all[0],
+          when + ": parameters of rank " + std::to_string(r) + " differ from rank 0's");
   }
 }
 
 double MaxDiff(Net& a, Net& b) {
   double m = 0;
   auto pa = a->parameters(), pb = b->parameters();
-  for (size_t i = 0; i < pa.size(); ++i) m = std::max(m, (pa[i] - pb[i]).abs().max().item<double>());
+  for (size_t i = 0; i < pa.size(); ++i)
+    m = std::max(m, (pa[i] - pb[i]).abs().max().item<double>());
   return m;
 }
 
@@ -127,7 +129,7 @@ void Equivalence(plexus::Communicator& comm, const Flags& f) {
   const int steps = f.no_sync ? 10 : 5;
   for (int s = 0; s < steps; ++s) {
     const bool use_aux = !f.unused || s % 2 == 0;  // the aux branch idles on odd steps
-    const bool sync = !f.no_sync || s % 2 == 1;   // with --no-sync: accumulate on even steps
+    const bool sync = !f.no_sync || s % 2 == 1;    // with --no-sync: accumulate on even steps
     auto [x, y] = Batch(s, g_rank);
     {
       std::optional<plexus::reducer::Reducer::NoSyncGuard> guard;
@@ -156,14 +158,16 @@ void Equivalence(plexus::Communicator& comm, const Flags& f) {
   const auto data = ddp.logging_data();
   Check(data.reducer.iterations == uint64_t(f.no_sync ? steps / 2 : steps), "iterations counted");
   if (f.bucket_cap_mb && *f.bucket_cap_mb < 0.001) {
-    Check(data.reducer.buckets.size() >= 4,
-          "small bucket_cap_mb gives many buckets (" + std::to_string(data.reducer.buckets.size()) + ")");
+    Check(data.reducer.buckets.size() >= 4, "small bucket_cap_mb gives many buckets (" +
+                                                std::to_string(data.reducer.buckets.size()) + ")");
   }
   if (g_rank == 0) {
-    std::printf("%zu bucket(s), rebuilt %d, last backward: compute %.0f us, comm %.0f us, not hidden %.0f us\n",
-                data.reducer.buckets.size(), int(data.reducer.has_rebuilt_bucket),
-                data.reducer.last.backward_compute_time, data.reducer.last.backward_comm_time,
-                data.reducer.last.comm_not_hidden_time);
+    std::printf(
+        "%zu bucket(s), rebuilt %d, last backward: compute %.0f us, comm %.0f us, not hidden %.0f "
+        "us\n",
+        data.reducer.buckets.size(), int(data.reducer.has_rebuilt_bucket),
+        data.reducer.last.backward_compute_time, data.reducer.last.backward_comm_time,
+        data.reducer.last.comm_not_hidden_time);
   }
 }
 
@@ -193,7 +197,8 @@ void Uneven(plexus::Communicator& comm, bool with_join) {
       const std::string m = e.what();
       std::printf("rank %u failed as expected: %s\n", g_rank, m.c_str());
       Check(m.find("join()") != std::string::npos && m.find("TIMEOUT") == std::string::npos
-                ? true : m.find("join()") != std::string::npos,
+                ? true
+                : m.find("join()") != std::string::npos,
             "the error names the collective and suggests join(): " + m);
       return;
     }
@@ -241,7 +246,8 @@ void Mismatch(plexus::Communicator& comm) {
     const std::string m = e.what();
     if (g_rank == 0) std::printf("every rank fails; rank 0 says: %s\n", m.c_str());
     Check(m.find("first difference, parameter #0: rank 0 has 'fc1.weight' float64 [16, 8], rank " +
-                 std::to_string(g_size - 1) + " has 'fc1.weight' float64 [17, 8]") != std::string::npos,
+                 std::to_string(g_size - 1) + " has 'fc1.weight' float64 [17, 8]") !=
+              std::string::npos,
           "the error names the first difference: " + m);
   }
 }
@@ -253,11 +259,16 @@ int main(int argc, char** argv) {
   Flags f;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--bucket-cap-mb" && i + 1 < argc) f.bucket_cap_mb = std::stod(argv[++i]);
-    else if (a == "--bucket-view") f.bucket_view = true;
-    else if (a == "--no-sync") f.no_sync = true;
-    else if (a == "--unused") f.unused = true;
-    else if (a == "--hook" && i + 1 < argc) f.hook = argv[++i];
+    if (a == "--bucket-cap-mb" && i + 1 < argc)
+      f.bucket_cap_mb = std::stod(argv[++i]);
+    else if (a == "--bucket-view")
+      f.bucket_view = true;
+    else if (a == "--no-sync")
+      f.no_sync = true;
+    else if (a == "--unused")
+      f.unused = true;
+    else if (a == "--hook" && i + 1 < argc)
+      f.hook = argv[++i];
     else {
       std::fprintf(stderr, "ddp_check: unknown argument %s\n", a.c_str());
       return 2;
@@ -268,10 +279,14 @@ int main(int argc, char** argv) {
     auto comm = plexus::Communicator::from_env();
     g_rank = comm.rank();
     g_size = comm.size();
-    if (mode == "equivalence") Equivalence(comm, f);
-    else if (mode == "join") Uneven(comm, true);
-    else if (mode == "no-join") Uneven(comm, false);
-    else if (mode == "mismatch") Mismatch(comm);
+    if (mode == "equivalence")
+      Equivalence(comm, f);
+    else if (mode == "join")
+      Uneven(comm, true);
+    else if (mode == "no-join")
+      Uneven(comm, false);
+    else if (mode == "mismatch")
+      Mismatch(comm);
     else {
       std::fprintf(stderr, "ddp_check: unknown mode %s\n", mode.c_str());
       return 2;

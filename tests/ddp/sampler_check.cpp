@@ -32,8 +32,11 @@ int Cases() {
               std::printf("%zu %zu %d %llu %llu %d", size, replicas, int(shuffle),
                           (unsigned long long)seed, (unsigned long long)epoch, int(drop_last));
               for (size_t rank = 0; rank < replicas; ++rank) {
-                DistributedSampler s(size, {.num_replicas = replicas, .rank = rank,
-                                            .shuffle = shuffle, .seed = seed, .drop_last = drop_last});
+                DistributedSampler s(size, {.num_replicas = replicas,
+                                            .rank = rank,
+                                            .shuffle = shuffle,
+                                            .seed = seed,
+                                            .drop_last = drop_last});
                 s.set_epoch(epoch);
                 const auto idx = s.indices();
                 if (idx.size() != s.size()) {
@@ -71,8 +74,9 @@ int Loader() {
     std::vector<size_t> first_of_rank0;
     for (size_t rank = 0; rank < replicas; ++rank) {
       DistributedSampler sampler(n, {.num_replicas = replicas, .rank = rank, .seed = 7});
-      auto loader = torch::data::make_data_loader(Indices(n).map(torch::data::transforms::Stack<>()),
-                                                  sampler, torch::data::DataLoaderOptions(4));
+      auto loader =
+          torch::data::make_data_loader(Indices(n).map(torch::data::transforms::Stack<>()), sampler,
+                                        torch::data::DataLoaderOptions(4));
       sampler.set_epoch(epoch);  // after make_data_loader copied it, as in the usual loop
       size_t k = 0;
       const auto expected = sampler.indices();
@@ -93,8 +97,10 @@ int Loader() {
     // 23 samples over 4 ranks: 24 slots, so exactly one index comes twice.
     int twice = 0;
     for (size_t i = 0; i < n; ++i) {
-      if (seen[int64_t(i)] == 2) ++twice;
-      else if (seen[int64_t(i)] != 1) ++failures;
+      if (seen[int64_t(i)] == 2)
+        ++twice;
+      else if (seen[int64_t(i)] != 1)
+        ++failures;
     }
     if (twice != 1 || seen.size() != n) ++failures;
   }

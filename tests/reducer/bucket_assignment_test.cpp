@@ -14,8 +14,8 @@ using Buckets = std::vector<std::vector<size_t>>;
 using Limits = std::vector<uint64_t>;
 
 namespace {
-const GradientShape kF{50, DType::Float32, -1};   // 200 bytes
-const GradientShape kD{25, DType::Float64, -1};   // 200 bytes
+const GradientShape kF{50, DType::Float32, -1};    // 200 bytes
+const GradientShape kD{25, DType::Float64, -1};    // 200 bytes
 const GradientShape kTen{10, DType::Float32, -1};  // 40 bytes
 }  // namespace
 
@@ -66,8 +66,8 @@ TEST_CASE("a gradient is never split; an empty limit list is refused") {
 }
 
 TEST_CASE("devices are grouped apart like dtypes") {
-  const GradientShape t[] = {{10, DType::Float32, 0}, {10, DType::Float32, 1},
-                             {10, DType::Float32, 0}};
+  const GradientShape t[] = {
+      {10, DType::Float32, 0}, {10, DType::Float32, 1}, {10, DType::Float32, 0}};
   const uint64_t limits[] = {1000};
   auto a = ComputeBucketAssignmentBySize(t, limits);
   CHECK(a.buckets == Buckets{{0, 2}, {1}});

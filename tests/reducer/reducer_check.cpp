@@ -117,10 +117,9 @@ void CheckAverages(std::vector<Grad>& g, int t, const std::string& what) {
   for (size_t i = 0; i < g.size(); ++i) {
     for (uint64_t k = 0; k < g[i].size(); ++k) {
       if (g[i].get(k) != Expected(i, k, t)) {
-        Check(false, what + ": iteration " + std::to_string(t) + " parameter " +
-                         std::to_string(i) + "[" + std::to_string(k) + "] = " +
-                         std::to_string(g[i].get(k)) + ", expected " +
-                         std::to_string(Expected(i, k, t)));
+        Check(false, what + ": iteration " + std::to_string(t) + " parameter " + std::to_string(i) +
+                         "[" + std::to_string(k) + "] = " + std::to_string(g[i].get(k)) +
+                         ", expected " + std::to_string(Expected(i, k, t)));
         return;
       }
     }
@@ -147,7 +146,8 @@ uint64_t BucketSignature(const ReducerStats& s) {
 void SameOnEveryRank(Communicator& comm, uint64_t value, const std::string& what) {
   std::vector<uint64_t> all(comm.size());
   comm.allgather(&value, all.data(), 1, DType::UInt64).wait();
-  for (uint32_t r = 1; r < comm.size(); ++r) Check(all[r] == all[0], what + " differs on rank " + std::to_string(r));
+  for (uint32_t r = 1; r < comm.size(); ++r)
+    Check(all[r] == all[0], what + " differs on rank " + std::to_string(r));
 }
 
 void Averages(Communicator& comm, bool bucket_views) {
@@ -179,12 +179,15 @@ void Averages(Communicator& comm, bool bucket_views) {
   }
   const ReducerStats s = reducer.stats();
   Check(s.has_rebuilt_bucket, "buckets were rebuilt after iteration 1");
-  Check(s.buckets.size() > 4, "rebuilt into many buckets (" + std::to_string(s.buckets.size()) + ")");
+  Check(s.buckets.size() > 4,
+        "rebuilt into many buckets (" + std::to_string(s.buckets.size()) + ")");
   // Rank 0's ready order of iteration 1 decides: its first bucket holds the
   // first parameter it marked ready.
   std::vector<size_t> order0;
-  for (size_t k = 0; k < params.size(); ++k) order0.push_back((params.size() - 1 - k + 0 + 0) % params.size());
-  Check(s.buckets.front().parameters.front() == order0.front(), "first rebuilt bucket follows rank 0's order");
+  for (size_t k = 0; k < params.size(); ++k)
+    order0.push_back((params.size() - 1 - k + 0 + 0) % params.size());
+  Check(s.buckets.front().parameters.front() == order0.front(),
+        "first rebuilt bucket follows rank 0's order");
   SameOnEveryRank(comm, BucketSignature(s), "rebuilt bucket assignment");
   Check(s.iterations == 4, "4 iterations counted");
 }
@@ -211,7 +214,8 @@ void UnusedParameters(Communicator& comm) {
     Check(!reducer.globally_used(1), "parameter 1 is unused on every rank");
     Check(grads[1].get(0) == 77, "a parameter unused everywhere keeps its gradient");
     Check(reducer.globally_used(2) == (g_size > 1), "parameter 2 is used on some rank");
-    Check(reducer.needs_gradient(2) == (g_rank == 0 && g_size > 1), "needs_gradient(2) on rank 0 only");
+    Check(reducer.needs_gradient(2) == (g_rank == 0 && g_size > 1),
+          "needs_gradient(2) on rank 0 only");
     for (size_t i = 0; i < params.size(); ++i) {
       if (i == 1) continue;
       for (uint64_t k = 0; k < grads[i].size(); ++k) {
@@ -223,8 +227,8 @@ void UnusedParameters(Communicator& comm) {
           got = view.get(k);
         }
         if (got != want) {
-          Check(false, "unused: parameter " + std::to_string(i) + "[" + std::to_string(k) + "] = " +
-                           std::to_string(got) + ", expected " + std::to_string(want));
+          Check(false, "unused: parameter " + std::to_string(i) + "[" + std::to_string(k) +
+                           "] = " + std::to_string(got) + ", expected " + std::to_string(want));
           break;
         }
       }
@@ -250,7 +254,8 @@ void NoSync(Communicator& comm) {
   Check(reducer.require_backward_grad_sync(), "sync back on after the guard");
   // Accumulate step 1 into step 2's gradients, then synchronise.
   for (size_t i = 0; i < grads.size(); ++i) {
-    for (uint64_t k = 0; k < grads[i].size(); ++k) grads[i].set(k, grads[i].get(k) + step1[i].get(k));
+    for (uint64_t k = 0; k < grads[i].size(); ++k)
+      grads[i].set(k, grads[i].get(k) + step1[i].get(k));
   }
   reducer.prepare_for_backward();
   for (size_t i = 0; i < params.size(); ++i) reducer.mark_ready(i, grads[i].data());
@@ -320,7 +325,8 @@ void Errors(Communicator& comm) {
   ExpectError("marked twice", "'layer3.weight' (index 3) was marked ready twice",
               [&] { reducer.mark_ready(3, grads[3].data()); });
   ExpectError("null gradient", "null gradient", [&] { reducer.mark_ready(4, nullptr); });
-  ExpectError("index out of range", "out of range", [&] { reducer.mark_ready(99, grads[0].data()); });
+  ExpectError("index out of range", "out of range",
+              [&] { reducer.mark_ready(99, grads[0].data()); });
   // Parameters 5 and 7 produce no gradient: named after the others were reduced.
   for (size_t i = 0; i < params.size(); ++i) {
     if (i != 3 && i != 5 && i != 7) reducer.mark_ready(i, grads[i].data());
@@ -347,7 +353,8 @@ void Replicas(Communicator& comm) {
   const std::string needle = "rank(s) " + std::to_string(comm.size() - 1) +
                              " differ from rank 0; first difference, parameter #4: rank 0 has "
                              "'layer4.weight' float32 [57], rank " +
-                             std::to_string(comm.size() - 1) + " has 'layer4.weight' float32 [7, 3]";
+                             std::to_string(comm.size() - 1) +
+                             " has 'layer4.weight' float32 [7, 3]";
   ExpectError("shapes differ", needle, [&] { VerifyReplicas(comm, params); });
 }
 

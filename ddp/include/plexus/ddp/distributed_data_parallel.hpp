@@ -76,7 +76,7 @@ struct DistributedDataParallelOptions {
 
 // What logging_data() reports (PyTorch's DDPLoggingData, in part).
 struct DDPLoggingData {
-  reducer::ReducerStats reducer;            // buckets, rebuild, times (us)
+  reducer::ReducerStats reducer;             // buckets, rebuild, times (us)
   std::vector<std::string> parameter_names;  // index -> name, for reducer.buckets
   DistributedDataParallelOptions options;
   uint32_t rank = 0;

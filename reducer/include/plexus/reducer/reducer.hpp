@@ -60,16 +60,17 @@
 
 namespace plexus::reducer {
 
-inline constexpr uint64_t kDefaultFirstBucketBytes = 1024 * 1024;       // dist._DEFAULT_FIRST_BUCKET_BYTES
+inline constexpr uint64_t kDefaultFirstBucketBytes =
+    1024 * 1024;  // dist._DEFAULT_FIRST_BUCKET_BYTES
 inline constexpr uint64_t kDefaultBucketCapBytes = 25ull * 1024 * 1024;  // bucket_cap_mb = 25
 
 // One parameter's gradient as the reducer sees it.
 struct Parameter {
-  std::string name;            // for errors and statistics ("fc1.weight")
-  std::vector<int64_t> shape;  // for the cross-rank check; {count} if unknown
-  uint64_t count = 0;          // elements
+  std::string name;              // for errors and statistics ("fc1.weight")
+  std::vector<int64_t> shape;    // for the cross-rank check; {count} if unknown
+  uint64_t count = 0;            // elements
   DType dtype = DType::Float32;  // float16, bfloat16, float32 or float64
-  int device = -1;             // -1 = host memory (the only kind supported so far)
+  int device = -1;               // -1 = host memory (the only kind supported so far)
 };
 
 struct ReducerOptions {
@@ -90,10 +91,10 @@ struct BucketInfo {
 
 // Times of one synchronised iteration, in microseconds (DDPLoggingData's names).
 struct IterationTimes {
-  double backward_compute_time = 0;  // prepare_for_backward -> last mark_ready
-  double backward_comm_time = 0;     // first bucket launched -> every bucket reduced
+  double backward_compute_time = 0;               // prepare_for_backward -> last mark_ready
+  double backward_comm_time = 0;                  // first bucket launched -> every bucket reduced
   double backward_compute_comm_overlap_time = 0;  // first launch -> last mark_ready
-  double comm_not_hidden_time = 0;   // last mark_ready -> finalize done (what backward waited)
+  double comm_not_hidden_time = 0;  // last mark_ready -> finalize done (what backward waited)
 };
 
 struct ReducerStats {
