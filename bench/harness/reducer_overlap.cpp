@@ -14,7 +14,7 @@
 // backward, where the CPU only drives communication).
 //
 //   PLEXUS_BACKEND=tcp plexus-run -n 2 reducer_overlap [--mb 25,100] [--ratio 1,2]
-//       [--params 50] [--iters 10] [--compute spin|sleep] [--bucket-cap-mb 25]
+//       [--params 50] [--iters 10] [--compute spin|sleep] [--bucket-cap-mb 25] [--bucket-view]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -65,13 +65,15 @@ double Median(std::vector<double> v) {
 void Usage() {
   std::printf(
       "usage: reducer_overlap [--mb LIST] [--ratio LIST] [--params N] [--iters N]\n"
-      "                       [--compute spin|sleep] [--bucket-cap-mb MB]\n"
+      "                       [--compute spin|sleep] [--bucket-cap-mb MB] [--bucket-view]\n"
       "  --mb LIST          gradient megabytes per row (default 25,100)\n"
       "  --ratio LIST       compute time as a multiple of communication time (default 1,2)\n"
       "  --params N         gradients per model, equal sizes (default 50)\n"
       "  --iters N          timed iterations per row, median reported (default 10)\n"
       "  --compute MODE     spin (burn the CPU, default) or sleep (CPU free, as a GPU backward)\n"
       "  --bucket-cap-mb MB reducer bucket cap (default 25, with a 1 MiB first bucket)\n"
+      "  --bucket-view      gradients are computed into their buckets (DDP's\n"
+      "                     gradient_as_bucket_view): no copies in or out\n"
       "Run under a launcher: PLEXUS_BACKEND=tcp plexus-run -n 2 reducer_overlap\n");
 }
 
@@ -83,6 +85,7 @@ int main(int argc, char** argv) try {
   int iters = 10;
   bool spin = true;
   double cap_mb = 0;
+  bool bucket_view = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -109,8 +112,9 @@ int main(int argc, char** argv) try {
   }
   auto comm = Communicator::from_env();
   if (comm.rank() == 0) {
-    std::printf("# reducer overlap on %s, %u ranks, %zu float32 gradients, compute=%s\n",
-                comm.backend_name().c_str(), comm.size(), nparams, spin ? "spin" : "sleep");
+    std::printf("# reducer overlap on %s, %u ranks, %zu float32 gradients, compute=%s%s\n",
+                comm.backend_name().c_str(), comm.size(), nparams, spin ? "spin" : "sleep",
+                bucket_view ? ", bucket views" : "");
     std::printf("# %8s %7s %6s %11s %11s %11s %8s %14s\n", "MB", "buckets", "ratio", "comm_us",
                 "compute_us", "total_us", "hidden", "not_hidden_us");
   }
@@ -133,7 +137,7 @@ int main(int argc, char** argv) try {
       if (reduce) r.prepare_for_backward();
       for (size_t i = nparams; i-- > 0;) {
         Compute(per_param_us, spin);
-        if (reduce) r.mark_ready(i, grads[i].data());
+        if (reduce) r.mark_ready(i, bucket_view ? r.bucket_view(i) : grads[i].data());
       }
       if (reduce) r.finalize();
       double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();

@@ -81,6 +81,9 @@ struct DistributedDataParallelBase::Impl {
   std::optional<std::vector<size_t>> static_unused;  // static_graph: the first walk's result
   bool join_enabled = false;
   bool joined = false;
+  // The last forward prepared a synchronised backward: the next forward
+  // broadcasts buffers (PyTorch's require_forward_param_sync).
+  bool require_forward_param_sync = true;
 
   Impl(std::shared_ptr<torch::nn::Module> m, Communicator& c, DistributedDataParallelOptions o)
       : module(std::move(m)), comm(c), options(std::move(o)) {}
@@ -112,6 +115,12 @@ struct DistributedDataParallelBase::Impl {
       callback_queued = true;
       torch::autograd::Engine::get_default_engine().queue_callback([this] { FinishBackward(); });
     }
+    MarkReady(i);
+  }
+
+  // Hands parameter i's .grad to the reducer (into its bucket view, with
+  // gradient_as_bucket_view).
+  void MarkReady(size_t i) {
     torch::Tensor& param = params[i];
     torch::Tensor grad = param.grad();
     if (!grad.defined()) {
@@ -124,6 +133,10 @@ struct DistributedDataParallelBase::Impl {
         param.mutable_grad() = view;
       }
       reducer->mark_ready(i, view.data_ptr());
+      return;
+    }
+    if (grad.numel() == 0) {
+      reducer->mark_ready(i, View(i).data_ptr());
       return;
     }
     if (!grad.is_contiguous() || grad.scalar_type() != param.scalar_type()) {
@@ -149,6 +162,40 @@ struct DistributedDataParallelBase::Impl {
       } else {
         params[i].mutable_grad() = view.clone();
       }
+    }
+  }
+
+  // Runs `prepare` (which may rebuild the buckets, moving the views), then
+  // points the gradients that were views into the old buckets at the new ones
+  // (the reducer carried their values over).
+  template <typename F>
+  void KeepingViews(F&& prepare) {
+    std::vector<const void*> old_views;
+    if (options.gradient_as_bucket_view && !views.empty()) {
+      for (const torch::Tensor& v : views) old_views.push_back(v.data_ptr());
+    }
+    const uint64_t generation = reducer->buckets_generation();
+    prepare();
+    if (old_views.empty() || generation == reducer->buckets_generation()) return;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const torch::Tensor& g = params[i].grad();
+      if (g.defined() && g.data_ptr() == old_views[i]) params[i].mutable_grad() = View(i);
+    }
+  }
+
+  void BroadcastBuffersBeforeForward() {
+    if (!options.broadcast_buffers || buffers.empty() || comm.size() == 1 ||
+        !require_forward_param_sync) {
+      return;
+    }
+    try {
+      BroadcastTensors(buffers, 0);
+    } catch (const Error& e) {
+      throw Error(e.status(), e.backend(),
+                  "DDP: broadcast of rank 0's buffers before forward() on rank " +
+                      std::to_string(comm.rank()) + " failed: " + e.message() +
+                      ". If ranks run different numbers of iterations (uneven inputs), the "
+                      "ranks that ran out must keep joining in (DDP's join())");
     }
   }
 
@@ -218,7 +265,8 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::
   std::vector<reducer::Parameter> trained;
   std::vector<torch::Tensor> all_params;
   for (const auto& item : m.module->named_parameters(/*recurse=*/true)) {
-    everything.push_back(Describe(item.key(), item.value()));
+    everything.push_back(Describe(
+        item.key() + (item.value().requires_grad() ? "" : " (requires_grad=false)"), item.value()));
     all_params.push_back(item.value());
     if (!item.value().requires_grad()) continue;
     trained.push_back(everything.back());
@@ -239,11 +287,13 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::
   }
   reducer::ReducerOptions ro;
   if (m.options.bucket_cap_mb) {
-    ro.bucket_cap_bytes = static_cast<uint64_t>(*m.options.bucket_cap_mb * 1024 * 1024);
+    const double bytes = *m.options.bucket_cap_mb * 1024 * 1024;
+    ro.bucket_cap_bytes = bytes >= 9e18 ? uint64_t{1} << 62 : static_cast<uint64_t>(bytes);
     if (ro.bucket_cap_bytes == 0) ro.bucket_cap_bytes = 1;
     ro.first_bucket_bytes = ro.bucket_cap_bytes;  // as PyTorch when bucket_cap_mb is given
   }
-  ro.find_unused_parameters = m.options.find_unused_parameters;
+  // static_graph finds the unused parameters once, on the first iteration.
+  ro.find_unused_parameters = m.options.find_unused_parameters || m.options.static_graph;
   ro.static_graph = m.options.static_graph;
   m.reducer = std::make_unique<reducer::Reducer>(comm, std::move(trained), ro);
   for (size_t i = 0; i < m.params.size(); ++i) {
@@ -303,33 +353,35 @@ void DistributedDataParallelBase::pre_forward() {
     Throw(PLEXUS_ERR_INVALID_USAGE,
           "forward() on rank " + std::to_string(m.comm.rank()) +
               " while the previous iteration's backward has not finished: expected to have "
-              "finished reduction in the prior iteration before starting a new one. Call "
-              "backward() on the output of every forward() taken with gradients (or run "
-              "evaluation under torch::NoGradGuard)");
+              "finished reduction in the prior iteration before starting a new one. Either "
+              "backward() was not called on the output of the last forward() taken with "
+              "gradients (run evaluation under torch::NoGradGuard), or that backward failed "
+              "part-way, which leaves the ranks out of step");
   }
   if (m.join_enabled) {
     // This rank still has inputs: count it, and say whether it synchronises.
-    int64_t flags[2] = {1, m.reducer->require_backward_grad_sync() ? 1 : 0};
+    const bool sync =
+        m.reducer->require_backward_grad_sync() && torch::autograd::GradMode::is_enabled();
+    int64_t flags[2] = {1, sync ? 1 : 0};
     m.comm.allreduce(flags, flags, 2, DType::Int64, ReduceOp::Sum).wait();
   }
-  if (m.options.broadcast_buffers && !m.buffers.empty() && m.comm.size() > 1) {
-    try {
-      m.BroadcastTensors(m.buffers, 0);
-    } catch (const Error& e) {
-      throw Error(e.status(), e.backend(),
-                  "DDP: broadcast of rank 0's buffers before forward() on rank " +
-                      std::to_string(m.comm.rank()) + " failed: " + e.message() +
-                      ". If ranks run different numbers of iterations (uneven inputs), the "
-                      "ranks that ran out must keep joining in (DDP's join())");
-    }
-  }
+  m.BroadcastBuffersBeforeForward();
 }
 
 void DistributedDataParallelBase::post_forward(const std::vector<torch::Tensor>& outputs) {
   Impl& m = *impl_;
-  if (!torch::autograd::GradMode::is_enabled() || !m.reducer->require_backward_grad_sync()) return;
+  m.require_forward_param_sync =
+      torch::autograd::GradMode::is_enabled() && m.reducer->require_backward_grad_sync();
+  if (!m.require_forward_param_sync) return;
+  const bool walk = m.options.find_unused_parameters || m.options.static_graph;
   std::vector<size_t> unused;
-  if (m.options.find_unused_parameters) {
+  if (walk) {
+    if (outputs.empty()) {
+      Throw(PLEXUS_ERR_INVALID_USAGE,
+            "forward() returned no tensor DDP can see (it looks into a Tensor, and vectors, "
+            "tuples and pairs of them), so it cannot find the unused parameters: call "
+            "pre_forward(), the module, then post_forward() with the output tensors yourself");
+    }
     if (m.options.static_graph && m.static_unused) {
       unused = *m.static_unused;
     } else {
@@ -337,20 +389,15 @@ void DistributedDataParallelBase::post_forward(const std::vector<torch::Tensor>&
       if (m.options.static_graph) m.static_unused = unused;
     }
   }
-  // A rebuild inside prepare_for_backward moves the bucket views: keep the
-  // gradients that pointed into the old ones pointing into the new ones.
-  std::vector<const void*> old_views;
-  if (m.options.gradient_as_bucket_view && !m.views.empty()) {
-    for (const torch::Tensor& v : m.views) old_views.push_back(v.data_ptr());
+  // Unused in this forward but holding a gradient (accumulated under
+  // no_sync, or zeroed rather than reset): that gradient is reduced, as a
+  // used one, so that no rank keeps a gradient the others do not see.
+  std::vector<size_t> unused_without_grad, unused_with_grad;
+  for (size_t i : unused) {
+    (m.params[i].grad().defined() ? unused_with_grad : unused_without_grad).push_back(i);
   }
-  const uint64_t generation = m.reducer->buckets_generation();
-  m.reducer->prepare_for_backward(unused);
-  if (!old_views.empty() && generation != m.reducer->buckets_generation()) {
-    for (size_t i = 0; i < m.params.size(); ++i) {
-      const torch::Tensor& g = m.params[i].grad();
-      if (g.defined() && g.data_ptr() == old_views[i]) m.params[i].mutable_grad() = m.View(i);
-    }
-  }
+  m.KeepingViews([&] { m.reducer->prepare_for_backward(unused_without_grad); });
+  for (size_t i : unused_with_grad) m.MarkReady(i);
 }
 
 Join::Join(DistributedDataParallelBase& ddp) : ddp_(&ddp), uncaught_(std::uncaught_exceptions()) {
@@ -373,6 +420,8 @@ Join::~Join() {
     finish();
   } catch (const std::exception& e) {
     LogLine(PLEXUS_LOG_ERROR, "plexus", std::string("DDP join: ") + e.what());
+  } catch (...) {
+    LogLine(PLEXUS_LOG_ERROR, "plexus", "DDP join: failed with an unknown exception");
   }
 }
 
@@ -391,10 +440,9 @@ void Join::finish() {
       }
       first = false;
       // Shadow one iteration of the ranks that still train.
-      if (m.options.broadcast_buffers && !m.buffers.empty() && m.comm.size() > 1) {
-        m.BroadcastTensors(m.buffers, 0);
-      }
-      if (flags[1] > 0) m.reducer->run_zero_iteration();
+      m.BroadcastBuffersBeforeForward();
+      m.require_forward_param_sync = flags[1] > 0;
+      if (flags[1] > 0) m.KeepingViews([&] { m.reducer->run_zero_iteration(); });
     }
     // Everyone takes the model of a rank that trained to the end.
     int64_t authority = last_joiner ? static_cast<int64_t>(m.comm.rank()) : int64_t{-1};

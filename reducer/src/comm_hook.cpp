@@ -12,17 +12,37 @@ void BucketFuture::Complete() {
   if (then_) std::exchange(then_, nullptr)();
 }
 
+template <typename F>
+void BucketFuture::Guarded(F&& step) {
+  if (failure_) std::rethrow_exception(failure_);
+  try {
+    step();
+  } catch (const Error& e) {
+    // A timeout with the operation still pending may be waited on again;
+    // anything else is final.
+    if (e.status() != PLEXUS_ERR_TIMEOUT || work_.completed()) failure_ = std::current_exception();
+    throw;
+  }
+}
+
 bool BucketFuture::test() {
   if (done_) return true;
-  if (!work_.test()) return false;
-  Complete();
-  return true;
+  bool complete = false;
+  Guarded([&] {
+    if (work_.test()) {
+      Complete();
+      complete = true;
+    }
+  });
+  return complete;
 }
 
 void BucketFuture::wait(std::chrono::milliseconds timeout) {
   if (done_) return;
-  work_.wait(timeout);
-  Complete();
+  Guarded([&] {
+    work_.wait(timeout);
+    Complete();
+  });
 }
 
 CommHook AllreduceHook() {

@@ -9,6 +9,7 @@
 
 #include "gradient_math.hpp"
 #include "plexus/error.hpp"
+#include "plexus/log.hpp"
 #include "size_math.hpp"
 
 namespace plexus::reducer {
@@ -72,14 +73,70 @@ struct Reducer::Impl {
   bool rebuilt = false;
   std::vector<uint64_t> ready_order;
 
+  // Set by the first communication failure; every later call throws it.
+  std::string broken;
+
   // Statistics.
   uint64_t iterations = 0;
+  uint64_t recorded = 0;  // iterations in `sum`
   Clock::time_point start, first_launch, finalize_start;
   bool launched_any = false;
   IterationTimes last, sum;
 
   Impl(Communicator& c, std::vector<Parameter> p, ReducerOptions o)
       : comm(c), params(std::move(p)), options(o) {}
+
+  // Operations still in flight use the buckets (and a hook's buffers): wait
+  // for them, and keep what they use if they do not finish (a leak, not a
+  // write into freed memory).
+  ~Impl() {
+    size_t kept = 0;
+    for (Bucket& b : buckets) {
+      if (!b.future.in_flight()) continue;
+      try {
+        b.future.wait();
+      } catch (...) {
+      }
+      if (b.future.in_flight()) {
+        new Bucket(std::move(b));
+        ++kept;
+      }
+    }
+    if (!used_work.completed()) {
+      try {
+        used_work.wait();
+      } catch (...) {
+      }
+      if (!used_work.completed()) {
+        new std::vector<int32_t>(std::move(global_used));
+        new Work(std::move(used_work));
+        ++kept;
+      }
+    }
+    if (kept > 0) {
+      LogLine(PLEXUS_LOG_WARN, "plexus",
+              "reducer destroyed with " + std::to_string(kept) +
+                  " all-reduce(s) that did not finish; their buffers are kept");
+    }
+  }
+
+  void CheckUsable() const {
+    if (!broken.empty()) {
+      Throw(PLEXUS_ERR_INVALID_USAGE, "unusable after an earlier failure: " + broken);
+    }
+  }
+
+  // A communication failure: the ranks are out of step, so the reducer stops.
+  [[noreturn]] void Fail(const Error& e, const std::string& context) {
+    const std::string message = context + ": " + e.message();
+    broken = message;
+    throw Error(e.status(), e.backend(), message);
+  }
+  [[noreturn]] void Fail(const std::exception& e, const std::string& context) {
+    const std::string message = context + ": " + e.what();
+    broken = message;
+    throw Error(PLEXUS_ERR_INTERNAL, "plexus", message);
+  }
 
   std::vector<GradientShape> Shapes() const {
     std::vector<GradientShape> shapes;
@@ -168,7 +225,9 @@ struct Reducer::Impl {
                            : BucketFuture(comm.allreduce(bucket.data(), bucket.data(), bucket.count,
                                                          bucket.dtype, ReduceOp::Sum));
     } catch (const Error& e) {
-      throw Error(e.status(), e.backend(), BucketContext(b) + ": " + e.message());
+      Fail(e, BucketContext(b));
+    } catch (const std::exception& e) {
+      Fail(e, BucketContext(b) + ": the comm hook threw");
     }
     bucket.launched = true;
   }
@@ -181,19 +240,31 @@ struct Reducer::Impl {
   }
 
   void LaunchReadyBuckets() {
-    while (next_bucket < buckets.size() && buckets[next_bucket].pending == 0) Launch(next_bucket++);
+    while (next_bucket < buckets.size() && buckets[next_bucket].pending == 0) {
+      Launch(next_bucket);
+      ++next_bucket;
+    }
     if (next_bucket == buckets.size() && options.find_unused_parameters && used_work.completed() &&
         global_used.empty()) {
       global_used = local_used;
-      used_work = comm.allreduce(global_used.data(), global_used.data(), global_used.size(),
-                                 DType::Int32, ReduceOp::Sum);
+      try {
+        used_work = comm.allreduce(global_used.data(), global_used.data(), global_used.size(),
+                                   DType::Int32, ReduceOp::Sum);
+      } catch (const Error& e) {
+        Fail(e, "reducer: all-reduce of the used-parameter bitmap, rank " +
+                    std::to_string(comm.rank()));
+      }
     }
   }
 
   // Lets backends without a progress thread move, and notes completions.
   void Poll() {
-    while (next_unfinished < next_bucket && buckets[next_unfinished].future.test()) {
-      ++next_unfinished;
+    try {
+      while (next_unfinished < next_bucket && buckets[next_unfinished].future.test()) {
+        ++next_unfinished;
+      }
+    } catch (const Error& e) {
+      Fail(e, BucketContext(next_unfinished));
     }
   }
 
@@ -203,10 +274,10 @@ struct Reducer::Impl {
             "parameter " + Name(i) + " (index " + std::to_string(i) +
                 ") was marked ready twice in iteration " + std::to_string(iterations + 1) +
                 " on rank " + std::to_string(comm.rank()) +
-                ". A parameter may produce one gradient per synchronised backward: it is probably "
-                "used by several reentrant backward passes (activation checkpointing) or its "
-                "gradient hook fired twice; with DDP, set static_graph = true for checkpointing, "
-                "or call backward once per iteration");
+                ". A parameter may produce one gradient per synchronised backward: it was "
+                "probably used by several backward passes of one iteration (reentrant activation "
+                "checkpointing, or backward() called twice before the next forward), or "
+                "find_unused_parameters counted it unused although it got a gradient");
     }
     ready[i] = 1;
     void* view = View(i);
@@ -255,8 +326,6 @@ struct Reducer::Impl {
     global_used.clear();
     if (!rebuilt) ready_order.clear();
     in_iteration = true;
-    // Empty buckets (zero-element parameters only) are ready at once.
-    LaunchReadyBuckets();
     for (size_t i : unused) {
       local_used[i] = 0;
       if (!ready[i]) MarkReady(i, nullptr);
@@ -279,15 +348,21 @@ struct Reducer::Impl {
       try {
         buckets[b].future.wait();
       } catch (const Error& e) {
-        throw Error(e.status(), e.backend(),
-                    BucketContext(b) + ": " + e.message() +
-                        (e.status() == PLEXUS_ERR_TIMEOUT || e.status() == PLEXUS_ERR_REMOTE
-                             ? ". If ranks run different numbers of iterations (uneven inputs), "
-                               "the ranks that ran out must keep joining in (DDP's join())"
-                             : ""));
+        Fail(e, BucketContext(b) +
+                    (e.status() == PLEXUS_ERR_TIMEOUT || e.status() == PLEXUS_ERR_REMOTE
+                         ? " (if ranks run different numbers of iterations, i.e. uneven inputs, "
+                           "the ranks that ran out must keep joining in: DDP's join())"
+                         : ""));
       }
     }
-    if (options.find_unused_parameters) used_work.wait();
+    if (options.find_unused_parameters) {
+      try {
+        used_work.wait();
+      } catch (const Error& e) {
+        Fail(e, "reducer: all-reduce of the used-parameter bitmap, rank " +
+                    std::to_string(comm.rank()));
+      }
+    }
     const auto done = Clock::now();
     for (size_t i = 0; i < params.size(); ++i) {
       if (grads[i] != nullptr) {
@@ -301,10 +376,15 @@ struct Reducer::Impl {
             "rank " + std::to_string(comm.rank()) + ": " + std::to_string(missing.size()) +
                 " parameter(s) produced no gradient in iteration " + std::to_string(iterations) +
                 ": " + NameList(missing) +
-                ". Every parameter must take part in computing the loss; if some legitimately do "
-                "not (conditional branches, frozen heads), construct DDP with "
-                "find_unused_parameters = true, or set requires_grad = false on those that never "
-                "train. Their buckets were reduced with zeros so that the ranks stay in step");
+                (options.find_unused_parameters
+                     ? ". They are reachable from the outputs of forward() but the loss does not "
+                       "use them: make the loss use every output, or detach the outputs it does "
+                       "not use"
+                     : ". Every parameter must take part in computing the loss; if some "
+                       "legitimately do not (conditional branches, frozen heads), construct DDP "
+                       "with find_unused_parameters = true, or set requires_grad = false on those "
+                       "that never train") +
+                ". Their buckets were reduced with zeros so that the ranks stay in step");
     }
   }
 
@@ -318,6 +398,7 @@ struct Reducer::Impl {
     t.comm_not_hidden_time = Micros(finalize_start, done);
     last = t;
     if (iterations >= 1) {  // the first iteration (one big bucket, warm-up) is left out
+      ++recorded;
       sum.backward_compute_time += t.backward_compute_time;
       sum.backward_comm_time += t.backward_comm_time;
       sum.backward_compute_comm_overlap_time += t.backward_compute_comm_overlap_time;
@@ -375,6 +456,7 @@ Reducer::~Reducer() = default;
 
 void Reducer::prepare_for_backward(std::span<const size_t> unused) {
   if (!impl_->require_sync) return;
+  impl_->CheckUsable();
   impl_->zero_iteration = false;
   impl_->Begin(unused);
 }
@@ -382,6 +464,7 @@ void Reducer::prepare_for_backward(std::span<const size_t> unused) {
 void Reducer::mark_ready(size_t index, void* grad) {
   Impl& m = *impl_;
   if (!m.require_sync) return;
+  m.CheckUsable();
   if (!m.in_iteration) {
     Throw(PLEXUS_ERR_INVALID_USAGE, "mark_ready(" + std::to_string(index) +
                                         ") outside an iteration: call prepare_for_backward first");
@@ -391,9 +474,10 @@ void Reducer::mark_ready(size_t index, void* grad) {
                                            " out of range (" + std::to_string(m.params.size()) +
                                            " parameters)");
   }
-  if (grad == nullptr) {
+  if (grad == nullptr && m.params[index].count > 0) {
     Throw(PLEXUS_ERR_INVALID_ARGUMENT, "mark_ready: null gradient for parameter " + m.Name(index));
   }
+  if (grad == nullptr) grad = m.View(index);  // zero elements: nothing to read or write
   m.MarkReady(index, grad);
   m.Poll();
 }
@@ -401,6 +485,7 @@ void Reducer::mark_ready(size_t index, void* grad) {
 void Reducer::finalize() {
   Impl& m = *impl_;
   if (!m.require_sync) return;
+  m.CheckUsable();
   if (!m.in_iteration) {
     Throw(PLEXUS_ERR_INVALID_USAGE, "finalize() without prepare_for_backward()");
   }
@@ -409,6 +494,7 @@ void Reducer::finalize() {
 
 void Reducer::run_zero_iteration() {
   Impl& m = *impl_;
+  m.CheckUsable();
   m.zero_iteration = true;
   std::vector<size_t> all;
   if (m.options.find_unused_parameters) {
@@ -495,8 +581,8 @@ ReducerStats Reducer::stats() const {
   s.has_rebuilt_bucket = m.rebuilt;
   s.iterations = m.iterations;
   s.last = m.last;
-  if (m.iterations > 1) {
-    const double n = static_cast<double>(m.iterations - 1);
+  if (m.recorded > 0) {
+    const double n = static_cast<double>(m.recorded);
     s.average = {m.sum.backward_compute_time / n, m.sum.backward_comm_time / n,
                  m.sum.backward_compute_comm_overlap_time / n, m.sum.comm_not_hidden_time / n};
   }

@@ -6,11 +6,13 @@
 //
 //   ddp_check equivalence [--bucket-cap-mb X] [--bucket-view] [--no-sync]
 //                         [--unused] [--hook fp16|bf16]
-//   ddp_check join        ranks have 3, 4, 5, ... batches, with Join
+//   ddp_check join [--first-batches K] [--bucket-view]
+//                         ranks have K, K+1, ... batches (K = 3), with Join
 //   ddp_check no-join     the same without Join: the ranks still training must
 //                         fail with an error naming the bucket and join()
 //   ddp_check mismatch    the last rank's model has another shape: every rank
 //                         must fail at construction naming the difference
+//   ddp_check mismatch-frozen   the last rank freezes a parameter the others train
 #include <torch/torch.h>
 
 #include <chrono>
@@ -105,6 +107,7 @@ struct Flags {
   std::optional<double> bucket_cap_mb;
   bool bucket_view = false, no_sync = false, unused = false;
   std::string hook;
+  int first_batches = 3;  // join: rank r has first_batches + r batches
 };
 
 void Equivalence(plexus::Communicator& comm, const Flags& f) {
@@ -171,10 +174,14 @@ void Equivalence(plexus::Communicator& comm, const Flags& f) {
   }
 }
 
-// Rank r has 3 + r batches; the reference divides by the full world size.
-void Uneven(plexus::Communicator& comm, bool with_join) {
+// Rank r has first_batches + r batches; the reference divides by the full
+// world size. With first_batches 1, rank 0 joins before the buckets are
+// rebuilt (its zero iteration rebuilds them; with bucket views, its .grad
+// must follow).
+void Uneven(plexus::Communicator& comm, bool with_join, const Flags& f) {
   Net model = MakeNet();
-  plexus::ddp::DistributedDataParallel ddp(model, comm, {.bucket_cap_mb = 0.0005});
+  plexus::ddp::DistributedDataParallel ddp(
+      model, comm, {.bucket_cap_mb = 0.0005, .gradient_as_bucket_view = f.bucket_view});
   torch::manual_seed(42);
   Net reference = MakeNet();
   {
@@ -184,7 +191,8 @@ void Uneven(plexus::Communicator& comm, bool with_join) {
   }
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
   torch::optim::SGD ref_opt(reference->parameters(), torch::optim::SGDOptions(0.1));
-  const int mine = 3 + int(g_rank), most = 3 + int(g_size) - 1;
+  const int first = f.first_batches;
+  const int mine = first + int(g_rank), most = first + int(g_size) - 1;
   if (!with_join) {
     try {
       for (int s = 0; s < mine; ++s) {
@@ -217,13 +225,13 @@ void Uneven(plexus::Communicator& comm, bool with_join) {
       auto [x, y] = Batch(s, g_rank);
       torch::mse_loss(ddp.forward(x), y).backward();
       opt.step();
-      opt.zero_grad();
+      opt.zero_grad(/*set_to_none=*/!f.bucket_view);
     }
     join.finish();
   }
   for (int s = 0; s < most; ++s) {
     for (uint32_t r = 0; r < g_size; ++r) {
-      if (s >= 3 + int(r)) continue;  // rank r has joined: contributes zeros
+      if (s >= first + int(r)) continue;  // rank r has joined: contributes zeros
       auto [x, y] = Batch(s, r);
       (torch::mse_loss(reference->forward(x), y) / double(g_size)).backward();
     }
@@ -233,22 +241,33 @@ void Uneven(plexus::Communicator& comm, bool with_join) {
   const double diff = MaxDiff(model, reference);
   Check(diff <= 1e-12, "join: max |DDP - reference| = " + std::to_string(diff));
   BitIdentical(comm, model, "after join");
+  if (f.bucket_view) {  // the gradients still point into live buckets: a step more works
+    auto [x, y] = Batch(99, g_rank);
+    torch::mse_loss(ddp.forward(x), y).backward();
+    opt.step();
+    BitIdentical(comm, model, "a step after join");
+  }
 }
 
-void Mismatch(plexus::Communicator& comm) {
+void Mismatch(plexus::Communicator& comm, bool frozen) {
   torch::manual_seed(1);
-  Net model(g_rank + 1 == g_size && g_size > 1 ? 17 : 16);
+  const bool odd_one = g_rank + 1 == g_size && g_size > 1;
+  Net model(odd_one && !frozen ? 17 : 16);
   model->to(torch::kFloat64);
+  if (frozen && odd_one) model->fc2->weight.set_requires_grad(false);
   try {
     plexus::ddp::DistributedDataParallel ddp(model, comm);
     Check(g_size == 1, "construction succeeded although the last rank's model differs");
   } catch (const plexus::Error& e) {
     const std::string m = e.what();
     if (g_rank == 0) std::printf("every rank fails; rank 0 says: %s\n", m.c_str());
-    Check(m.find("first difference, parameter #0: rank 0 has 'fc1.weight' float64 [16, 8], rank " +
-                 std::to_string(g_size - 1) + " has 'fc1.weight' float64 [17, 8]") !=
-              std::string::npos,
-          "the error names the first difference: " + m);
+    const std::string last = std::to_string(g_size - 1);
+    const std::string want =
+        frozen ? "first difference, parameter #2: rank 0 has 'fc2.weight' float64 [16, 16], rank " +
+                     last + " has 'fc2.weight (requires_grad=false)' float64 [16, 16]"
+               : "first difference, parameter #0: rank 0 has 'fc1.weight' float64 [16, 8], rank " +
+                     last + " has 'fc1.weight' float64 [17, 8]";
+    Check(m.find(want) != std::string::npos, "the error names the first difference: " + m);
   }
 }
 
@@ -269,6 +288,8 @@ int main(int argc, char** argv) {
       f.unused = true;
     else if (a == "--hook" && i + 1 < argc)
       f.hook = argv[++i];
+    else if (a == "--first-batches" && i + 1 < argc)
+      f.first_batches = std::stoi(argv[++i]);
     else {
       std::fprintf(stderr, "ddp_check: unknown argument %s\n", a.c_str());
       return 2;
@@ -282,11 +303,13 @@ int main(int argc, char** argv) {
     if (mode == "equivalence")
       Equivalence(comm, f);
     else if (mode == "join")
-      Uneven(comm, true);
+      Uneven(comm, true, f);
     else if (mode == "no-join")
-      Uneven(comm, false);
+      Uneven(comm, false, f);
     else if (mode == "mismatch")
-      Mismatch(comm);
+      Mismatch(comm, false);
+    else if (mode == "mismatch-frozen")
+      Mismatch(comm, true);
     else {
       std::fprintf(stderr, "ddp_check: unknown mode %s\n", mode.c_str());
       return 2;

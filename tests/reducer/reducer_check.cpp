@@ -341,6 +341,20 @@ void Errors(Communicator& comm) {
   ExpectError("finalize twice", "without prepare_for_backward", [&] { reducer.finalize(); });
   ExpectError("hook too late", "before the first iteration",
               [&] { reducer.register_comm_hook(AllreduceHook()); });
+  // A hook that fails (on every rank alike, so the ranks stay in step): the
+  // error names the bucket, and the reducer refuses to go on.
+  Reducer failing(comm, params, {});
+  failing.register_comm_hook([](Communicator&, GradBucket& b) -> BucketFuture {
+    if (b.index == 0) throw std::runtime_error("compression failed");
+    return BucketFuture();
+  });
+  failing.prepare_for_backward();
+  ExpectError("failing hook", "all-reduce of bucket 0 of 4", [&] {
+    for (size_t i = 0; i < params.size(); ++i) failing.mark_ready(i, grads[i].data());
+    failing.finalize();
+  });
+  ExpectError("after a failure", "unusable after an earlier failure", [&] { failing.finalize(); });
+  ExpectError("after a failure", "compression failed", [&] { failing.prepare_for_backward(); });
   std::vector<Parameter> ints = {{"steps", {1}, 1, DType::Int64, -1}};
   ExpectError("integer gradient", "'steps' has dtype int64", [&] { Reducer r(comm, ints, {}); });
 }

@@ -157,12 +157,19 @@ inline void CollectTensors(const torch::Tensor& t, std::vector<torch::Tensor>& o
 inline void CollectTensors(const std::vector<torch::Tensor>& v, std::vector<torch::Tensor>& out) {
   out.insert(out.end(), v.begin(), v.end());
 }
+template <typename A, typename B>
+void CollectTensors(const std::pair<A, B>& p, std::vector<torch::Tensor>& out) {
+  CollectTensors(p.first, out);
+  CollectTensors(p.second, out);
+}
 template <typename... Ts>
 void CollectTensors(const std::tuple<Ts...>& t, std::vector<torch::Tensor>& out) {
   std::apply([&](const auto&... e) { (CollectTensors(e, out), ...); }, t);
 }
+// Other results hold no tensor DDP can see (find_unused_parameters then
+// asks for post_forward to be called by hand).
 template <typename T>
-void CollectTensors(const T&, std::vector<torch::Tensor>&) {}  // no tensors in it
+void CollectTensors(const T&, std::vector<torch::Tensor>&) {}
 
 }  // namespace detail
 

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <span>
 
@@ -33,7 +34,11 @@ struct GradBucket {
 };
 
 // A Work plus what to do once it has completed (e.g. cast a compressed
-// buffer back). Move-only. Not thread-safe.
+// buffer back). Move-only. Not thread-safe. A failure is kept: every later
+// test() or wait() throws it again, so a failed bucket never reads as done.
+// Destroying a future that is still running drops its Work (the
+// communicator finishes it) and its continuation (what it owns is freed):
+// the reducer waits for its futures, or keeps them, before that can happen.
 class BucketFuture {
  public:
   BucketFuture() = default;  // already complete
@@ -45,13 +50,19 @@ class BucketFuture {
   bool test();
   // Blocks until complete; timeout < 0 = the communicator's. Throws plexus::Error.
   void wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(-1));
-  bool done() const { return done_; }
+  // Completed, successfully or not.
+  bool done() const { return done_ || failure_ != nullptr; }
+  // The operation may still be using its buffers.
+  bool in_flight() const { return !done() && !work_.completed(); }
 
  private:
   void Complete();
+  template <typename F>
+  void Guarded(F&& step);
   Work work_;
   std::function<void()> then_;
   bool done_ = true;
+  std::exception_ptr failure_;
 };
 
 // The hook: called with the communicator the reducer runs on. Must not block
