@@ -105,6 +105,8 @@ int main(int argc, char** argv) try {
       spin = value() != "sleep";
     else if (a == "--bucket-cap-mb")
       cap_mb = std::stod(value());
+    else if (a == "--bucket-view")
+      bucket_view = true;
     else {
       Usage();
       return 2;

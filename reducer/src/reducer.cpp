@@ -40,6 +40,14 @@ struct Bucket {
   void* data() { return storage.data(); }
 };
 
+// Without a hook, 16-bit gradients are divided by the world size on their
+// way into the bucket and summed, as PyTorch does, so that the sum cannot
+// overflow where the average would not; wider ones are summed undivided and
+// averaged by the all-reduce itself (PLEXUS_OP_AVG), which divides once per
+// element in the backend (a ring divides only the 1/n it reduces last)
+// instead of in a pass of the training thread.
+bool DividesOnCopy(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+
 struct Slot {
   size_t bucket = 0;
   uint64_t offset = 0;  // elements
@@ -222,8 +230,9 @@ struct Reducer::Impl {
     GradBucket gb{b, buckets.size(), bucket.data(), bucket.count, bucket.dtype, bucket.parameters};
     try {
       bucket.future = hook ? hook(comm, gb)
-                           : BucketFuture(comm.allreduce(bucket.data(), bucket.data(), bucket.count,
-                                                         bucket.dtype, ReduceOp::Sum));
+                           : BucketFuture(comm.allreduce(
+                                 bucket.data(), bucket.data(), bucket.count, bucket.dtype,
+                                 DividesOnCopy(bucket.dtype) ? ReduceOp::Sum : ReduceOp::Avg));
     } catch (const Error& e) {
       Fail(e, BucketContext(b));
     } catch (const std::exception& e) {
@@ -282,7 +291,8 @@ struct Reducer::Impl {
     ready[i] = 1;
     void* view = View(i);
     const Parameter& p = params[i];
-    const double divisor = hook ? 1.0 : static_cast<double>(comm.size());
+    const double divisor =
+        hook || !DividesOnCopy(p.dtype) ? 1.0 : static_cast<double>(comm.size());
     if (grad == nullptr) {
       std::memset(view, 0, p.count * ElementSize(p.dtype));
     } else {

@@ -6,9 +6,8 @@
 // over the ranks. The reducer runs the hooks of one iteration in bucket
 // order, from the thread that calls mark_ready/finalize.
 //
-// Without a hook the reducer divides each gradient by the world size as it
-// copies it into its bucket and all-reduces the sum (PyTorch's default path).
-// With a hook the gradients arrive undivided: the hook averages.
+// Without a hook the reducer averages (see reducer.hpp). With a hook the
+// gradients arrive undivided: the hook averages.
 #pragma once
 
 #include <chrono>

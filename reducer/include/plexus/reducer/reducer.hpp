@@ -8,8 +8,8 @@
 //   for each step:
 //     reducer.prepare_for_backward(unused);     // backward is about to run
 //     ... as each gradient is computed:
-//     reducer.mark_ready(i, grad_i);            // copies grad_i / world_size into its bucket;
-//                                               // a full bucket starts its all-reduce at once
+//     reducer.mark_ready(i, grad_i);            // copies grad_i into its bucket; a full
+//                                               // bucket starts its all-reduce at once
 //     reducer.finalize();                       // waits; grad_i now holds the average
 //
 // Buckets. At construction the gradients are bucketed by
@@ -30,6 +30,12 @@
 // no_sync: while a NoSyncGuard lives, the reducer does nothing: the caller's
 // gradients accumulate where they are and the next synchronised iteration
 // reduces their sum.
+//
+// Averaging: without a comm hook, float32/float64 buckets are all-reduced
+// with PLEXUS_OP_AVG (the backend divides, off the training thread);
+// float16/bfloat16 gradients are divided by the world size as they are
+// copied into their bucket and then summed (PyTorch's way for every dtype),
+// so that a 16-bit sum cannot overflow.
 //
 // Bucket views (gradient_as_bucket_view in DDP): bucket_view(i) is the place
 // of gradient i in its bucket; a gradient passed to mark_ready at that very
