@@ -79,6 +79,7 @@ struct DistributedDataParallelBase::Impl {
   uint64_t views_generation = 0;
   bool callback_queued = false;
   std::optional<std::vector<size_t>> static_unused;  // static_graph: the first walk's result
+  std::vector<size_t> pending_unused;  // found by post_forward, handed over at backward's start
   bool join_enabled = false;
   bool joined = false;
   // The last forward prepared a synchronised backward: the next forward
@@ -114,6 +115,17 @@ struct DistributedDataParallelBase::Impl {
     if (!callback_queued) {
       callback_queued = true;
       torch::autograd::Engine::get_default_engine().queue_callback([this] { FinishBackward(); });
+      // The parameters this backward will not reach, as PyTorch does at its
+      // first hook: by now zero_grad() has run, so .grad is what this
+      // iteration reduces. One that still holds a gradient (accumulated
+      // under no_sync, or zeroed rather than reset) has it reduced.
+      for (size_t u : std::exchange(pending_unused, {})) {
+        if (params[u].grad().defined()) {
+          MarkReady(u);
+        } else {
+          reducer->mark_unused(u);
+        }
+      }
     }
     MarkReady(i);
   }
@@ -389,15 +401,11 @@ void DistributedDataParallelBase::post_forward(const std::vector<torch::Tensor>&
       if (m.options.static_graph) m.static_unused = unused;
     }
   }
-  // Unused in this forward but holding a gradient (accumulated under
-  // no_sync, or zeroed rather than reset): that gradient is reduced, as a
-  // used one, so that no rank keeps a gradient the others do not see.
-  std::vector<size_t> unused_without_grad, unused_with_grad;
-  for (size_t i : unused) {
-    (m.params[i].grad().defined() ? unused_with_grad : unused_without_grad).push_back(i);
-  }
-  m.KeepingViews([&] { m.reducer->prepare_for_backward(unused_without_grad); });
-  for (size_t i : unused_with_grad) m.MarkReady(i);
+  // The unused parameters are handed to the reducer at the first gradient
+  // of backward (OnGradientReady), not now: the user may zero_grad() in
+  // between, and nothing may be posted between forward and backward.
+  m.KeepingViews([&] { m.reducer->prepare_for_backward(); });
+  m.pending_unused = std::move(unused);
 }
 
 Join::Join(DistributedDataParallelBase& ddp) : ddp_(&ddp), uncaught_(std::uncaught_exceptions()) {

@@ -46,7 +46,12 @@ struct Bucket {
 // averaged by the all-reduce itself (PLEXUS_OP_AVG), which divides once per
 // element in the backend (a ring divides only the 1/n it reduces last)
 // instead of in a pass of the training thread.
-bool DividesOnCopy(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+// Backends that lack Avg for a dtype get the divide-on-copy path too.
+bool DividesOnCopy(DType t, const Communicator& comm) {
+  if (t == DType::Float16 || t == DType::BFloat16) return true;
+  const uint32_t avg = comm.capabilities().reduce_dtypes[PLEXUS_OP_AVG];
+  return (avg & (1u << static_cast<uint32_t>(t))) == 0;
+}
 
 struct Slot {
   size_t bucket = 0;
@@ -99,11 +104,15 @@ struct Reducer::Impl {
   // write into freed memory).
   ~Impl() {
     size_t kept = 0;
+    bool waited_out = false;  // after one timeout, keep the rest without waiting again
     for (Bucket& b : buckets) {
       if (!b.future.in_flight()) continue;
-      try {
-        b.future.wait();
-      } catch (...) {
+      if (!waited_out) {
+        try {
+          b.future.wait();
+        } catch (...) {
+        }
+        waited_out = b.future.in_flight();
       }
       if (b.future.in_flight()) {
         new Bucket(std::move(b));
@@ -111,9 +120,11 @@ struct Reducer::Impl {
       }
     }
     if (!used_work.completed()) {
-      try {
-        used_work.wait();
-      } catch (...) {
+      if (!waited_out) {
+        try {
+          used_work.wait();
+        } catch (...) {
+        }
       }
       if (!used_work.completed()) {
         new std::vector<int32_t>(std::move(global_used));
@@ -194,7 +205,12 @@ struct Reducer::Impl {
   void Rebuild() {
     std::vector<uint64_t> order = ready_order;
     order.resize(params.size());
-    comm.broadcast(order.data(), order.size(), DType::UInt64, 0).wait();
+    try {
+      comm.broadcast(order.data(), order.size(), DType::UInt64, 0).wait();
+    } catch (const Error& e) {
+      Fail(e, "reducer: broadcast of rank 0's gradient ready order (bucket rebuild), rank " +
+                  std::to_string(comm.rank()));
+    }
     std::vector<size_t> indices(order.begin(), order.end());
     std::vector<uint8_t> seen(params.size(), 0);
     for (size_t i : indices) {
@@ -229,10 +245,11 @@ struct Reducer::Impl {
     }
     GradBucket gb{b, buckets.size(), bucket.data(), bucket.count, bucket.dtype, bucket.parameters};
     try {
-      bucket.future = hook ? hook(comm, gb)
-                           : BucketFuture(comm.allreduce(
-                                 bucket.data(), bucket.data(), bucket.count, bucket.dtype,
-                                 DividesOnCopy(bucket.dtype) ? ReduceOp::Sum : ReduceOp::Avg));
+      bucket.future = hook
+                          ? hook(comm, gb)
+                          : BucketFuture(comm.allreduce(
+                                bucket.data(), bucket.data(), bucket.count, bucket.dtype,
+                                DividesOnCopy(bucket.dtype, comm) ? ReduceOp::Sum : ReduceOp::Avg));
     } catch (const Error& e) {
       Fail(e, BucketContext(b));
     } catch (const std::exception& e) {
@@ -292,7 +309,7 @@ struct Reducer::Impl {
     void* view = View(i);
     const Parameter& p = params[i];
     const double divisor =
-        hook || !DividesOnCopy(p.dtype) ? 1.0 : static_cast<double>(comm.size());
+        hook || !DividesOnCopy(p.dtype, comm) ? 1.0 : static_cast<double>(comm.size());
     if (grad == nullptr) {
       std::memset(view, 0, p.count * ElementSize(p.dtype));
     } else {
@@ -489,6 +506,20 @@ void Reducer::mark_ready(size_t index, void* grad) {
   }
   if (grad == nullptr) grad = m.View(index);  // zero elements: nothing to read or write
   m.MarkReady(index, grad);
+  m.Poll();
+}
+
+void Reducer::mark_unused(size_t index) {
+  Impl& m = *impl_;
+  if (!m.require_sync) return;
+  m.CheckUsable();
+  if (!m.in_iteration || !m.options.find_unused_parameters || index >= m.params.size()) {
+    Throw(PLEXUS_ERR_INVALID_USAGE, "mark_unused(" + std::to_string(index) +
+                                        ") needs an iteration, find_unused_parameters and a "
+                                        "parameter index in range");
+  }
+  m.local_used[index] = 0;
+  m.MarkReady(index, nullptr);
   m.Poll();
 }
 

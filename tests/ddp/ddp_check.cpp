@@ -107,7 +107,9 @@ struct Flags {
   std::optional<double> bucket_cap_mb;
   bool bucket_view = false, no_sync = false, unused = false;
   std::string hook;
-  int first_batches = 3;  // join: rank r has first_batches + r batches
+  int first_batches = 3;
+  bool zero_grad_late = false;  // zero_grad() between forward and backward (ImageNet example)  //
+                                // join: rank r has first_batches + r batches
 };
 
 void Equivalence(plexus::Communicator& comm, const Flags& f) {
@@ -138,6 +140,10 @@ void Equivalence(plexus::Communicator& comm, const Flags& f) {
       std::optional<plexus::reducer::Reducer::NoSyncGuard> guard;
       if (!sync) guard.emplace(ddp.no_sync());
       auto loss = torch::mse_loss(ddp.forward(x, use_aux), y);
+      if (f.zero_grad_late) {
+        opt.zero_grad();
+        ref_opt.zero_grad();
+      }
       loss.backward();
     }
     // The reference: one process, the batches of every rank at once.
@@ -151,8 +157,10 @@ void Equivalence(plexus::Communicator& comm, const Flags& f) {
     if (!sync) continue;
     opt.step();
     ref_opt.step();
-    opt.zero_grad(/*set_to_none=*/!f.bucket_view);  // keep the views alive with bucket views
-    ref_opt.zero_grad();
+    if (!f.zero_grad_late) {
+      opt.zero_grad(/*set_to_none=*/!f.bucket_view);  // keep the views alive with bucket views
+      ref_opt.zero_grad();
+    }
     const double diff = MaxDiff(model, reference);
     Check(diff <= tolerance, "step " + std::to_string(s) + ": max |DDP - reference| = " +
                                  std::to_string(diff) + " > " + std::to_string(tolerance));
@@ -288,6 +296,8 @@ int main(int argc, char** argv) {
       f.unused = true;
     else if (a == "--hook" && i + 1 < argc)
       f.hook = argv[++i];
+    else if (a == "--zero-grad-late")
+      f.zero_grad_late = true;
     else if (a == "--first-batches" && i + 1 < argc)
       f.first_batches = std::stoi(argv[++i]);
     else {

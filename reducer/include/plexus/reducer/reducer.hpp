@@ -137,6 +137,13 @@ class Reducer {
   // so it must stay valid until then. No-op under no_sync.
   void mark_ready(size_t index, void* grad);
 
+  // Parameter `index` takes no part in this iteration after all: a zero
+  // gradient, not counted as used here (find_unused_parameters only). The
+  // same as naming it to prepare_for_backward, later (DDP does it at the
+  // first gradient of backward, so nothing is posted between forward and
+  // backward).
+  void mark_unused(size_t index);
+
   // Waits for every bucket and writes the averages back. Throws plexus::Error
   // if a parameter produced no gradient (after reducing the rest, so ranks
   // stay in step) or a bucket's reduction failed. No-op under no_sync.
