@@ -1,0 +1,436 @@
+// plexus-trainer: trains one model data-parallel on any Plexus backend. It is
+// also the example to copy: the parts a LibTorch trainer needs are, in order,
+//   1. a Communicator from the launcher's environment,
+//   2. the model wrapped in DistributedDataParallel,
+//   3. a DistributedSampler feeding make_data_loader, set_epoch each epoch,
+//   4. the usual zero_grad / forward / backward / step loop (no_sync for
+//      gradient accumulation),
+//   5. evaluation with results all-reduced, checkpoints written by rank 0.
+// Everything else here is measurement and output. See --help.
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <optional>
+#include <thread>
+
+#include "datasets.hpp"
+#include "models.hpp"
+#include "options.hpp"
+#include "plexus/ddp.hpp"
+#include "plexus/launch_env.hpp"
+#include "plexus/plexus.hpp"
+#include "tensor_file.hpp"
+
+namespace trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Ms(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+double Mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / v.size();
+}
+
+// Where one step's time went, in milliseconds.
+struct StepTime {
+  double step = 0, forward = 0, backward = 0, optimizer = 0;
+  double comm = 0, comm_not_hidden = 0;  // from the reducer's statistics
+};
+
+struct EpochRecord {
+  int epoch = 0;
+  int64_t steps = 0;
+  double train_loss = 0, test_loss = 0, test_accuracy = 0;
+  double step_ms_median = 0, samples_per_s = 0;
+  double forward_ms = 0, backward_ms = 0, comm_not_hidden_ms = 0, optimizer_ms = 0, comm_ms = 0;
+};
+
+struct Eval {
+  double loss = 0, accuracy = 0;
+};
+
+// Each rank scores a contiguous slice of the test set; the sums are all-reduced.
+Eval Evaluate(torch::nn::Sequential& model, const DataSplits& data, plexus::Communicator& comm) {
+  torch::NoGradGuard no_grad;
+  const int64_t n = data.test_x.size(0);
+  const int64_t begin = n * comm.rank() / comm.size(), end = n * (comm.rank() + 1) / comm.size();
+  std::vector<double> sums(3, 0.0);  // loss, correct, count
+  for (int64_t at = begin; at < end; at += 4096) {
+    const int64_t stop = std::min(end, at + 4096);
+    auto logits = model->forward(data.test_x.slice(0, at, stop));
+    auto y = data.test_y.slice(0, at, stop);
+    sums[0] += torch::nn::functional::cross_entropy(
+                   logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                   .item<double>();
+    sums[1] += logits.argmax(1).eq(y).sum().item<double>();
+    sums[2] += static_cast<double>(stop - at);
+  }
+  comm.allreduce(std::span(sums), plexus::ReduceOp::Sum).wait();
+  return {sums[0] / sums[2], sums[1] / sums[2]};
+}
+
+// Checkpoints: DIR/epoch-N.model.pt and DIR/epoch-N.optimizer.pt, then
+// DIR/state.ptf naming N (written last, renamed into place), so that a job
+// killed while saving leaves the previous checkpoint whole.
+struct Progress {
+  int epochs_done = 0;
+  int64_t global_step = 0;
+  std::vector<double> step_losses;
+};
+
+std::string CheckpointFile(const std::string& dir, int epoch, const char* what) {
+  return (std::filesystem::path(dir) / ("epoch-" + std::to_string(epoch) + "." + what + ".pt"))
+      .string();
+}
+
+void SaveCheckpoint(const std::string& dir, torch::nn::Sequential& model,
+                    torch::optim::Optimizer& optimizer, const Progress& p) {
+  std::filesystem::create_directories(dir);
+  torch::save(model, CheckpointFile(dir, p.epochs_done, "model"));
+  torch::save(optimizer, CheckpointFile(dir, p.epochs_done, "optimizer"));
+  NamedArray counters{"progress", ArrayType::Int64, {2}, {}};
+  const int64_t values[2] = {p.epochs_done, p.global_step};
+  counters.data.assign(reinterpret_cast<const unsigned char*>(values),
+                       reinterpret_cast<const unsigned char*>(values) + sizeof values);
+  NamedArray losses{"step_losses", ArrayType::Float64, {int64_t(p.step_losses.size())}, {}};
+  losses.data.assign(reinterpret_cast<const unsigned char*>(p.step_losses.data()),
+                     reinterpret_cast<const unsigned char*>(p.step_losses.data()) +
+                         p.step_losses.size() * sizeof(double));
+  WriteTensorFile((std::filesystem::path(dir) / "state.ptf").string(), {counters, losses});
+  for (const char* what : {"model", "optimizer"}) {
+    std::filesystem::remove(CheckpointFile(dir, p.epochs_done - 1, what));
+  }
+}
+
+Progress LoadCheckpoint(const std::string& dir, torch::nn::Sequential& model,
+                        torch::optim::Optimizer& optimizer) {
+  const auto state = (std::filesystem::path(dir) / "state.ptf").string();
+  if (!std::filesystem::exists(state)) {
+    throw std::runtime_error("--resume: no checkpoint in " + dir + " (" + state + " is missing)");
+  }
+  Progress p;
+  for (const auto& a : ReadTensorFile(state)) {
+    if (a.name == "progress" && a.data.size() == 2 * sizeof(int64_t)) {
+      int64_t v[2];
+      std::memcpy(v, a.data.data(), sizeof v);
+      p.epochs_done = static_cast<int>(v[0]);
+      p.global_step = v[1];
+    } else if (a.name == "step_losses") {
+      p.step_losses.resize(a.data.size() / sizeof(double));
+      std::memcpy(p.step_losses.data(), a.data.data(), a.data.size());
+    }
+  }
+  torch::load(model, CheckpointFile(dir, p.epochs_done, "model"));
+  torch::load(optimizer, CheckpointFile(dir, p.epochs_done, "optimizer"));
+  return p;
+}
+
+int DefaultThreads(const plexus::Communicator& comm) {
+  plexus::LaunchInfo info;
+  uint32_t local = comm.size();
+  if (plexus::DiscoverLaunch(plexus::ProcessEnv(), &info).ok()) local = info.local_size;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<int>(std::max(1u, cores / std::max(1u, local)));
+}
+
+std::string FormatEta(double seconds) {
+  const auto s = static_cast<long>(std::max(0.0, seconds));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+  return buf;
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string JsonNumbers(const std::vector<double>& v) {
+  std::string out = "[";
+  char buf[40];
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "%s%.9g", i ? ", " : "", v[i]);
+    out += buf;
+  }
+  return out + "]";
+}
+
+int Train(const TrainerOptions& opt) {
+  DataSplits data = LoadData(opt);
+  torch::manual_seed(opt.seed);  // the same initial model for the same seed, on every backend
+  const int64_t features = data.train_x.size(1);
+  auto model = MakeModel(opt, features, data.classes);
+  if (!opt.init.empty()) LoadWeights(*model, opt.init);
+  if (!opt.export_dir.empty()) {  // no communicator: data and weights for torch_ddp.py
+    std::filesystem::create_directories(opt.export_dir);
+    SaveData(data, (std::filesystem::path(opt.export_dir) / "data.ptf").string());
+    SaveWeights(*model, (std::filesystem::path(opt.export_dir) / "init.ptf").string());
+    std::printf("plexus-trainer: wrote %s/data.ptf and %s/init.ptf\n", opt.export_dir.c_str(),
+                opt.export_dir.c_str());
+    return 0;
+  }
+
+  // 1. The communicator: rank, size and rendezvous from the launcher.
+  auto comm = plexus::Communicator::from_env();
+  const bool root = comm.rank() == 0;
+  const int threads = opt.threads ? opt.threads : DefaultThreads(comm);
+  torch::set_num_threads(threads);
+
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  if (opt.optimizer == "adam") {
+    optimizer = std::make_unique<torch::optim::Adam>(model->parameters(),
+                                                     torch::optim::AdamOptions(opt.lr));
+  } else {
+    optimizer = std::make_unique<torch::optim::SGD>(
+        model->parameters(), torch::optim::SGDOptions(opt.lr).momentum(opt.momentum));
+  }
+  Progress progress;
+  if (opt.resume) progress = LoadCheckpoint(opt.checkpoint, model, *optimizer);
+
+  // 2. DDP: checks the model across ranks and broadcasts rank 0's weights.
+  plexus::ddp::DistributedDataParallel ddp(
+      model, comm,
+      {.bucket_cap_mb = opt.bucket_cap_mb,
+       .find_unused_parameters = opt.find_unused_parameters,
+       .gradient_as_bucket_view = opt.gradient_as_bucket_view});
+  if (opt.hook == "fp16") ddp.register_comm_hook(plexus::reducer::Fp16CompressHook());
+  if (opt.hook == "bf16") ddp.register_comm_hook(plexus::reducer::Bf16CompressHook());
+
+  // 3. Each rank sees its own shard, reshuffled every epoch.
+  auto dataset =
+      TensorPairDataset(data.train_x, data.train_y).map(torch::data::transforms::Stack<>());
+  plexus::ddp::DistributedSampler sampler(
+      dataset.size().value(), {.num_replicas = comm.size(), .rank = comm.rank(), .seed = opt.seed});
+  auto loader = torch::data::make_data_loader(
+      std::move(dataset), sampler, torch::data::DataLoaderOptions(opt.batch_size));
+
+  const int epochs = opt.epochs ? opt.epochs : (data.name == "synthetic" ? 3 : 20);
+  const int64_t batches_per_epoch = (sampler.size() + opt.batch_size - 1) / opt.batch_size;
+  const int64_t k = opt.no_sync_steps;
+  const int64_t steps_per_epoch = (batches_per_epoch + k - 1) / k;
+  int64_t total_steps = steps_per_epoch * (epochs - progress.epochs_done);
+  if (opt.max_steps) total_steps = std::min(total_steps, opt.max_steps - progress.global_step);
+  const int64_t log_every =
+      opt.log_every > 0 ? opt.log_every : std::max<int64_t>(1, steps_per_epoch / 10);
+  int64_t parameters = 0;
+  for (const auto& p : model->parameters()) parameters += p.numel();
+  if (root) {
+    std::printf(
+        "plexus-trainer: %s (%lld parameters, %.1f MB of gradients) on %s, %u rank(s) x batch "
+        "%d, %s lr %g, %d thread(s) per rank, %s data (%lld train / %lld test)\n",
+        opt.model == "mlp" ? ("mlp " + std::to_string(opt.depth) + " x " + std::to_string(opt.width)).c_str()
+                           : "cnn",
+        static_cast<long long>(parameters), parameters * 4 / 1e6, comm.backend_name().c_str(),
+        comm.size(), opt.batch_size, opt.optimizer.c_str(), opt.lr, threads, data.name.c_str(),
+        static_cast<long long>(data.train_x.size(0)), static_cast<long long>(data.test_x.size(0)));
+    if (opt.resume) {
+      std::printf("plexus-trainer: resumed from %s after epoch %d (step %lld)\n",
+                  opt.checkpoint.c_str(), progress.epochs_done,
+                  static_cast<long long>(progress.global_step));
+    }
+    std::fflush(stdout);
+  }
+
+  std::vector<EpochRecord> records;
+  std::vector<double> all_step_ms;
+  const auto run_start = Clock::now();
+  auto last_log = run_start;
+  int64_t steps_run = 0;
+  bool stop = opt.max_steps && progress.global_step >= opt.max_steps;
+  for (int epoch = progress.epochs_done; epoch < epochs && !stop; ++epoch) {
+    sampler.set_epoch(epoch);
+    std::vector<StepTime> times;
+    double loss_sum = 0;  // this rank's, over micro-batches
+    int64_t micro_batches = 0, batch_index = 0, step_in_epoch = 0, micro_in_step = 0;
+    StepTime current;
+    double step_loss = 0;
+    auto step_start = Clock::now();
+    const auto epoch_start = step_start;
+    optimizer->zero_grad();
+    // 4. The loop. With --no-sync-steps K, K-1 micro-batches accumulate
+    // locally under no_sync and the K-th all-reduces the sum.
+    for (auto& batch : *loader) {
+      const bool sync = (batch_index + 1) % k == 0 || batch_index + 1 == batches_per_epoch;
+      ++batch_index;
+      std::optional<plexus::reducer::Reducer::NoSyncGuard> no_sync;
+      if (!sync) no_sync.emplace(ddp.no_sync());
+      const auto t0 = Clock::now();
+      auto output = ddp.forward(batch.data);
+      auto loss = torch::nn::functional::cross_entropy(output, batch.target);
+      const auto t1 = Clock::now();
+      (k > 1 ? loss / static_cast<double>(k) : loss).backward();  // buckets all-reduce meanwhile
+      const auto t2 = Clock::now();
+      no_sync.reset();
+      const double l = loss.item<double>();
+      loss_sum += l;
+      step_loss += l;
+      ++micro_batches;
+      ++micro_in_step;
+      current.forward += Ms(t0, t1);
+      current.backward += Ms(t1, t2);
+      if (!sync) continue;
+      const auto t3 = Clock::now();
+      optimizer->step();
+      optimizer->zero_grad();
+      const auto t4 = Clock::now();
+      current.optimizer = Ms(t3, t4);
+      current.step = Ms(step_start, t4);
+      const auto last = ddp.logging_data().reducer.last;
+      current.comm = last.backward_comm_time / 1e3;
+      current.comm_not_hidden = last.comm_not_hidden_time / 1e3;
+      if (progress.global_step >= opt.warmup_steps) {
+        times.push_back(current);
+        all_step_ms.push_back(current.step);
+      }
+      progress.step_losses.push_back(step_loss / micro_in_step);
+      ++progress.global_step;
+      ++step_in_epoch;
+      ++steps_run;
+      // Auto (no --log-every): every tenth of an epoch, at most once a second.
+      if (root && opt.log_every >= 0 && step_in_epoch % log_every == 0 &&
+          (opt.log_every > 0 || Ms(last_log, t4) >= 1000)) {
+        last_log = t4;
+        const double elapsed = Ms(run_start, Clock::now()) / 1e3;
+        const double rate =
+            step_in_epoch * k * opt.batch_size * comm.size() / (Ms(epoch_start, t4) / 1e3);
+        std::printf("epoch %d/%d  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s\n", epoch + 1,
+                    epochs, static_cast<long long>(step_in_epoch),
+                    static_cast<long long>(steps_per_epoch), progress.step_losses.back(), rate,
+                    FormatEta(elapsed / steps_run * (total_steps - steps_run)).c_str());
+        std::fflush(stdout);
+      }
+      current = {};
+      step_loss = 0;
+      micro_in_step = 0;
+      step_start = Clock::now();
+      if (opt.max_steps && progress.global_step >= opt.max_steps) {
+        stop = true;
+        break;
+      }
+    }
+    // 5. The epoch's summary: losses and accuracy over every rank.
+    EpochRecord r;
+    r.epoch = epoch + 1;
+    r.steps = step_in_epoch;
+    std::vector<double> sums = {loss_sum, static_cast<double>(micro_batches)};
+    comm.allreduce(std::span(sums), plexus::ReduceOp::Sum).wait();
+    r.train_loss = sums[0] / std::max(1.0, sums[1]);
+    if (opt.eval) {
+      const auto e = Evaluate(model, data, comm);
+      r.test_loss = e.loss;
+      r.test_accuracy = e.accuracy;
+    }
+    auto pick = [&](double StepTime::*f) {
+      std::vector<double> v;
+      for (const auto& t : times) v.push_back(t.*f);
+      return v;
+    };
+    r.step_ms_median = Median(pick(&StepTime::step));
+    r.forward_ms = Mean(pick(&StepTime::forward));
+    r.backward_ms = Mean(pick(&StepTime::backward));
+    r.comm_not_hidden_ms = Mean(pick(&StepTime::comm_not_hidden));
+    r.comm_ms = Mean(pick(&StepTime::comm));
+    r.optimizer_ms = Mean(pick(&StepTime::optimizer));
+    r.samples_per_s = r.step_ms_median > 0
+                          ? k * opt.batch_size * comm.size() / (r.step_ms_median / 1e3)
+                          : 0;
+    records.push_back(r);
+    progress.epochs_done = epoch + 1;
+    if (root) {
+      const double hidden = r.comm_ms > 0 ? 100 * (1 - r.comm_not_hidden_ms / r.comm_ms) : 0;
+      std::printf(
+          "epoch %d/%d done: train loss %.4f, test loss %.4f, test accuracy %.2f %%; step %.1f ms "
+          "median (%.0f samples/s): forward %.1f, backward %.1f of which waiting for "
+          "communication %.1f (%.0f %% of %.1f ms hidden), optimizer %.1f\n",
+          r.epoch, epochs, r.train_loss, r.test_loss, 100 * r.test_accuracy, r.step_ms_median,
+          r.samples_per_s, r.forward_ms, r.backward_ms, r.comm_not_hidden_ms, hidden, r.comm_ms,
+          r.optimizer_ms);
+      std::fflush(stdout);
+      if (!opt.checkpoint.empty()) SaveCheckpoint(opt.checkpoint, model, *optimizer, progress);
+    }
+  }
+
+  if (root && !opt.save_weights.empty()) SaveWeights(*model, opt.save_weights);
+  if (root && !opt.json.empty()) {
+    const EpochRecord last = records.empty() ? EpochRecord{} : records.back();
+    std::ofstream j(opt.json);
+    j << std::setprecision(9);
+    j << "{\n  \"system\": " << JsonString("plexus-" + comm.backend_name())
+      << ",\n  \"backend\": " << JsonString(comm.backend_name())
+      << ",\n  \"world_size\": " << comm.size() << ",\n  \"model\": " << JsonString(opt.model)
+      << ",\n  \"width\": " << opt.width << ",\n  \"depth\": " << opt.depth
+      << ",\n  \"parameters\": " << parameters << ",\n  \"data\": " << JsonString(data.name)
+      << ",\n  \"batch_size\": " << opt.batch_size << ",\n  \"no_sync_steps\": " << k
+      << ",\n  \"optimizer\": " << JsonString(opt.optimizer) << ",\n  \"lr\": " << opt.lr
+      << ",\n  \"seed\": " << opt.seed << ",\n  \"threads\": " << threads
+      << ",\n  \"bucket_cap_mb\": "
+      << (opt.bucket_cap_mb ? std::to_string(*opt.bucket_cap_mb) : std::string("null"))
+      << ",\n  \"gradient_as_bucket_view\": " << (opt.gradient_as_bucket_view ? "true" : "false")
+      << ",\n  \"hook\": " << JsonString(opt.hook) << ",\n  \"steps\": " << progress.global_step
+      << ",\n  \"step_ms\": " << JsonNumbers(all_step_ms)
+      << ",\n  \"step_ms_median\": " << Median(all_step_ms)
+      << ",\n  \"samples_per_s\": "
+      << (all_step_ms.empty() ? 0.0
+                              : k * opt.batch_size * comm.size() / (Median(all_step_ms) / 1e3))
+      << ",\n  \"step_losses\": " << JsonNumbers(progress.step_losses)
+      << ",\n  \"final_train_loss\": " << last.train_loss
+      << ",\n  \"final_test_loss\": " << last.test_loss
+      << ",\n  \"final_test_accuracy\": " << last.test_accuracy << ",\n  \"epochs\": [";
+    for (size_t i = 0; i < records.size(); ++i) {
+      const auto& r = records[i];
+      j << (i ? ",\n    " : "\n    ") << "{\"epoch\": " << r.epoch << ", \"steps\": " << r.steps
+        << ", \"train_loss\": " << r.train_loss << ", \"test_loss\": " << r.test_loss
+        << ", \"test_accuracy\": " << r.test_accuracy
+        << ", \"step_ms_median\": " << r.step_ms_median
+        << ", \"samples_per_s\": " << r.samples_per_s << ", \"forward_ms\": " << r.forward_ms
+        << ", \"backward_ms\": " << r.backward_ms
+        << ", \"comm_not_hidden_ms\": " << r.comm_not_hidden_ms << ", \"comm_ms\": " << r.comm_ms
+        << ", \"optimizer_ms\": " << r.optimizer_ms << "}";
+    }
+    j << "\n  ]\n}\n";
+    if (!j) throw std::runtime_error("cannot write " + opt.json);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace trainer
+
+int main(int argc, char** argv) {
+  const auto options = trainer::ParseOptions(argc, argv);
+  try {
+    return trainer::Train(options);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "plexus-trainer: %s\n", e.what());
+    return 1;
+  }
+}
