@@ -1,0 +1,293 @@
+#!/usr/bin/env python3
+"""The trainer's tests: each runs plexus-trainer (and torch_ddp.py) for real,
+under the real launchers, and checks what came out.
+
+    trainer_test.py MODE --trainer PATH --plexus-run PATH [--mpirun PATH]
+                    [--mpirun-sh PATH] [--python PATH] [--torch-script PATH]
+
+MODE:
+  accuracy-tcp, accuracy-mpi   digits, default epochs, 2 ranks: test accuracy >= 95 %
+                               (MLP and CNN)
+  curves                       the same training on tcp (plexus-run), mpi
+                               (mpirun) and PyTorch DDP (torchrun, gloo) from
+                               one exported start: tcp and mpi loss curves and
+                               final weights bit-identical, PyTorch's within
+                               1e-5 relative
+  resume                       2 epochs with --checkpoint, then --resume to 3:
+                               final weights and loss curve bit-identical to an
+                               uninterrupted 3-epoch run
+  torchrun                     under torchrun --no-python: the same curve as under
+                               plexus-run
+  kill                         rank 1 killed mid-epoch: the job stops, non-zero,
+                               naming rank 1, within 60 s
+  cli                          --help, bad options
+
+Exit 0 pass, 1 fail, 77 skipped (with the reason printed).
+"""
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+ENV = dict(os.environ, PLEXUS_TIMEOUT="60", OMP_NUM_THREADS="1")
+
+
+def fail(msg):
+    print(f"FAIL: {msg}")
+    sys.exit(1)
+
+
+def run(argv, env=None, timeout=600):
+    print("$ " + " ".join(argv), flush=True)
+    p = subprocess.run(argv, env=env or ENV, capture_output=True, text=True, timeout=timeout)
+    out = p.stdout + p.stderr
+    tail = "\n".join(out.splitlines()[-6:])
+    print(tail, flush=True)
+    return p.returncode, out
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def tcp_argv(a, *args):
+    return [a.plexus_run, "-n", "2", a.trainer] + list(args)
+
+
+def mpi_argv(a, *args):
+    return ["bash", a.mpirun_sh, a.mpirun, "2", a.trainer] + list(args)
+
+
+def need_mpi(a):
+    if not a.mpirun or not a.mpirun_sh:
+        print(f"skipped: mpirun or the MPI backend is not built here")
+        sys.exit(SKIP)
+
+
+def need_torch(a):
+    if not a.python or subprocess.run([a.python, "-c", "import torch.distributed"],
+                                      capture_output=True).returncode != 0:
+        print(f"skipped: Python torch is not importable ({a.python}); "
+              "scripts/install-torch.sh installs it")
+        sys.exit(SKIP)
+
+
+def accuracy(a, backend, work):
+    need_mpi(a) if backend == "mpi" else None
+    env = dict(ENV, PLEXUS_BACKEND=backend)
+    for model in ("mlp", "cnn"):
+        j = os.path.join(work, f"{model}.json")
+        args = ["--data", "digits", "--model", model, "--json", j]
+        rc, out = run(tcp_argv(a, *args) if backend == "tcp" else mpi_argv(a, *args), env)
+        if rc != 0 and "digits.ptf not found" in out:
+            print("skipped: the digits set was not exported (scikit-learn missing at build time)")
+            sys.exit(SKIP)
+        if rc != 0:
+            fail(f"{model} on {backend} exited with {rc}")
+        r = load(j)
+        acc = r["final_test_accuracy"]
+        print(f"{model} on {backend}: test accuracy {100 * acc:.2f} % after {len(r['epochs'])} "
+              f"epochs ({r['steps']} steps)")
+        if r["system"] != f"plexus-{backend}" or r["world_size"] != 2:
+            fail(f"ran as {r['system']} on {r['world_size']} ranks")
+        if acc < 0.95:
+            fail(f"{model} on {backend}: test accuracy {acc:.4f} < 0.95")
+
+
+def read_weights(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def curves(a, work):
+    need_mpi(a)
+    need_torch(a)
+    common = ["--width", "128", "--depth", "4", "--epochs", "2", "--batch-size", "16"]
+    exp = os.path.join(work, "export")
+    rc, _ = run([a.trainer, "--export", exp, "--samples", "2048"] + common)
+    if rc != 0:
+        fail("export failed")
+    data = os.path.join(exp, "data.ptf")
+    runs = {
+        "tcp": (tcp_argv(a, "--data", data, "--init", os.path.join(exp, "init.ptf"), *common),
+                dict(ENV, PLEXUS_BACKEND="tcp")),
+        "mpi": (mpi_argv(a, "--data", data, "--init", os.path.join(exp, "init.ptf"), *common),
+                dict(ENV, PLEXUS_BACKEND="mpi")),
+        "torch": ([a.python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                   "2", a.torch_script, "--data", data, "--init",
+                   os.path.join(exp, "init.ptf")] + common, ENV),
+    }
+    rec = {}
+    for name, (argv, env) in runs.items():
+        j, w = os.path.join(work, f"{name}.json"), os.path.join(work, f"{name}.ptf")
+        rc, _ = run(argv + ["--json", j, "--save-weights", w], env)
+        if rc != 0:
+            fail(f"{name} exited with {rc}")
+        rec[name] = (load(j), read_weights(w))
+    tcp, mpi, torch = rec["tcp"][0], rec["mpi"][0], rec["torch"][0]
+    n = len(tcp["step_losses"])
+    print(f"{n} steps; first losses tcp {tcp['step_losses'][:3]}, torch {torch['step_losses'][:3]}")
+    if n == 0 or len(mpi["step_losses"]) != n or len(torch["step_losses"]) != n:
+        fail("different numbers of steps")
+    if tcp["step_losses"] != mpi["step_losses"]:
+        fail("tcp and mpi loss curves differ")
+    if rec["tcp"][1] != rec["mpi"][1]:
+        fail("tcp and mpi final weights differ")
+    worst = max(abs(x - y) / max(abs(y), 1e-12)
+                for x, y in zip(tcp["step_losses"], torch["step_losses"]))
+    print(f"tcp = mpi bit for bit; PyTorch DDP: largest relative loss difference {worst:.2e}")
+    if worst > 1e-5:
+        fail(f"PyTorch DDP's loss curve differs by {worst:.2e} relative (> 1e-5)")
+
+
+def resume(a, work):
+    env = dict(ENV, PLEXUS_BACKEND="tcp")
+    common = ["--samples", "4096", "--width", "128", "--optimizer", "adam", "--batch-size", "64"]
+    full_w, part_w = os.path.join(work, "full.ptf"), os.path.join(work, "resumed.ptf")
+    ck = os.path.join(work, "ck")
+    rc, _ = run(tcp_argv(a, *common, "--epochs", "3", "--save-weights", full_w,
+                         "--json", os.path.join(work, "full.json")), env)
+    rc2, _ = run(tcp_argv(a, *common, "--epochs", "2", "--checkpoint", ck), env)
+    rc3, out = run(tcp_argv(a, *common, "--epochs", "3", "--checkpoint", ck, "--resume",
+                            "--save-weights", part_w, "--json", os.path.join(work, "res.json")),
+                   env)
+    if rc or rc2 or rc3:
+        fail(f"exit statuses {rc}, {rc2}, {rc3}")
+    if "resumed from" not in out:
+        fail("the resumed run did not say it resumed")
+    full, res = load(os.path.join(work, "full.json")), load(os.path.join(work, "res.json"))
+    if len(res["epochs"]) != 1:
+        fail(f"the resumed run trained {len(res['epochs'])} epochs, not 1")
+    if full["step_losses"] != res["step_losses"]:
+        fail("loss curves differ after resume")
+    if read_weights(full_w) != read_weights(part_w):
+        fail("final weights differ after resume")
+    print(f"resumed after epoch 2: {len(res['step_losses'])} losses and the final weights "
+          "bit-identical to the uninterrupted run")
+    rc, out = run(tcp_argv(a, "--checkpoint",
+                           os.path.join(work, "nothing"), "--resume"), env)
+    if rc == 0 or "no checkpoint" not in out:
+        fail("--resume without a checkpoint did not fail clearly")
+
+
+def torchrun(a, work):
+    need_torch(a)
+    common = ["--samples", "2048", "--epochs", "1", "--width", "64"]
+    j1, j2 = os.path.join(work, "pr.json"), os.path.join(work, "tr.json")
+    env = dict(ENV, PLEXUS_BACKEND="tcp")
+    rc, _ = run(tcp_argv(a, *common, "--json", j1), env)
+    rc2, out = run([a.python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                    "2", "--no-python", a.trainer] + common + ["--json", j2], env)
+    if rc or rc2:
+        fail(f"exit statuses {rc} (plexus-run), {rc2} (torchrun)")
+    r1, r2 = load(j1), load(j2)
+    if r2["world_size"] != 2 or r1["step_losses"] != r2["step_losses"]:
+        fail("torchrun's run differs from plexus-run's")
+    print(f"torchrun --no-python: {len(r2['step_losses'])} steps, same curve as plexus-run")
+
+
+def kill(a, work):
+    env = dict(ENV, PLEXUS_BACKEND="tcp", PLEXUS_TIMEOUT="30")
+    argv = tcp_argv(a, "--samples", "200000", "--epochs", "5", "--log-every", "5")
+    print("$ " + " ".join(argv), flush=True)
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, start_new_session=True)
+    out, victim, start = [], None, time.monotonic()
+    try:
+        for line in p.stdout:
+            out.append(line)
+            if victim is None and "step " in line and "/" in line:
+                victim = rank_pid(p.pid, 1)
+                if victim is None:
+                    fail("could not find rank 1's process")
+                print(f"killing rank 1 (pid {victim}) mid-epoch", flush=True)
+                os.kill(victim, signal.SIGKILL)
+                start = time.monotonic()
+            if time.monotonic() - start > 90:
+                break
+        rc = p.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        fail("the job hung after rank 1 was killed")
+    text = "".join(out)
+    print("".join(out[-5:]))
+    took = time.monotonic() - start
+    if victim is None:
+        fail("the job never printed a progress line")
+    if rc == 0:
+        fail("the job exited 0 although rank 1 was killed")
+    if not re.search(r"rank 1\b.*(killed|signal|SIGKILL)", text):
+        fail("no message names rank 1 as killed")
+    print(f"job stopped {took:.1f} s after rank 1 was killed, exit {rc}, naming rank 1")
+
+
+def rank_pid(launcher_pid, rank):
+    """The pid of the process plexus-run started with RANK=rank."""
+    for _ in range(50):
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                if ppid != launcher_pid:
+                    continue
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env = f.read().split(b"\0")
+            except (OSError, ValueError, IndexError):
+                continue
+            if f"RANK={rank}".encode() in env:
+                return int(pid)
+        time.sleep(0.1)
+    return None
+
+
+def cli(a, work):
+    rc, out = run([a.trainer, "--help"])
+    if rc != 0 or "--no-sync-steps" not in out or "torchrun" not in out:
+        fail("--help")
+    for bad, says in ((["--model", "rnn"], "mlp or cnn"), (["--epochs", "x"], "--epochs"),
+                      (["--frobnicate"], "unknown option"), (["--resume"], "--checkpoint"),
+                      (["--data", os.path.join(work, "missing.ptf")], "cannot open")):
+        rc, out = run([a.trainer] + bad)
+        if rc == 0 or says not in out:
+            fail(f"{bad}: exit {rc}, wanted a message with '{says}'")
+    bogus = os.path.join(work, "bogus.ptf")
+    with open(bogus, "wb") as f:
+        f.write(b"PLXTENS1" + (5).to_bytes(4, "little") + b"\xff" * 20)
+    rc, out = run([a.trainer, "--data", bogus])
+    if rc == 0 or "bogus.ptf" not in out:
+        fail("a damaged tensor file was not reported")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("mode")
+    p.add_argument("--trainer", required=True)
+    p.add_argument("--plexus-run", required=True)
+    p.add_argument("--mpirun")
+    p.add_argument("--mpirun-sh")
+    p.add_argument("--python")
+    p.add_argument("--torch-script")
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="plexus-trainer-test-") as work:
+        modes = {"accuracy-tcp": lambda: accuracy(a, "tcp", work),
+                 "accuracy-mpi": lambda: accuracy(a, "mpi", work),
+                 "curves": lambda: curves(a, work), "resume": lambda: resume(a, work),
+                 "torchrun": lambda: torchrun(a, work), "kill": lambda: kill(a, work),
+                 "cli": lambda: cli(a, work)}
+        if a.mode not in modes:
+            fail(f"unknown mode {a.mode}")
+        modes[a.mode]()
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
