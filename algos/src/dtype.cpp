@@ -183,4 +183,19 @@ void FinishAverage(void* buf, uint64_t count, plexus_dtype_t dtype, uint32_t div
   }
 }
 
+void ReduceToAverage(void* out, const void* a, const void* b, uint64_t count,
+                     plexus_dtype_t dtype, uint32_t divisor) {
+  if (divisor > 1 && dtype == PLEXUS_DTYPE_FLOAT32) {
+    const float d = float(divisor);
+    return Apply<float>(out, a, b, count, [d](float x, float y) { return float(float(x + y) / d); });
+  }
+  if (divisor > 1 && dtype == PLEXUS_DTYPE_FLOAT64) {
+    const double d = double(divisor);
+    return Apply<double>(out, a, b, count,
+                         [d](double x, double y) { return double(double(x + y) / d); });
+  }
+  ReduceTo(out, a, b, count, dtype, PLEXUS_OP_SUM);
+  FinishAverage(out, count, dtype, divisor);
+}
+
 }  // namespace plexus::algos

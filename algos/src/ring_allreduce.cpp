@@ -46,7 +46,10 @@ Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendb
   // One ring step: send block send_b to the right, receive block recv_b from
   // the left, segment by segment. When reducing, segments go into two scratch
   // buffers in turn so that segment k is reduced while k+1 is in flight.
-  auto step = [&](uint32_t send_b, uint32_t recv_b, bool reduce, bool first) -> Status {
+  // With AVG, the last reduce-scatter step divides as it reduces (one pass
+  // over the block instead of two).
+  auto step = [&](uint32_t send_b, uint32_t recv_b, bool reduce, bool first,
+                  bool average = false) -> Status {
     const uint64_t send_len = blocks.length(send_b);
     const uint64_t recv_len = blocks.length(recv_b);
     const uint64_t segs = std::max(SegmentCount(send_len, seg), SegmentCount(recv_len, seg));
@@ -68,18 +71,20 @@ Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendb
       const uint64_t r_elems = SegmentLength(recv_len, seg, k);
       if (reduce && r_elems) {
         const uint64_t at = (blocks.offset(recv_b) + k * seg) * elem;
-        ReduceTo(out + at, in + at, scratch[k % 2].data(), r_elems, sig.dtype, sig.op);
+        if (average) {
+          ReduceToAverage(out + at, in + at, scratch[k % 2].data(), r_elems, sig.dtype, n);
+        } else {
+          ReduceTo(out + at, in + at, scratch[k % 2].data(), r_elems, sig.dtype, sig.op);
+        }
       }
     }
     return {};
   };
 
   for (uint32_t s = 0; s + 1 < n; ++s) {
-    PLEXUS_ALGOS_RETURN_IF_ERROR(step((r + n - s) % n, (r + 2 * n - s - 1) % n, true, s == 0));
-  }
-  if (sig.op == PLEXUS_OP_AVG) {
-    const uint32_t mine = (r + 1) % n;
-    FinishAverage(out + blocks.offset(mine) * elem, blocks.length(mine), sig.dtype, n);
+    const bool last = s + 2 == n;
+    PLEXUS_ALGOS_RETURN_IF_ERROR(step((r + n - s) % n, (r + 2 * n - s - 1) % n, true, s == 0,
+                                      last && sig.op == PLEXUS_OP_AVG));
   }
   for (uint32_t s = 0; s + 1 < n; ++s) {
     PLEXUS_ALGOS_RETURN_IF_ERROR(step((r + 1 + n - s) % n, (r + n - s) % n, false, false));

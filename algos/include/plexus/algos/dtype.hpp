@@ -34,6 +34,13 @@ void ReduceInto(void* acc, const void* in, uint64_t count, plexus_dtype_t dtype,
 void ReduceTo(void* out, const void* a, const void* b, uint64_t count, plexus_dtype_t dtype,
               plexus_reduce_op_t op);
 
+// out[i] = (a[i] + b[i]) / divisor: the last reduction of AVG and
+// FinishAverage in one pass. Gives exactly the bytes of ReduceTo(SUM)
+// followed by FinishAverage (float32/float64 round the sum to their own type
+// before dividing; other dtypes take the two passes).
+void ReduceToAverage(void* out, const void* a, const void* b, uint64_t count,
+                     plexus_dtype_t dtype, uint32_t divisor);
+
 // buf[i] /= divisor (integers truncate toward zero), the last step of AVG.
 void FinishAverage(void* buf, uint64_t count, plexus_dtype_t dtype, uint32_t divisor);
 
