@@ -21,6 +21,6 @@ stamp=$(date +%Y%m%d_%H%M%S)
 status=0
 bench/compare-trainer --ranks "$ranks" --data digits --epochs 10 --sweep mlp:3x256,cnn \
   --repeat 2 --out "bench/results/demo_${stamp}_digits" || status=$?
-bench/compare-trainer --ranks "$ranks" --sweep mlp:16x1024 --repeat 3 \
+bench/compare-trainer --ranks "$ranks" --sweep mlp:16x1024 --variants default,views --repeat 3 \
   --out "bench/results/demo_${stamp}_speed" || status=$?
 exit $status
