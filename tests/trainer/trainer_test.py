@@ -20,6 +20,11 @@ MODE:
                                plexus-run
   kill                         rank 1 killed mid-epoch: the job stops, non-zero,
                                naming rank 1, within 60 s
+  options                      DDP options change nothing they should not:
+                               bucket views, find_unused_parameters and small
+                               buckets give the default's curve bit for bit;
+                               --no-sync-steps 2 at batch 16 the curve of batch 32
+                               (1e-5); the fp16 hook stays within 10 % and trains
   cli                          --help, bad options
 
 Exit 0 pass, 1 fail, 77 skipped (with the reason printed).
@@ -193,6 +198,39 @@ def torchrun(a, work):
     print(f"torchrun --no-python: {len(r2['step_losses'])} steps, same curve as plexus-run")
 
 
+def options(a, work):
+    env = dict(ENV, PLEXUS_BACKEND="tcp")
+    common = ["--samples", "4096", "--width", "256", "--depth", "4", "--epochs", "2"]
+
+    def curve(name, *extra):
+        j = os.path.join(work, f"{name}.json")
+        rc, _ = run(tcp_argv(a, *common, "--json", j, *extra), env)
+        if rc != 0:
+            fail(f"{name}: exit status {rc}")
+        return load(j)["step_losses"]
+
+    base = curve("default")
+    for name, extra in (("views", ["--gradient-as-bucket-view"]),
+                        ("unused", ["--find-unused-parameters"]),
+                        ("small buckets", ["--bucket-cap-mb", "0.05"])):
+        if curve(name, *extra) != base:
+            fail(f"{name} changed the loss curve")
+        print(f"{name}: the default's {len(base)} losses, bit for bit")
+    half = curve("no-sync", "--no-sync-steps", "2", "--batch-size", "16")
+    worst = max(abs(x - y) / abs(y) for x, y in zip(half, base))
+    print(f"--no-sync-steps 2 x batch 16 vs batch 32: {len(half)} steps, largest relative "
+          f"difference {worst:.1e}")
+    if len(half) != len(base) or worst > 1e-5:
+        fail("gradient accumulation differs from the full batch")
+    fp16 = curve("fp16", "--hook", "fp16")
+    worst = max(abs(x - y) / abs(y) for x, y in zip(fp16, base))
+    print(f"fp16 hook: largest relative difference {worst:.1e}")
+    # Rounding gradients to float16 moves the curve a little more each step.
+    if len(fp16) != len(base) or worst > 0.1 or fp16 == base or fp16[-1] > 0.8 * fp16[0]:
+        fail("the fp16 hook's curve is not close to (and different from) the default's, "
+             "or it did not train")
+
+
 def kill(a, work):
     env = dict(ENV, PLEXUS_BACKEND="tcp", PLEXUS_TIMEOUT="30")
     argv = tcp_argv(a, "--samples", "200000", "--epochs", "5", "--log-every", "5")
@@ -282,6 +320,7 @@ def main():
                  "accuracy-mpi": lambda: accuracy(a, "mpi", work),
                  "curves": lambda: curves(a, work), "resume": lambda: resume(a, work),
                  "torchrun": lambda: torchrun(a, work), "kill": lambda: kill(a, work),
+                 "options": lambda: options(a, work),
                  "cli": lambda: cli(a, work)}
         if a.mode not in modes:
             fail(f"unknown mode {a.mode}")
