@@ -29,9 +29,9 @@ DataSplits Synthetic(int64_t train_samples) {
   auto w1 = at::randn({kSyntheticFeatures, 32}, gen) / std::sqrt(double(kSyntheticFeatures));
   auto w2 = at::randn({32, kSyntheticClasses}, gen);
   // float64 for the labels, so that they do not depend on the matmul kernel.
-  auto y = at::matmul(at::tanh(at::matmul(x.to(at::kDouble), w1.to(at::kDouble))),
-                      w2.to(at::kDouble))
-               .argmax(1);
+  auto y =
+      at::matmul(at::tanh(at::matmul(x.to(at::kDouble), w1.to(at::kDouble))), w2.to(at::kDouble))
+          .argmax(1);
   DataSplits d;
   d.name = "synthetic";
   d.train_x = x.slice(0, 0, train_samples).contiguous();

@@ -11,7 +11,7 @@
 namespace trainer {
 
 struct DataSplits {
-  std::string name;  // "synthetic", "digits" or the file's path
+  std::string name;                                // "synthetic", "digits" or the file's path
   torch::Tensor train_x, train_y, test_x, test_y;  // float32 [N, F], int64 [N]
   int64_t classes = 0;
 };

@@ -12,8 +12,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -78,9 +78,10 @@ Eval Evaluate(torch::nn::Sequential& model, const DataSplits& data, plexus::Comm
     const int64_t stop = std::min(end, at + 4096);
     auto logits = model->forward(data.test_x.slice(0, at, stop));
     auto y = data.test_y.slice(0, at, stop);
-    sums[0] += torch::nn::functional::cross_entropy(
-                   logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                   .item<double>();
+    sums[0] +=
+        torch::nn::functional::cross_entropy(
+            logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+            .item<double>();
     sums[1] += logits.argmax(1).eq(y).sum().item<double>();
     sums[2] += static_cast<double>(stop - at);
   }
@@ -230,8 +231,8 @@ int Train(const TrainerOptions& opt) {
       TensorPairDataset(data.train_x, data.train_y).map(torch::data::transforms::Stack<>());
   plexus::ddp::DistributedSampler sampler(
       dataset.size().value(), {.num_replicas = comm.size(), .rank = comm.rank(), .seed = opt.seed});
-  auto loader = torch::data::make_data_loader(
-      std::move(dataset), sampler, torch::data::DataLoaderOptions(opt.batch_size));
+  auto loader = torch::data::make_data_loader(std::move(dataset), sampler,
+                                              torch::data::DataLoaderOptions(opt.batch_size));
 
   const int epochs = opt.epochs ? opt.epochs : (data.name == "synthetic" ? 3 : 20);
   const int64_t batches_per_epoch = (sampler.size() + opt.batch_size - 1) / opt.batch_size;
@@ -247,8 +248,9 @@ int Train(const TrainerOptions& opt) {
     std::printf(
         "plexus-trainer: %s (%lld parameters, %.1f MB of gradients) on %s, %u rank(s) x batch "
         "%d, %s lr %g, %d thread(s) per rank, %s data (%lld train / %lld test)\n",
-        opt.model == "mlp" ? ("mlp " + std::to_string(opt.depth) + " x " + std::to_string(opt.width)).c_str()
-                           : "cnn",
+        opt.model == "mlp"
+            ? ("mlp " + std::to_string(opt.depth) + " x " + std::to_string(opt.width)).c_str()
+            : "cnn",
         static_cast<long long>(parameters), parameters * 4 / 1e6, comm.backend_name().c_str(),
         comm.size(), opt.batch_size, opt.optimizer.c_str(), opt.lr, threads, data.name.c_str(),
         static_cast<long long>(data.train_x.size(0)), static_cast<long long>(data.test_x.size(0)));
@@ -360,9 +362,8 @@ int Train(const TrainerOptions& opt) {
     r.comm_not_hidden_ms = Mean(pick(&StepTime::comm_not_hidden));
     r.comm_ms = Mean(pick(&StepTime::comm));
     r.optimizer_ms = Mean(pick(&StepTime::optimizer));
-    r.samples_per_s = r.step_ms_median > 0
-                          ? k * opt.batch_size * comm.size() / (r.step_ms_median / 1e3)
-                          : 0;
+    r.samples_per_s =
+        r.step_ms_median > 0 ? k * opt.batch_size * comm.size() / (r.step_ms_median / 1e3) : 0;
     records.push_back(r);
     progress.epochs_done = epoch + 1;
     if (root) {
@@ -397,8 +398,7 @@ int Train(const TrainerOptions& opt) {
       << ",\n  \"gradient_as_bucket_view\": " << (opt.gradient_as_bucket_view ? "true" : "false")
       << ",\n  \"hook\": " << JsonString(opt.hook) << ",\n  \"steps\": " << progress.global_step
       << ",\n  \"step_ms\": " << JsonNumbers(all_step_ms)
-      << ",\n  \"step_ms_median\": " << Median(all_step_ms)
-      << ",\n  \"samples_per_s\": "
+      << ",\n  \"step_ms_median\": " << Median(all_step_ms) << ",\n  \"samples_per_s\": "
       << (all_step_ms.empty() ? 0.0
                               : k * opt.batch_size * comm.size() / (Median(all_step_ms) / 1e3))
       << ",\n  \"step_losses\": " << JsonNumbers(progress.step_losses)

@@ -31,16 +31,16 @@ inline torch::nn::Sequential MakeMlp(int64_t in, int64_t width, int depth, int64
 inline torch::nn::Sequential MakeCnn(int64_t in, int64_t classes) {
   const auto side = static_cast<int64_t>(std::lround(std::sqrt(double(in))));
   if (side * side != in || side < 2) {
-    throw std::runtime_error("--model cnn needs square images; the data has " +
-                             std::to_string(in) + " features");
+    throw std::runtime_error("--model cnn needs square images; the data has " + std::to_string(in) +
+                             " features");
   }
   namespace nn = torch::nn;
-  return nn::Sequential(
-      nn::Unflatten(nn::UnflattenOptions(1, {1, side, side})),
-      nn::Conv2d(nn::Conv2dOptions(1, 16, 3).padding(1)), nn::ReLU(),
-      nn::Conv2d(nn::Conv2dOptions(16, 32, 3).padding(1)), nn::ReLU(), nn::MaxPool2d(2),
-      nn::Flatten(), nn::Linear(32 * (side / 2) * (side / 2), 128), nn::ReLU(),
-      nn::Linear(128, classes));
+  return nn::Sequential(nn::Unflatten(nn::UnflattenOptions(1, {1, side, side})),
+                        nn::Conv2d(nn::Conv2dOptions(1, 16, 3).padding(1)), nn::ReLU(),
+                        nn::Conv2d(nn::Conv2dOptions(16, 32, 3).padding(1)), nn::ReLU(),
+                        nn::MaxPool2d(2), nn::Flatten(),
+                        nn::Linear(32 * (side / 2) * (side / 2), 128), nn::ReLU(),
+                        nn::Linear(128, classes));
 }
 
 inline torch::nn::Sequential MakeModel(const TrainerOptions& o, int64_t in, int64_t classes) {

@@ -125,7 +125,8 @@ TrainerOptions ParseOptions(int argc, char** argv) {
       {"--width", i32(o.width, 1)},
       {"--depth", i32(o.depth, 1)},
       {"--data", str(o.data)},
-      {"--samples", [&](const std::string& f, const std::string& v) { o.samples = ToInt(f, v, 8); }},
+      {"--samples",
+       [&](const std::string& f, const std::string& v) { o.samples = ToInt(f, v, 8); }},
       {"--epochs", i32(o.epochs, 1)},
       {"--batch-size", i32(o.batch_size, 1)},
       {"--optimizer",
@@ -136,10 +137,8 @@ TrainerOptions ParseOptions(int argc, char** argv) {
       {"--lr", [&](const std::string& f, const std::string& v) { o.lr = ToDouble(f, v, 1e-12); }},
       {"--momentum",
        [&](const std::string& f, const std::string& v) { o.momentum = ToDouble(f, v, 0); }},
-      {"--seed",
-       [&](const std::string& f, const std::string& v) {
-         o.seed = static_cast<uint64_t>(ToInt(f, v, 0));
-       }},
+      {"--seed", [&](const std::string& f,
+                     const std::string& v) { o.seed = static_cast<uint64_t>(ToInt(f, v, 0)); }},
       {"--max-steps",
        [&](const std::string& f, const std::string& v) { o.max_steps = ToInt(f, v, 1); }},
       {"--threads", i32(o.threads, 1)},
@@ -195,8 +194,10 @@ TrainerOptions ParseOptions(int argc, char** argv) {
     if (arg == "--log-every") log_every_given = true;
     s->second(arg, value);
   }
-  if (!log_every_given) o.log_every = 0;
-  else if (o.log_every == 0) o.log_every = -1;
+  if (!log_every_given)
+    o.log_every = 0;
+  else if (o.log_every == 0)
+    o.log_every = -1;
   if (o.resume && o.checkpoint.empty()) Usage("--resume needs --checkpoint DIR");
   if (o.resume && !o.init.empty()) Usage("--resume and --init both set the weights; give one");
   if (o.lr == 0) o.lr = o.optimizer == "sgd" ? 0.05 : 0.001;

@@ -9,18 +9,18 @@ namespace trainer {
 
 struct TrainerOptions {
   // What is trained.
-  std::string model = "mlp";      // mlp | cnn
-  int width = 256;                // mlp: hidden features
-  int depth = 3;                  // mlp: Linear layers (depth - 1 hidden ones)
+  std::string model = "mlp";       // mlp | cnn
+  int width = 256;                 // mlp: hidden features
+  int depth = 3;                   // mlp: Linear layers (depth - 1 hidden ones)
   std::string data = "synthetic";  // synthetic | digits | a tensor file
-  int64_t samples = 16384;        // synthetic: training samples (test: samples / 8)
+  int64_t samples = 16384;         // synthetic: training samples (test: samples / 8)
   // How.
-  int epochs = 0;  // 0 = the data set's default (synthetic 3, digits 20)
-  int batch_size = 32;  // per rank
+  int epochs = 0;                 // 0 = the data set's default (synthetic 3, digits 20)
+  int batch_size = 32;            // per rank
   std::string optimizer = "sgd";  // sgd (with momentum) | adam
-  double lr = 0;                   // 0 = the optimizer's default (sgd 0.05, adam 0.001)
+  double lr = 0;                  // 0 = the optimizer's default (sgd 0.05, adam 0.001)
   double momentum = 0.9;
-  uint64_t seed = 0;   // initial weights and data order
+  uint64_t seed = 0;      // initial weights and data order
   int64_t max_steps = 0;  // stop after this many optimizer steps (0: run every epoch)
   int threads = 0;        // LibTorch intra-op threads; 0 = cores / ranks on this host
   // DistributedDataParallel.
@@ -30,13 +30,13 @@ struct TrainerOptions {
   int no_sync_steps = 1;  // micro-batches per optimizer step (K-1 of them under no_sync)
   std::string hook;       // "" | fp16 | bf16
   // Output and state.
-  int log_every = 0;        // progress line every N steps; 0 = about 10 per epoch; -1 = none
-  int warmup_steps = 2;     // steps left out of the step-time statistics
+  int log_every = 0;     // progress line every N steps; 0 = about 10 per epoch; -1 = none
+  int warmup_steps = 2;  // steps left out of the step-time statistics
   bool eval = true;
-  std::string json;         // final record (rank 0)
-  std::string checkpoint;   // directory: rank 0 saves at the end of every epoch
-  bool resume = false;      // continue from --checkpoint
-  std::string init;         // load initial weights from a tensor file
+  std::string json;          // final record (rank 0)
+  std::string checkpoint;    // directory: rank 0 saves at the end of every epoch
+  bool resume = false;       // continue from --checkpoint
+  std::string init;          // load initial weights from a tensor file
   std::string save_weights;  // final weights to a tensor file (rank 0)
   std::string export_dir;    // write data.ptf and init.ptf there and exit
 };

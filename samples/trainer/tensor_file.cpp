@@ -34,7 +34,9 @@ struct Reader {
 
 }  // namespace
 
-size_t ElementSize(ArrayType type) { return type == ArrayType::Float32 ? 4 : 8; }
+size_t ElementSize(ArrayType type) {
+  return type == ArrayType::Float32 ? 4 : 8;
+}
 
 std::vector<NamedArray> ReadTensorFile(const std::string& path) {
   File f(std::fopen(path.c_str(), "rb"), &std::fclose);
