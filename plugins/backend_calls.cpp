@@ -1,5 +1,14 @@
 #include "backend_calls.hpp"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
 #include "plexus/algos/dtype.hpp"
 #include "plexus/log.hpp"
 
@@ -38,11 +47,61 @@ const char* MemoryName(const plexus_placement* where) {
   return "unknown memory type";
 }
 
-void Trace(const std::string& backend, const std::string& call) {
-  if (LogEnabled(PLEXUS_LOG_TRACE)) LogLine(PLEXUS_LOG_TRACE, backend, call);
+bool Tracing() {
+  return LogEnabled(PLEXUS_LOG_TRACE);
+}
+
+std::string Ptr(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  return buf;
+}
+
+std::string Where(const plexus_placement* where) {
+  if (!where) return "host";
+  return std::string(MemoryName(where)) + "/dev " + std::to_string(where->device) + "/stream " +
+         Ptr(where->stream);
+}
+
+// "allreduce(comm=0x.., send=0x.., ...)" for the trace.
+std::string Args(const char* call, std::initializer_list<std::pair<const char*, std::string>> kv) {
+  std::string s = std::string(call) + "(";
+  bool first = true;
+  for (const auto& [k, v] : kv) {
+    if (!first) s += ", ";
+    s += std::string(k) + "=" + v;
+    first = false;
+  }
+  return s + ")";
 }
 
 }  // namespace
+
+std::string PrintableText(const char* text, size_t max_chars) {
+  if (!text) return "(null)";
+  std::string out;
+  size_t i = 0;
+  for (; text[i] && i < max_chars; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\x%02x", c);
+      out += esc;
+    } else {
+      out += char(c);
+    }
+  }
+  if (text[i]) out += "...";
+  return out;
+}
+
+void Backend::ComplainOnce(const std::string& what) {
+  if (!complained_.exchange(true)) {
+    LogLine(PLEXUS_LOG_WARN, "plexus",
+            "backend '" + name_ + "' (" + path() + ") broke the ABI: " + what +
+                " (reported once; plexus-conformance checks this)");
+  }
+}
 
 Status Backend::Open(std::unique_ptr<LoadedLibrary> lib, std::unique_ptr<HostServices> host,
                      std::shared_ptr<Backend>* out) {
@@ -50,25 +109,38 @@ Status Backend::Open(std::unique_ptr<LoadedLibrary> lib, std::unique_ptr<HostSer
   b->lib_ = std::move(lib);
   b->host_ = std::move(host);
   b->t_ = &b->lib_->table();
-  b->name_ = b->t_->name;
-  b->version_ = b->t_->version;
+  b->name_ = PrintableText(b->t_->name);
+  b->version_ = PrintableText(b->t_->version);
+  const std::string who = "backend '" + b->name_ + "' (" + b->path() + ")";
   int32_t rc = b->t_->init(b->host_->table(), &b->ctx_);
+  if (Tracing()) {
+    LogLine(PLEXUS_LOG_TRACE, b->name_, "init() -> " + StatusName(rc) + ", ctx=" + Ptr(b->ctx_));
+  }
   if (rc != PLEXUS_OK || !b->ctx_) {
-    b->ctx_ = nullptr;
+    b->ctx_ = nullptr;  // nothing to finalize: init failed
     const std::string why = b->host_->LastProblem();
-    return Status(rc != PLEXUS_OK ? rc : PLEXUS_ERR_INTERNAL,
-                  "backend '" + b->name_ + "' (" + b->path() + ") failed to initialise: " +
-                      StatusName(rc) + (why.empty() ? "" : ": " + why));
+    if (rc == PLEXUS_OK) {
+      return Status::Internal(who + ": init returned PLEXUS_OK but no context (a backend bug)");
+    }
+    return Status(rc < 0 ? rc : PLEXUS_ERR_INTERNAL, who + " failed to initialise: " + StatusName(rc) +
+                                          (why.empty() ? "" : ": " + why));
   }
   b->caps_.struct_size = sizeof(plexus_capabilities);
   rc = b->t_->get_capabilities(b->ctx_, &b->caps_);
+  if (Tracing()) {
+    LogLine(PLEXUS_LOG_TRACE, b->name_,
+            "get_capabilities() -> " + StatusName(rc) + ", collectives=" +
+                std::to_string(b->caps_.collectives) + " dtypes=" + std::to_string(b->caps_.dtypes) +
+                " flags=" + std::to_string(b->caps_.flags));
+  }
   if (rc != PLEXUS_OK) {
-    return Status(rc, "backend '" + b->name_ + "' could not report its capabilities");
+    return Status(rc < 0 ? rc : PLEXUS_ERR_INTERNAL,
+                  who + " could not report its capabilities: " + StatusName(rc));
   }
   for (plexus_collective_t c = 0; c < PLEXUS_COLL_COUNT_V1; ++c) {
     if ((b->caps_.collectives >> c & 1u) && !SlotOf(*b->t_, c)) {
-      return Status::InvalidArgument("backend '" + b->name_ + "' claims " +
-                                     algos::CollectiveName(c) + " but its slot is NULL");
+      return Status::Internal(who + " claims " + algos::CollectiveName(c) +
+                              " in its capabilities but its slot is NULL (a backend bug)");
     }
   }
   *out = std::move(b);
@@ -76,50 +148,104 @@ Status Backend::Open(std::unique_ptr<LoadedLibrary> lib, std::unique_ptr<HostSer
 }
 
 Backend::~Backend() {
-  if (ctx_) t_->finalize(ctx_);
+  if (ctx_) {
+    if (Tracing()) LogLine(PLEXUS_LOG_TRACE, name_, "finalize(ctx=" + Ptr(ctx_) + ")");
+    t_->finalize(ctx_);
+  }
 }
 
 Status Backend::CreateComm(const plexus_comm_config_v1& config, plexus_comm** comm) {
   char reason[1024] = "";
-  Trace(name_, "comm_create " + std::string(config.name));
-  const int32_t rc = t_->comm_create(ctx_, &config, comm, reason, sizeof reason);
-  if (rc == PLEXUS_OK && *comm) return Status::Ok();
   *comm = nullptr;
-  std::string text = reason[0] ? reason : "comm_create failed without a reason";
+  const int32_t rc = t_->comm_create(ctx_, &config, comm, reason, sizeof reason);
+  reason[sizeof reason - 1] = '\0';
+  if (Tracing()) {
+    LogLine(PLEXUS_LOG_TRACE, name_,
+            Args("comm_create", {{"name", config.name},
+                                 {"rank", std::to_string(config.rank)},
+                                 {"size", std::to_string(config.size)},
+                                 {"timeout_ms", std::to_string(config.timeout_ms)}}) +
+                " -> " + StatusName(rc) + ", comm=" + Ptr(*comm));
+  }
+  if (rc == PLEXUS_OK && *comm) return Status::Ok();
+  if (rc == PLEXUS_OK) {
+    return Status::Internal("backend '" + name_ +
+                            "': comm_create returned PLEXUS_OK but no communicator (a backend bug)");
+  }
+  if (*comm) ComplainOnce("comm_create failed but set *comm_out");
+  *comm = nullptr;
+  std::string text = reason[0] ? PrintableText(reason, sizeof reason)
+                               : "comm_create failed: " + StatusName(rc) +
+                                     " (the backend gave no message)";
   const std::string host_side = host_->LastProblem();
   if (!host_side.empty() && text.find(host_side) == std::string::npos) {
     text += " (" + host_side + ")";
   }
-  return Status(rc != PLEXUS_OK ? rc : PLEXUS_ERR_INTERNAL, text);
+  if (rc > 0) ComplainOnce("comm_create returned the positive status " + std::to_string(rc));
+  return Status(rc > 0 ? PLEXUS_ERR_INTERNAL : rc, text);
 }
 
 void Backend::DestroyComm(plexus_comm* comm) {
-  if (comm) t_->comm_destroy(comm);
+  if (!comm) return;
+  if (Tracing()) LogLine(PLEXUS_LOG_TRACE, name_, "comm_destroy(comm=" + Ptr(comm) + ")");
+  t_->comm_destroy(comm);
 }
 
 Status Backend::AbortComm(plexus_comm* comm) {
-  return Describe(comm, t_->comm_abort(comm), "abort");
+  const int32_t rc = t_->comm_abort(comm);
+  if (Tracing()) {
+    LogLine(PLEXUS_LOG_TRACE, name_, "comm_abort(comm=" + Ptr(comm) + ") -> " + StatusName(rc));
+  }
+  if (rc > 0) ComplainOnce("comm_abort returned the positive status " + std::to_string(rc));
+  return Describe(comm, rc > 0 ? PLEXUS_ERR_INTERNAL : rc, "abort");
 }
 
 int32_t Backend::Test(plexus_request* req) {
-  return t_->test(req);
-}
-int32_t Backend::Wait(plexus_request* req, int64_t timeout_ms) {
-  return t_->wait(req, timeout_ms);
-}
-int32_t Backend::FreeRequest(plexus_request* req) {
-  return t_->request_free(req);
+  int32_t rc = t_->test(req);
+  if (Tracing()) LogLine(PLEXUS_LOG_TRACE, name_, "test(req=" + Ptr(req) + ") -> " + StatusName(rc));
+  if (rc > 0 && rc != PLEXUS_IN_PROGRESS) {
+    ComplainOnce("test returned the positive status " + std::to_string(rc) +
+                 " (taken as PLEXUS_IN_PROGRESS)");
+    rc = PLEXUS_IN_PROGRESS;
+  }
+  return rc;
 }
 
-Status Backend::Describe(plexus_comm* comm, int32_t code, const std::string& what) {
-  if (code == PLEXUS_OK) return Status::Ok();
-  std::string text;
-  if (comm) {
-    char buf[2048] = "";
-    t_->comm_last_error(comm, buf, sizeof buf);
-    text = buf;
+int32_t Backend::Wait(plexus_request* req, int64_t timeout_ms) {
+  int32_t rc = t_->wait(req, timeout_ms);
+  if (Tracing()) {
+    LogLine(PLEXUS_LOG_TRACE, name_,
+            "wait(req=" + Ptr(req) + ", timeout_ms=" + std::to_string(timeout_ms) + ") -> " +
+                StatusName(rc));
   }
-  if (text.empty()) text = StatusName(code);
+  if (rc > 0) {
+    // Still pending, whatever the backend meant: never final.
+    ComplainOnce("wait(timeout_ms=" + std::to_string(timeout_ms) + ") returned the positive " +
+                 "status " + std::to_string(rc) + " instead of PLEXUS_ERR_TIMEOUT");
+    rc = PLEXUS_ERR_TIMEOUT;
+  }
+  return rc;
+}
+
+int32_t Backend::FreeRequest(plexus_request* req) {
+  const int32_t rc = t_->request_free(req);
+  if (Tracing()) {
+    LogLine(PLEXUS_LOG_TRACE, name_, "request_free(req=" + Ptr(req) + ") -> " + StatusName(rc));
+  }
+  return rc;
+}
+
+Status Backend::Describe(plexus_comm* comm, int32_t code, const std::string& what,
+                         plexus_request* req) {
+  if (code == PLEXUS_OK) return Status::Ok();
+  char buf[2048] = "";
+  if (req && lib_->table().abi_minor >= 1 && t_->request_error) {
+    t_->request_error(req, buf, sizeof buf);
+  }
+  if (!buf[0] && comm) t_->comm_last_error(comm, buf, sizeof buf);
+  buf[sizeof buf - 1] = '\0';
+  const std::string text = buf[0] ? PrintableText(buf, sizeof buf)
+                                  : StatusName(code) + " (the backend gave no message)";
   return Status(code, what + ": " + text);
 }
 
@@ -153,29 +279,63 @@ Status Backend::CheckSupported(plexus_collective_t coll, plexus_dtype_t dtype,
   return Status::Ok();
 }
 
-Status Backend::Finish(plexus_comm* comm, int32_t code, plexus_collective_t coll) {
-  if (code == PLEXUS_OK) return Status::Ok();  // (no strings built on the fast path)
-  return Describe(comm, code, std::string(algos::CollectiveName(coll)) + " on " + name_);
+// The result of a post: a negative status with the backend's reason, or
+// success with a request. Anything else breaks the request protocol and is
+// an internal error of the backend, never a success.
+Status Backend::Posted(plexus_comm* comm, int32_t code, plexus_collective_t coll,
+                       plexus_request** req) {
+  if (code == PLEXUS_OK && *req) return Status::Ok();  // (no strings built on the fast path)
+  const std::string what = std::string(algos::CollectiveName(coll)) + " on " + name_;
+  if (code == PLEXUS_OK) {
+    return Status::Internal(what + ": the backend returned PLEXUS_OK but no request (a backend bug)");
+  }
+  if (*req) {
+    ComplainOnce(std::string(algos::CollectiveName(coll)) + " failed but set *req_out");
+    *req = nullptr;  // "nothing posted": the host must not touch it
+  }
+  if (code > 0) {
+    ComplainOnce(std::string(algos::CollectiveName(coll)) + " returned the positive status " +
+                 std::to_string(code));
+    return Status::Internal(what + ": the backend returned the positive status " +
+                            std::to_string(code) + " from a post, which the ABI does not allow");
+  }
+  return Describe(comm, code, what);
 }
 
-#define PLEXUS_CHECKED_CALL(coll, dtype, op, where, call) \
-  do {                                                    \
-    Status st_ = CheckSupported(coll, dtype, op, where);  \
-    if (!st_.ok()) return st_;                            \
-    Trace(name_, algos::CollectiveName(coll));            \
-    return Finish(comm, t_->call, coll);                  \
+#define PLEXUS_CHECKED_CALL(coll, dtype, op, where, args_text, call) \
+  do {                                                              \
+    *req = nullptr;                                                 \
+    Status st_ = CheckSupported(coll, dtype, op, where);            \
+    if (!st_.ok()) return st_;                                      \
+    const int32_t rc_ = t_->call;                                   \
+    if (Tracing()) {                                                \
+      LogLine(PLEXUS_LOG_TRACE, name_,                              \
+              args_text + " -> " + StatusName(rc_) + ", req=" + Ptr(*req)); \
+    }                                                               \
+    return Posted(comm, rc_, coll, req);                            \
   } while (0)
+
+#define PLEXUS_DT(d) algos::DtypeName(d)
+#define PLEXUS_OPN(o) algos::ReduceOpName(o)
 
 Status Backend::Allreduce(plexus_comm* comm, const void* send, void* recv, uint64_t count,
                           plexus_dtype_t dtype, plexus_reduce_op_t op,
                           const plexus_placement* where, plexus_request** req) {
   PLEXUS_CHECKED_CALL(PLEXUS_COLL_ALLREDUCE, dtype, op, where,
+                      Args("allreduce", {{"comm", Ptr(comm)}, {"send", Ptr(send)},
+                                         {"recv", Ptr(recv)}, {"count", std::to_string(count)},
+                                         {"dtype", PLEXUS_DT(dtype)}, {"op", PLEXUS_OPN(op)},
+                                         {"where", Where(where)}}),
                       allreduce(comm, send, recv, count, dtype, op, where, req));
 }
 
 Status Backend::Broadcast(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype,
                           uint32_t root, const plexus_placement* where, plexus_request** req) {
   PLEXUS_CHECKED_CALL(PLEXUS_COLL_BROADCAST, dtype, 0, where,
+                      Args("broadcast", {{"comm", Ptr(comm)}, {"buf", Ptr(buf)},
+                                         {"count", std::to_string(count)},
+                                         {"dtype", PLEXUS_DT(dtype)},
+                                         {"root", std::to_string(root)}, {"where", Where(where)}}),
                       broadcast(comm, buf, count, dtype, root, where, req));
 }
 
@@ -183,6 +343,10 @@ Status Backend::Reduce(plexus_comm* comm, const void* send, void* recv, uint64_t
                        plexus_dtype_t dtype, plexus_reduce_op_t op, uint32_t root,
                        const plexus_placement* where, plexus_request** req) {
   PLEXUS_CHECKED_CALL(PLEXUS_COLL_REDUCE, dtype, op, where,
+                      Args("reduce", {{"comm", Ptr(comm)}, {"send", Ptr(send)},
+                                      {"recv", Ptr(recv)}, {"count", std::to_string(count)},
+                                      {"dtype", PLEXUS_DT(dtype)}, {"op", PLEXUS_OPN(op)},
+                                      {"root", std::to_string(root)}, {"where", Where(where)}}),
                       reduce(comm, send, recv, count, dtype, op, root, where, req));
 }
 
@@ -190,6 +354,9 @@ Status Backend::Allgather(plexus_comm* comm, const void* send, void* recv, uint6
                           plexus_dtype_t dtype, const plexus_placement* where,
                           plexus_request** req) {
   PLEXUS_CHECKED_CALL(PLEXUS_COLL_ALLGATHER, dtype, 0, where,
+                      Args("allgather", {{"comm", Ptr(comm)}, {"send", Ptr(send)},
+                                         {"recv", Ptr(recv)}, {"count", std::to_string(count)},
+                                         {"dtype", PLEXUS_DT(dtype)}, {"where", Where(where)}}),
                       allgather(comm, send, recv, count, dtype, where, req));
 }
 
@@ -197,6 +364,10 @@ Status Backend::ReduceScatter(plexus_comm* comm, const void* send, void* recv, u
                               plexus_dtype_t dtype, plexus_reduce_op_t op,
                               const plexus_placement* where, plexus_request** req) {
   PLEXUS_CHECKED_CALL(PLEXUS_COLL_REDUCE_SCATTER, dtype, op, where,
+                      Args("reduce_scatter", {{"comm", Ptr(comm)}, {"send", Ptr(send)},
+                                              {"recv", Ptr(recv)}, {"count", std::to_string(count)},
+                                              {"dtype", PLEXUS_DT(dtype)}, {"op", PLEXUS_OPN(op)},
+                                              {"where", Where(where)}}),
                       reduce_scatter(comm, send, recv, count, dtype, op, where, req));
 }
 
@@ -204,25 +375,154 @@ Status Backend::Alltoall(plexus_comm* comm, const void* send, void* recv, uint64
                          plexus_dtype_t dtype, const plexus_placement* where,
                          plexus_request** req) {
   PLEXUS_CHECKED_CALL(PLEXUS_COLL_ALLTOALL, dtype, 0, where,
+                      Args("alltoall", {{"comm", Ptr(comm)}, {"send", Ptr(send)},
+                                        {"recv", Ptr(recv)}, {"count", std::to_string(count)},
+                                        {"dtype", PLEXUS_DT(dtype)}, {"where", Where(where)}}),
                       alltoall(comm, send, recv, count, dtype, where, req));
 }
 
 Status Backend::Barrier(plexus_comm* comm, plexus_request** req) {
-  PLEXUS_CHECKED_CALL(PLEXUS_COLL_BARRIER, 0, 0, nullptr, barrier(comm, req));
+  PLEXUS_CHECKED_CALL(PLEXUS_COLL_BARRIER, 0, 0, nullptr, Args("barrier", {{"comm", Ptr(comm)}}),
+                      barrier(comm, req));
 }
 
 Status Backend::Send(plexus_comm* comm, const void* buf, uint64_t count, plexus_dtype_t dtype,
                      uint32_t peer, const plexus_placement* where, plexus_request** req) {
   PLEXUS_CHECKED_CALL(PLEXUS_COLL_SEND, dtype, 0, where,
+                      Args("send", {{"comm", Ptr(comm)}, {"buf", Ptr(buf)},
+                                    {"count", std::to_string(count)}, {"dtype", PLEXUS_DT(dtype)},
+                                    {"peer", std::to_string(peer)}, {"where", Where(where)}}),
                       send(comm, buf, count, dtype, peer, where, req));
 }
 
 Status Backend::Recv(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype,
                      uint32_t peer, const plexus_placement* where, plexus_request** req) {
   PLEXUS_CHECKED_CALL(PLEXUS_COLL_RECV, dtype, 0, where,
+                      Args("recv", {{"comm", Ptr(comm)}, {"buf", Ptr(buf)},
+                                    {"count", std::to_string(count)}, {"dtype", PLEXUS_DT(dtype)},
+                                    {"peer", std::to_string(peer)}, {"where", Where(where)}}),
                       recv(comm, buf, count, dtype, peer, where, req));
 }
 
+#undef PLEXUS_DT
+#undef PLEXUS_OPN
 #undef PLEXUS_CHECKED_CALL
+
+namespace {
+
+// In the child: only async-signal-safe-ish work (no host logging: a lock of
+// the parent's logger may have been held at fork time). Writes "stage:NAME\n"
+// before each step and "ok\n" or "error:TEXT\n" at the end.
+[[noreturn]] void RunProbeChild(const std::string& path, int fd) {
+  // The application's crash handlers (a test framework's, a crash
+  // reporter's) must not catch the plugin's crash in here: the parent tells
+  // it by the child's death.
+  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP, SIGSYS}) signal(sig, SIG_DFL);
+  auto say = [fd](const std::string& line) {
+    const std::string text = line + "\n";
+    ssize_t off = 0;
+    while (off < ssize_t(text.size())) {
+      const ssize_t n = write(fd, text.data() + off, text.size() - size_t(off));
+      if (n <= 0) break;
+      off += n;
+    }
+  };
+  say("stage:entry function");
+  std::unique_ptr<LoadedLibrary> lib;
+  Status st = LoadBackendLibrary(path, &lib);
+  if (!st.ok()) {
+    say("error:" + st.message());
+    _exit(0);
+  }
+  plexus_host_v1 host{};  // no logger: the backend must stay silent
+  host.struct_size = sizeof host;
+  host.abi_major = PLEXUS_ABI_MAJOR;
+  host.abi_minor = PLEXUS_ABI_MINOR;
+  host.local_address = "";
+  const plexus_backend_v1& t = lib->table();
+  say("stage:init");
+  plexus_backend_ctx* ctx = nullptr;
+  const int32_t rc = t.init(&host, &ctx);
+  if (rc != PLEXUS_OK || !ctx) {
+    say("ok");  // a clean refusal is for the in-process load to explain
+    _exit(0);
+  }
+  say("stage:get_capabilities");
+  plexus_capabilities caps{};
+  caps.struct_size = sizeof caps;
+  (void)t.get_capabilities(ctx, &caps);
+  say("stage:finalize");
+  t.finalize(ctx);
+  say("ok");
+  _exit(0);
+}
+
+}  // namespace
+
+Status ProbeInChild(const std::string& path, std::chrono::milliseconds timeout) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return Status::Ok();  // cannot probe: load in-process as before
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return Status::Ok();
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    RunProbeChild(path, fds[1]);
+  }
+  close(fds[1]);
+  std::string out;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool hung = false;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      hung = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    const int n = poll(&p, 1, int(std::min<int64_t>(left.count(), 1000)));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) continue;
+    char buf[512];
+    const ssize_t got = read(fds[0], buf, sizeof buf);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;  // the child closed the pipe: it exited (or crashed)
+    out.append(buf, size_t(got));
+  }
+  close(fds[0]);
+  if (hung) kill(pid, SIGKILL);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  std::string stage = "loading";
+  for (size_t pos = 0; (pos = out.find("stage:", pos)) != std::string::npos; pos += 6) {
+    stage = out.substr(pos + 6, out.find('\n', pos) - pos - 6);
+  }
+  if (hung) {
+    return Status::Timeout("plugin " + path + " hung in its " + stage + " (no answer within " +
+                           std::to_string(timeout.count()) + " ms; probed in a child process)");
+  }
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    const char* name = sigabbrev_np(sig);
+    return Status::Internal("plugin " + path + " crashed with SIG" + (name ? name : "?") + " (" +
+                            strsignal(sig) + ") in its " + stage +
+                            " (probed in a child process; not loaded)");
+  }
+  if (out.find("\nok\n") == std::string::npos && out.rfind("ok\n", 0) != 0) {
+    if (const size_t e = out.find("error:"); e != std::string::npos) {
+      return Status::InvalidArgument(out.substr(e + 6, out.find('\n', e) - e - 6));
+    }
+    return Status::Internal("plugin " + path + " ended the probe process in its " + stage +
+                            " (exit status " + std::to_string(WEXITSTATUS(status)) +
+                            "; probed in a child process)");
+  }
+  return Status::Ok();
+}
 
 }  // namespace plexus

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "backend_calls.hpp"
 #include "plexus/status.hpp"
 
 #ifndef PLEXUS_INSTALLED_PLUGIN_DIR
@@ -18,6 +19,9 @@
 #endif
 #ifndef PLEXUS_BUILD_PLUGIN_DIRS
 #define PLEXUS_BUILD_PLUGIN_DIRS ""
+#endif
+#ifndef PLEXUS_BUILD_LIB_DIR
+#define PLEXUS_BUILD_LIB_DIR ""
 #endif
 
 namespace plexus {
@@ -50,6 +54,9 @@ constexpr RequiredSlot kRequired[] = {PLEXUS_SLOT(init),
 #undef PLEXUS_SLOT
 // The smallest table a 1.0 plugin may have: everything through request_free.
 constexpr size_t kMinTableSize = offsetof(plexus_backend_v1, request_free) + sizeof(void*);
+// Tables grow by one pointer per new slot; a table claiming more than this is
+// corrupt (an uninitialised struct_size), not a plugin from the future.
+constexpr size_t kMaxPlausibleTableSize = 64 * 1024;
 
 std::vector<std::string> Split(const std::string& text, char sep) {
   std::vector<std::string> parts;
@@ -59,6 +66,20 @@ std::vector<std::string> Split(const std::string& text, char sep) {
     if (!part.empty()) parts.push_back(part);
   }
   return parts;
+}
+
+// The directory this libplexus was loaded from (resolved), or "".
+std::string SelfDirectory() {
+  Dl_info info{};
+  if (!dladdr(reinterpret_cast<void*>(&PluginSearchDirs), &info) || !info.dli_fname) return {};
+  std::error_code ec;
+  const auto path = std::filesystem::canonical(info.dli_fname, ec);
+  return ec ? std::string() : path.parent_path().string();
+}
+
+bool SameDirectory(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return !a.empty() && !b.empty() && std::filesystem::equivalent(a, b, ec);
 }
 
 }  // namespace
@@ -97,11 +118,15 @@ Status LoadBackendLibrary(const std::string& path, std::unique_ptr<LoadedLibrary
   }
   const plexus_backend_v1* table = nullptr;
   const int32_t rc = entry(PLEXUS_ABI_MINOR, &table);
-  if (rc != PLEXUS_OK || !table) {
-    return Status(rc != PLEXUS_OK ? rc : PLEXUS_ERR_INTERNAL,
+  if (rc == PLEXUS_OK && !table) {
+    return Status::Internal(std::string("entry function ") + PLEXUS_BACKEND_ENTRY_V1 +
+                            " returned PLEXUS_OK but no table (a backend bug)");
+  }
+  if (rc != PLEXUS_OK) {
+    return Status(rc < 0 ? rc : PLEXUS_ERR_INTERNAL,
                   std::string("entry function refused this host (ABI ") +
                       std::to_string(PLEXUS_ABI_MAJOR) + "." + std::to_string(PLEXUS_ABI_MINOR) +
-                      "): " + StatusName(rc) + (table ? "" : ", no table"));
+                      "): " + StatusName(rc));
   }
   if (table->abi_major != PLEXUS_ABI_MAJOR) {
     return Status::Unsupported("table declares ABI major " + std::to_string(table->abi_major) +
@@ -112,6 +137,12 @@ Status LoadBackendLibrary(const std::string& path, std::unique_ptr<LoadedLibrary
     return Status::InvalidArgument("table is " + std::to_string(table->struct_size) +
                                    " bytes, smaller than the " + std::to_string(kMinTableSize) +
                                    " bytes every 1.x table has");
+  }
+  if (table->struct_size > kMaxPlausibleTableSize) {
+    return Status::InvalidArgument("table claims to be " + std::to_string(table->struct_size) +
+                                   " bytes; no 1.x table is near " +
+                                   std::to_string(kMaxPlausibleTableSize) +
+                                   " (struct_size not set to sizeof(plexus_backend_v1)?)");
   }
   // Copy what the plugin has; what it lacks stays zero = unsupported.
   std::memcpy(&lib->table_, table, std::min<size_t>(table->struct_size, sizeof lib->table_));
@@ -124,7 +155,8 @@ Status LoadBackendLibrary(const std::string& path, std::unique_ptr<LoadedLibrary
     std::memcpy(&fn, reinterpret_cast<const char*>(&lib->table_) + slot.offset, sizeof fn);
     if (!fn) {
       return Status::InvalidArgument(std::string("required slot '") + slot.name +
-                                     "' is NULL in backend '" + lib->table_.name + "'");
+                                     "' is NULL in backend '" + PrintableText(lib->table_.name) +
+                                     "'");
     }
   }
   *out = std::move(lib);
@@ -136,8 +168,19 @@ std::vector<SearchDir> PluginSearchDirs() {
   if (const char* env = std::getenv("PLEXUS_PLUGIN_PATH")) {
     for (auto& d : Split(env, ':')) dirs.push_back({d, "PLEXUS_PLUGIN_PATH"});
   }
-  if (*PLEXUS_INSTALLED_PLUGIN_DIR) dirs.push_back({PLEXUS_INSTALLED_PLUGIN_DIR, "installed"});
-  for (auto& d : Split(PLEXUS_BUILD_PLUGIN_DIRS, ':')) dirs.push_back({d, "build tree"});
+  // A libplexus running from its build directory also searches the build
+  // tree's backends; an installed one never does (the build tree may be gone,
+  // or hold other versions) and finds its plugins next to itself, in
+  // <libdir>/plexus, wherever the installed tree was put.
+  const std::string self = SelfDirectory();
+  if (SameDirectory(self, PLEXUS_BUILD_LIB_DIR)) {
+    if (*PLEXUS_INSTALLED_PLUGIN_DIR) dirs.push_back({PLEXUS_INSTALLED_PLUGIN_DIR, "installed"});
+    for (auto& d : Split(PLEXUS_BUILD_PLUGIN_DIRS, ':')) dirs.push_back({d, "build tree"});
+  } else if (!self.empty()) {
+    dirs.push_back({self + "/plexus", "installed"});
+  } else if (*PLEXUS_INSTALLED_PLUGIN_DIR) {
+    dirs.push_back({PLEXUS_INSTALLED_PLUGIN_DIR, "installed"});
+  }
   return dirs;
 }
 

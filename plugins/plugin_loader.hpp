@@ -2,7 +2,7 @@
 //
 // Resolution of a backend spec (PLEXUS_BACKEND): a spec containing '/' is a
 // path and is the only candidate; a name N becomes libplexus-N.so, looked for
-// in every directory of PLEXUS_PLUGIN_PATH (':'-separated), then the installed
+// in every directory of PLEXUS_PLUGIN_PATH (":"-separated), then the installed
 // plugin directory, then the build tree's backend directories. The first that
 // loads wins; when none does, the error lists every path tried with the
 // reason (dlerror(), missing file, refused ABI, bad table).

@@ -33,7 +33,7 @@ PIN_AT(plexus_host_v1, oob_allgather, 32);
 PIN_AT(plexus_host_v1, oob_broadcast, 40);
 PIN_AT(plexus_host_v1, local_address, 48);
 
-PIN_SIZE(plexus_comm_config_v1, 48);
+PIN_SIZE(plexus_comm_config_v1, 64); /* 48 in 1.0 */
 PIN_AT(plexus_comm_config_v1, rank, 4);
 PIN_AT(plexus_comm_config_v1, size, 8);
 PIN_AT(plexus_comm_config_v1, local_rank, 12);
@@ -42,8 +42,10 @@ PIN_AT(plexus_comm_config_v1, device, 20);
 PIN_AT(plexus_comm_config_v1, timeout_ms, 24);
 PIN_AT(plexus_comm_config_v1, name, 32);
 PIN_AT(plexus_comm_config_v1, oob, 40);
+PIN_AT(plexus_comm_config_v1, get_config, 48); /* 1.1 */
+PIN_AT(plexus_comm_config_v1, config_ctx, 56); /* 1.1 */
 
-PIN_SIZE(plexus_backend_v1, 176);
+PIN_SIZE(plexus_backend_v1, 184); /* 176 in 1.0 */
 PIN_AT(plexus_backend_v1, abi_major, 4);
 PIN_AT(plexus_backend_v1, abi_minor, 6);
 PIN_AT(plexus_backend_v1, name, 8);
@@ -67,6 +69,7 @@ PIN_AT(plexus_backend_v1, alltoall, 144);
 PIN_AT(plexus_backend_v1, barrier, 152);
 PIN_AT(plexus_backend_v1, send, 160);
 PIN_AT(plexus_backend_v1, recv, 168);
+PIN_AT(plexus_backend_v1, request_error, 176); /* 1.1 */
 
 /* Codes are our own and stable. */
 _Static_assert(PLEXUS_DTYPE_FLOAT64 == 12u && PLEXUS_OP_AVG == 5u, "codes changed");

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Black-box checks of the command-line tools.
-#   cli_test.sh PLEXUS_RUN PLEXUS_INFO PLEXUS_DEMO
+#   cli_test.sh PLEXUS_RUN PLEXUS_INFO PLEXUS_DEMO CRASHING_PLUGIN
 set -uo pipefail
-run=$1 info=$2 demo=$3
+run=$1 info=$2 demo=$3 crashing=$4
 failures=0 passes=0
 check() {  # check DESCRIPTION CONDITION...
   local what=$1; shift
@@ -30,7 +30,7 @@ check "plexus-run names the failed rank" grep -q "plexus-run: rank [01]" "$out"
 "$info" >"$out" 2>&1; rc=$?
 check "plexus-info exits 0" test $rc -eq 0
 check "plexus-info lists tcp" grep -q "^tcp$" "$out"
-check "plexus-info shows the ABI" grep -q "ABI:          1.0" "$out"
+check "plexus-info shows the ABI" grep -q "ABI:          1.1" "$out"
 "$info" --help >"$out" 2>&1
 check "plexus-info --help" grep -q "Usage: plexus-info" "$out"
 "$demo" --help >"$out" 2>&1
@@ -41,6 +41,30 @@ dir=$(mktemp -d); echo "not ELF" >"$dir/libplexus-junk.so"
 PLEXUS_PLUGIN_PATH=$dir "$info" >"$out" 2>&1
 check "plexus-info lists a rejected plugin with the reason" grep -q "REJECTED $dir/libplexus-junk.so" "$out"
 rm -rf "$dir"
+
+# A plugin that segfaults in init is named by plexus-info, which goes on.
+dir=$(mktemp -d); ln -s "$crashing" "$dir/libplexus-crashy.so"
+PLEXUS_PLUGIN_PATH=$dir "$info" >"$out" 2>&1; rc=$?
+cat "$out"
+check "plexus-info survives a crashing plugin (exit $rc)" test $rc -eq 0
+check "plexus-info names the crashing plugin" \
+  grep -q "REJECTED $dir/libplexus-crashy.so" "$out"
+check "plexus-info says where it crashed" grep -q "crashed with SIGSEGV .* in its init" "$out"
+check "plexus-info still lists tcp" grep -q "^tcp$" "$out"
+# ... and so does a program that picks its backend automatically.
+PLEXUS_PLUGIN_PATH=$dir PLEXUS_LOG_LEVEL=info timeout 60 "$run" -n 2 "$demo" --count 8 --iters 1 \
+  >"$out" 2>&1; rc=$?
+check "automatic selection survives a crashing plugin (exit $rc)" test $rc -eq 0
+rm -rf "$dir"
+
+# PLEXUS_LOG_LEVEL=trace logs every plugin call with its arguments and result.
+PLEXUS_BACKEND=tcp PLEXUS_LOG_LEVEL=trace timeout 60 "$run" -n 2 "$demo" --count 8 --iters 1 \
+  >"$out" 2>&1; rc=$?
+check "trace run exits 0" test $rc -eq 0
+for call in "init() -> OK" "get_capabilities() -> OK" "comm_create(name=" \
+            "allreduce(comm=" "count=8" "wait(req=" "request_free(req=" "comm_destroy(comm="; do
+  check "trace shows $call" grep -qF "$call" "$out"
+done
 
 echo "cli: $passes passed, $failures failed"
 [ $failures -eq 0 ]

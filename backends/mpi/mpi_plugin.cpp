@@ -27,6 +27,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <cstddef>
 #include <cstring>
 #include <new>
 #include <string>
@@ -306,7 +307,7 @@ int32_t GetCapabilities(plexus_backend_ctx* ctx, plexus_capabilities* caps) {
 int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
                    plexus_comm** comm_out, char* error_buf, size_t error_len) {
   try {
-    if (!ctx || !config || !comm_out || config->struct_size < sizeof(plexus_comm_config_v1) ||
+    if (!ctx || !config || !comm_out || config->struct_size < offsetof(plexus_comm_config_v1, oob) + sizeof(void*) ||
         config->size == 0 || config->rank >= config->size || config->timeout_ms <= 0) {
       WriteError(error_buf, error_len, "mpi comm_create: invalid configuration");
       return PLEXUS_ERR_INVALID_ARGUMENT;

@@ -13,6 +13,8 @@
 // refuse.
 #include "mesh_connect.hpp"
 
+#include "comm_setting.hpp"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -136,21 +138,6 @@ algos::Status Listen(const std::string& address, uint32_t backlog, FdGuard* out,
   return {};
 }
 
-// The host's value for key ("" when unset), however long it is.
-std::string ConfigString(const plexus_host_v1& host, const char* key) {
-  if (!host.get_config) return {};
-  char buf[256];
-  const int64_t n = host.get_config(host.ctx, key, buf, sizeof buf);
-  if (n < 0) return {};
-  if (uint64_t(n) < sizeof buf) return std::string(buf);
-  if (n > (int64_t{1} << 20)) return std::string(buf);  // absurd; keep the prefix
-  std::string value(size_t(n) + 1, '\0');
-  const int64_t m = host.get_config(host.ctx, key, value.data(), value.size());
-  if (m != n) return std::string(buf);  // changed under us; keep the prefix
-  value.resize(size_t(n));
-  return value;
-}
-
 // One peer's failure to join, kept to explain a later timeout.
 std::string Refusal(const std::string& from, const std::string& why) {
   return "refused a connection from " + from + " (" + why + ")";
@@ -162,13 +149,13 @@ algos::Status ConnectMesh(const plexus_host_v1& host, const plexus_comm_config_v
                           std::vector<int>* fds) {
   const uint32_t rank = config.rank, size = config.size;
   const auto deadline = Clock::now() + std::chrono::milliseconds(config.timeout_ms);
-  std::string address = ConfigString(host, "PLEXUS_TCP_ADDR");
+  std::string address = CommSetting(host, config, "PLEXUS_TCP_ADDR");
   if (address.empty()) address = host.local_address ? host.local_address : "";
   if (address.empty()) address = "127.0.0.1";
 
   // The job secret: every mesh connection authenticates with it, both ways.
   auth::Secret secret;
-  if (std::string error; !auth::Secret::Derive(ConfigString(host, "PLEXUS_TOKEN"),
+  if (std::string error; !auth::Secret::Derive(CommSetting(host, config, "PLEXUS_TOKEN"),
                                                auth::Purpose::kTcpMesh, &secret, &error)) {
     return {PLEXUS_ERR_SYSTEM, error};
   }

@@ -4,11 +4,13 @@
 // argument (a vendor backend cannot trust its caller more than the host
 // trusts it), turns each call into an OpBody for the communicator's worker,
 // and makes sure no C++ exception leaves through the ABI.
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <new>
 #include <string>
 
+#include "comm_setting.hpp"
 #include "mesh_connect.hpp"
 #include "plexus/algos/collectives.hpp"
 #include "plexus/algos/dtype.hpp"
@@ -125,7 +127,7 @@ void WriteError(char* buf, size_t len, const std::string& message) {
 int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
                    plexus_comm** comm_out, char* error_buf, size_t error_len) {
   try {
-    if (!ctx || !config || !comm_out || config->struct_size < sizeof(plexus_comm_config_v1) ||
+    if (!ctx || !config || !comm_out || config->struct_size < offsetof(plexus_comm_config_v1, oob) + sizeof(void*) ||
         config->size == 0 || config->rank >= config->size || config->timeout_ms <= 0) {
       WriteError(error_buf, error_len, "tcp comm_create: invalid configuration");
       return PLEXUS_ERR_INVALID_ARGUMENT;
@@ -144,19 +146,15 @@ int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
     auto transport = std::make_unique<SocketTransport>(config->rank, config->size, std::move(fds),
                                                        config->timeout_ms);
     Algo algo = Algo::kAuto;
-    if (ctx->host.get_config) {
-      char value[32] = "";
-      if (ctx->host.get_config(ctx->host.ctx, "PLEXUS_TCP_ALGO", value, sizeof value) >= 0) {
-        const std::string v = value;
-        if (v == "ring") {
-          algo = Algo::kRing;
-        } else if (v == "rd" || v == "recursive_doubling") {
-          algo = Algo::kRecursiveDoubling;
-        } else if (v != "auto" && !v.empty()) {
-          WriteError(error_buf, error_len,
-                     "tcp: PLEXUS_TCP_ALGO='" + v + "' is not one of auto, ring, rd");
-          return PLEXUS_ERR_INVALID_ARGUMENT;
-        }
+    if (const std::string v = CommSetting(ctx->host, *config, "PLEXUS_TCP_ALGO"); !v.empty()) {
+      if (v == "ring") {
+        algo = Algo::kRing;
+      } else if (v == "rd" || v == "recursive_doubling") {
+        algo = Algo::kRecursiveDoubling;
+      } else if (v != "auto") {
+        WriteError(error_buf, error_len,
+                   "tcp: PLEXUS_TCP_ALGO='" + v + "' is not one of auto, ring, rd");
+        return PLEXUS_ERR_INVALID_ARGUMENT;
       }
     }
     auto* comm = new plexus_comm;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,6 +22,13 @@ struct CommState {
   uint32_t local_rank = 0;
   std::chrono::milliseconds timeout{0};
   std::string name;
+  // CommunicatorOptions::config: this communicator's settings, ahead of the
+  // environment; the backend reads them through ConfigGetter (ABI 1.1).
+  std::map<std::string, std::string> config;
+
+  // plexus_comm_config_v1.get_config; ctx is the CommState. Thread-safe
+  // (config is not changed after creation).
+  static int64_t ConfigGetter(void* ctx, const char* key, char* buf, size_t len);
 
   // Requests of Works dropped while still running; completed and freed here.
   std::mutex orphans_mutex;

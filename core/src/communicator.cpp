@@ -1,9 +1,13 @@
 #include "plexus/communicator.hpp"
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
+
+#include <unistd.h>
 
 #include "comm_state.hpp"
 #include "plexus/log.hpp"
@@ -21,6 +25,25 @@ void CommState::AdoptOrphan(plexus_request* req) {
     return true;
   });
   orphans.push_back(req);
+}
+
+int64_t CommState::ConfigGetter(void* ctx, const char* key, char* buf, size_t len) {
+  auto* self = static_cast<CommState*>(ctx);
+  if (!self || !key) return -1;
+  std::string value;
+  if (auto it = self->config.find(key); it != self->config.end()) {
+    value = it->second;
+  } else if (const char* env = std::getenv(key)) {
+    value = env;
+  } else {
+    return -1;
+  }
+  if (buf && len > 0) {
+    const size_t n = std::min(len - 1, value.size());
+    std::memcpy(buf, value.data(), n);
+    buf[n] = '\0';
+  }
+  return int64_t(value.size());
 }
 
 CommState::~CommState() {
@@ -74,9 +97,10 @@ std::chrono::milliseconds TimeoutFromEnv() {
 std::mutex g_backends_mutex;
 std::map<std::string, std::shared_ptr<Backend>> g_backends;
 
-Status OpenBackend(const std::string& spec, const Job& job,
-                   const std::map<std::string, std::string>& config,
-                   std::shared_ptr<Backend>* out) {
+// The backend's host services see the environment only: a backend is
+// shared by every communicator of the process, and each communicator's own
+// settings reach comm_create through plexus_comm_config_v1.get_config.
+Status OpenBackend(const std::string& spec, const Job& job, std::shared_ptr<Backend>* out) {
   std::unique_ptr<LoadedLibrary> lib;
   Status st = ResolveBackend(spec, &lib);
   if (!st.ok()) return st;
@@ -86,16 +110,40 @@ Status OpenBackend(const std::string& spec, const Job& job,
     return Status::Ok();
   }
   const std::string path = lib->path();
-  auto host = std::make_unique<HostServices>(lib->table().name, job.local_address, config);
+  auto host = std::make_unique<HostServices>(PrintableText(lib->table().name), job.local_address,
+                                             std::map<std::string, std::string>{});
   st = Backend::Open(std::move(lib), std::move(host), out);
   if (st.ok()) g_backends[path] = *out;
   return st;
 }
 
+// A backend the user did not name: each candidate file of name is first
+// probed in a child process (a plugin that crashes in its entry or init must
+// not take the application down with it), then the first that survives is
+// opened here.
+Status OpenAutomatic(const std::string& name, const Job& job, std::shared_ptr<Backend>* out) {
+  std::string reasons;
+  for (const std::string& path : CandidatePaths(name)) {
+    if (access(path.c_str(), F_OK) != 0) continue;
+    {
+      std::lock_guard<std::mutex> lock(g_backends_mutex);
+      if (auto cached = g_backends[path]) {
+        *out = cached;
+        return Status::Ok();
+      }
+    }
+    Status st = ProbeInChild(path, std::chrono::seconds(20));
+    if (st.ok()) st = OpenBackend(path, job, out);
+    if (st.ok()) return st;
+    reasons += (reasons.empty() ? "" : "; ") + path + ": " + st.message();
+  }
+  if (reasons.empty()) return Status::InvalidArgument("no libplexus-" + name + ".so found");
+  return Status(PLEXUS_ERR_UNSUPPORTED, reasons);
+}
+
 // PLEXUS_BACKEND unset: rank 0 takes the first backend of kAutoBackendOrder
 // that loads and initialises, and tells the others, so all ranks agree.
 Status ChooseBackend(const Job& job, const std::string& comm_name,
-                     const std::map<std::string, std::string>& config,
                      std::chrono::milliseconds timeout, std::shared_ptr<Backend>* out) {
   const std::string key = comm_name + "/auto-backend";
   if (!job.has_rendezvous) {
@@ -103,7 +151,7 @@ Status ChooseBackend(const Job& job, const std::string& comm_name,
     // works here. Under mpirun that is the same one on every rank.
     std::string reasons;
     for (const std::string& name : kAutoBackendOrder) {
-      Status st = OpenBackend(name, job, config, out);
+      Status st = OpenAutomatic(name, job, out);
       if (st.ok()) return st;
       reasons += "\n  " + name + ": " + st.message();
     }
@@ -113,7 +161,7 @@ Status ChooseBackend(const Job& job, const std::string& comm_name,
   if (job.launch.rank == 0) {
     std::string reasons;
     for (const std::string& name : kAutoBackendOrder) {
-      Status st = OpenBackend(name, job, config, out);
+      Status st = OpenAutomatic(name, job, out);
       if (st.ok()) {
         LogLine(PLEXUS_LOG_INFO, "plexus",
                 "PLEXUS_BACKEND is not set; using '" + name + "' (" + (*out)->path() + ")");
@@ -130,7 +178,7 @@ Status ChooseBackend(const Job& job, const std::string& comm_name,
   if (!st.ok()) return st.WithContext("waiting for rank 0 to choose a backend");
   if (chosen.empty()) return Status::Unsupported("rank 0 found no usable backend");
   const std::string name(chosen.begin(), chosen.end());
-  st = OpenBackend(name, job, config, out);
+  st = OpenAutomatic(name, job, out);
   if (!st.ok()) return st.WithContext("rank 0 chose '" + name + "' but this rank cannot use it");
   return st;
 }
@@ -155,8 +203,9 @@ Communicator Communicator::from_env(const CommunicatorOptions& options) {
   if (spec.empty()) {
     if (const char* env = std::getenv("PLEXUS_BACKEND")) spec = env;
   }
-  st = spec.empty() ? ChooseBackend(*job, state->name, options.config, timeout, &state->backend)
-                    : OpenBackend(spec, *job, options.config, &state->backend);
+  state->config = options.config;
+  st = spec.empty() ? ChooseBackend(*job, state->name, timeout, &state->backend)
+                    : OpenBackend(spec, *job, &state->backend);
   if (!st.ok()) Throw(st);
 
   plexus_oob oob{job->store.get(), state->name + "/oob", l.rank, l.size};
@@ -170,6 +219,8 @@ Communicator Communicator::from_env(const CommunicatorOptions& options) {
   config.timeout_ms = timeout.count();
   config.name = state->name.c_str();
   config.oob = &oob;
+  config.get_config = &detail::CommState::ConfigGetter;
+  config.config_ctx = state.get();
   st = state->backend->CreateComm(config, &state->comm);
   if (!st.ok()) Throw(st, state->backend->name());
 

@@ -36,8 +36,8 @@ void Work::Finish(int32_t code) {
     request_ = nullptr;
     return;
   }
-  Status st =
-      comm_->backend->Describe(comm_->comm, code, what_ + (" on " + comm_->backend->name()));
+  Status st = comm_->backend->Describe(comm_->comm, code,
+                                       what_ + (" on " + comm_->backend->name()), request_);
   comm_->backend->FreeRequest(request_);
   request_ = nullptr;
   if (!st.ok()) throw Error(st.code(), comm_->backend->name(), st.message());

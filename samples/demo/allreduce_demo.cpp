@@ -15,6 +15,7 @@
 
 #include "plexus/launch_env.hpp"
 #include "plexus/plexus.hpp"
+#include "backend_calls.hpp"
 #include "plugin_loader.hpp"
 
 namespace {
@@ -27,15 +28,27 @@ average time per allreduce and the bus bandwidth. Launch it with plexus-run,
 mpirun, srun or torchrun --no-python; alone it runs as a single rank.
 )";
 
-// Backend names the demo tries: $PLEXUS_BACKEND, else every plugin file found.
-std::vector<std::string> Backends() {
-  if (const char* b = std::getenv("PLEXUS_BACKEND"); b && *b) return {b};
-  std::vector<std::string> names;
+struct Candidate {
+  std::string name;     // for the report
+  std::string spec;     // what CommunicatorOptions::backend gets
+  std::string skipped;  // why it is not tried, or ""
+};
+
+// Backends the demo tries: $PLEXUS_BACKEND, else every plugin file found.
+// Files nobody named are first run in a child process: one that crashes in
+// its entry function or init is reported and skipped, not fatal.
+std::vector<Candidate> Backends() {
+  if (const char* b = std::getenv("PLEXUS_BACKEND"); b && *b) return {{b, b, ""}};
+  std::vector<Candidate> found;
   for (const std::string& path : plexus::DiscoverPluginFiles()) {
     std::string file = std::filesystem::path(path).filename().string();
-    names.push_back(file.substr(10, file.size() - 13));  // libplexus-<name>.so
+    Candidate c{file.substr(10, file.size() - 13), path, ""};  // libplexus-<name>.so
+    if (plexus::Status st = plexus::ProbeInChild(path, std::chrono::seconds(20)); !st.ok()) {
+      c.skipped = st.message();
+    }
+    found.push_back(c);
   }
-  return names;
+  return found;
 }
 
 // This process's rank per the launcher, for printing once when no
@@ -119,9 +132,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   int failures = 0, ran = 0;
-  for (const std::string& b : backends) {
+  for (const Candidate& c : backends) {
+    const std::string& b = c.name;
+    if (!c.skipped.empty()) {
+      if (LaunchRank() == 0) std::printf("%-6s skipped: %s\n", b.c_str(), c.skipped.c_str());
+      continue;
+    }
     try {
-      if (!RunOne(b, count, iters)) ++failures;
+      if (!RunOne(c.spec, count, iters)) ++failures;
       ++ran;
     } catch (const plexus::Error& e) {
       // A backend found on disk but unusable here (MPI without mpirun, NCCL

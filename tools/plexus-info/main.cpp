@@ -1,6 +1,7 @@
 // plexus-info: which backends this installation can find, what each one can
 // do, and why any was rejected.
 #include <unistd.h>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -68,21 +69,29 @@ void PrintCaps(const plexus_capabilities& c) {
 }
 
 // Returns true when the plugin loaded and initialised.
+// Each plugin is first run in a child process: a plugin that crashes or hangs
+// in its entry function or init is reported, not fatal to this tool.
 bool Examine(const std::string& path) {
+  plexus::Status st = plexus::ProbeInChild(path, std::chrono::seconds(20));
+  if (!st.ok()) {
+    std::printf("REJECTED %s\n  reason: %s\n\n", path.c_str(), st.message().c_str());
+    return false;
+  }
   std::unique_ptr<plexus::LoadedLibrary> lib;
-  plexus::Status st = plexus::LoadBackendLibrary(path, &lib);
+  st = plexus::LoadBackendLibrary(path, &lib);
   if (!st.ok()) {
     std::printf("REJECTED %s\n  reason: %s\n\n", path.c_str(), st.message().c_str());
     return false;
   }
   const plexus_backend_v1& t = lib->table();
+  const std::string name = plexus::PrintableText(t.name);
   std::printf(
       "%s\n  file:         %s\n  ABI:          %u.%u (table %u bytes)\n"
       "  version:      %s\n",
-      t.name, path.c_str(), unsigned(t.abi_major), unsigned(t.abi_minor), lib->plugin_struct_size(),
-      t.version);
+      name.c_str(), path.c_str(), unsigned(t.abi_major), unsigned(t.abi_minor),
+      lib->plugin_struct_size(), plexus::PrintableText(t.version).c_str());
   auto host =
-      std::make_unique<plexus::HostServices>(t.name, "", std::map<std::string, std::string>{});
+      std::make_unique<plexus::HostServices>(name, "", std::map<std::string, std::string>{});
   std::shared_ptr<plexus::Backend> backend;
   st = plexus::Backend::Open(std::move(lib), std::move(host), &backend);
   if (!st.ok()) {

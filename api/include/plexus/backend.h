@@ -48,17 +48,37 @@ extern "C" {
  * function signature changes incompatibly; each major has its own entry symbol
  * and its own header section. The minor grows when fields are appended. */
 #define PLEXUS_ABI_MAJOR 1
-#define PLEXUS_ABI_MINOR 0
+#define PLEXUS_ABI_MINOR 1
 
 /* Name of the entry function of ABI major 1, for dlsym(). */
 #define PLEXUS_BACKEND_ENTRY_V1 "plexus_backend_get_v1"
+
+/* Put in front of the definition of the entry function (and of nothing else):
+ * it exports the function even under -fvisibility=hidden. The prototype at the
+ * end of this header then lets the compiler check its signature. */
+#if defined(__GNUC__) || defined(__clang__)
+#define PLEXUS_BACKEND_EXPORT __attribute__((visibility("default")))
+#else
+#define PLEXUS_BACKEND_EXPORT
+#endif
+
+/* History of major 1:
+ *  1.0  the first table.
+ *  1.1  plexus_comm_config_v1.get_config/config_ctx (each communicator's own
+ *       configuration) and plexus_backend_v1.request_error (an error string
+ *       per request). A 1.1 backend works with a 1.0 host and the reverse:
+ *       each side reads a 1.1 field only when struct_size says it is there. */
 
 /* ------------------------------------------------------------------------- */
 /* Status codes                                                              */
 /* ------------------------------------------------------------------------- */
 /* Every function that can fail returns an int32_t status: 0 is success, a
  * positive value means "not finished yet", a negative value is an error class.
- * The detail of an error is in the communicator's last-error string. */
+ * Only test() may return a positive value (PLEXUS_IN_PROGRESS); a positive
+ * value from any other function is a backend bug, and the host treats it as
+ * "not finished" (wait) or as PLEXUS_ERR_INTERNAL (everything else), never as
+ * success. The detail of an error is in request_error() (1.1) or else the
+ * communicator's last-error string. */
 #define PLEXUS_OK 0
 #define PLEXUS_IN_PROGRESS 1             /* request not complete; ask again */
 #define PLEXUS_ERR_INVALID_ARGUMENT (-1) /* a bad pointer, count, dtype, op, rank, ... */
@@ -187,11 +207,13 @@ typedef struct plexus_host_v1 {
    * thread-safe. May be NULL: a backend must then stay silent. */
   void (*log)(void* ctx, int32_t level, const char* message);
 
-  /* Looks up a configuration value (e.g. "PLEXUS_TIMEOUT" or a
-   * backend-specific "PLEXUS_TCP_ALGO"). Copies it NUL-terminated into
-   * buf[0..len) and returns its length (without NUL); returns -1 if the key is
-   * not set. A return >= len means it was truncated. Non-blocking;
-   * thread-safe. May be NULL: then nothing is configured. */
+  /* Looks up a PROCESS-wide configuration value (the environment), e.g. for
+   * init(). Copies it NUL-terminated into buf[0..len) and returns its length
+   * (without NUL); returns -1 if the key is not set. A return >= len means it
+   * was truncated. Non-blocking; thread-safe. May be NULL: then nothing is
+   * configured. Inside comm_create, read a communicator's settings with
+   * plexus_comm_config_v1.get_config (1.1) instead: it also sees the values
+   * the application gave that one communicator. */
   int64_t (*get_config)(void* ctx, const char* key, char* buf, size_t len);
 
   /* Out-of-band allgather among the ranks of the communicator that owns oob:
@@ -240,6 +262,16 @@ typedef struct plexus_comm_config_v1 {
    * NUL-terminated. Useful in log lines and error messages. */
   const char* name;
   plexus_oob* oob; /* this communicator's out-of-band channel; valid during comm_create only */
+
+  /* --- added in 1.1: read only if struct_size covers them --- */
+
+  /* This communicator's configuration: the values the application set for it
+   * (plexus::CommunicatorOptions::config), else the environment. Same
+   * contract as plexus_host_v1.get_config. Both pointers are owned by the
+   * host and stay valid until comm_destroy() of this communicator returns, so
+   * the backend may keep them. Non-blocking; thread-safe. May be NULL. */
+  int64_t (*get_config)(void* config_ctx, const char* key, char* buf, size_t len);
+  void* config_ctx; /* first argument of get_config; opaque */
 } plexus_comm_config_v1;
 
 /* ------------------------------------------------------------------------- */
@@ -251,15 +283,47 @@ typedef struct plexus_comm_config_v1 {
  *    (PLEXUS_OK), or fails with *req_out set to NULL and nothing posted.
  *  - Operations of one communicator run in the order they were posted; every
  *    rank must post the same collectives in the same order (send/recv pair up
- *    per peer in posting order).
+ *    per peer in posting order). A backend may keep any number of requests in
+ *    flight (capabilities.max_outstanding limits it) and completes them in
+ *    posting order.
  *  - Buffers stay owned by the caller and must stay valid and untouched
- *    (recvbuf unread) until the request completes.
- *  - test() never blocks; wait() blocks up to a timeout; request_free()
- *    releases a completed request. Requests are never freed by the backend.
- *  - count == 0 is valid and completes without moving data.
+ *    (recvbuf unread) until the request completes. Once a request has
+ *    completed -- successfully, with an error, or ABORTED -- the backend
+ *    never touches its buffers again.
+ *  - count == 0 is a real operation: it takes its place in the posting order
+ *    and completes, but a backend may complete it without talking to peers.
+ *    So every rank must post it with count 0 (a zero-count send pairs only
+ *    with a zero-count recv), and it never synchronises (it is no barrier).
  *  - In-place: passing sendbuf == recvbuf is allowed where documented if
  *    PLEXUS_CAP_IN_PLACE is set.
  *  - placement may be NULL (host memory, no stream).
+ *
+ * Request states:
+ *
+ *     post --OK--> PENDING --(completes)--> DONE(OK | error) --request_free--> gone
+ *                     |   test: IN_PROGRESS       test/wait: the same status every time
+ *                     |   wait: TIMEOUT (still PENDING)
+ *                     +--comm_abort--> DONE(ABORTED), promptly
+ *
+ * Two deadlines, not to be confused:
+ *  - plexus_comm_config_v1.timeout_ms is the OPERATION's: a pending
+ *    operation that makes no progress for that long completes (DONE) with
+ *    PLEXUS_ERR_TIMEOUT, or PLEXUS_ERR_REMOTE naming the peer it waited for,
+ *    whether or not anybody is waiting on it.
+ *  - wait(req, timeout_ms) bounds only the WAIT: when it expires, wait
+ *    returns PLEXUS_ERR_TIMEOUT and the request stays PENDING. test() tells
+ *    the two TIMEOUTs apart (IN_PROGRESS vs the final TIMEOUT).
+ *
+ * After a failure:
+ *  - A post that fails with INVALID_ARGUMENT or UNSUPPORTED posted nothing;
+ *    the communicator stays usable.
+ *  - After any other failure (a posted operation completed with REMOTE,
+ *    TIMEOUT, SYSTEM or INTERNAL; or ABORTED) the communicator is BROKEN:
+ *    later posts may fail (with the same class) and pending requests may
+ *    fail too. Only test, wait, request_free, request_error,
+ *    comm_last_error, comm_abort and comm_destroy remain meaningful; the
+ *    application makes a new communicator. (As in NCCL and MPI: a collective
+ *    that failed on one rank has left the others somewhere unknown.)
  */
 typedef struct plexus_backend_v1 {
   uint32_t struct_size; /* sizeof(plexus_backend_v1) as the backend was built */
@@ -295,35 +359,51 @@ typedef struct plexus_backend_v1 {
   int32_t (*comm_create)(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
                          plexus_comm** comm_out, char* error_buf, size_t error_len);
 
-  /* REQUIRED. Destroys comm. Every request of comm must have been freed. If
-   * operations are still running it aborts them first. BLOCKS until the
-   * backend's threads for comm have stopped. comm is invalid afterwards.
-   * Never fails. Not concurrently with any other call on comm. */
+  /* REQUIRED. Destroys comm. Precondition: every request of comm has
+   * completed and been freed (the host guarantees it: it aborts and drains
+   * pending requests first). A backend should still not hang if a buggy
+   * caller breaks this: it may abort what is left, but must not free
+   * requests the caller still holds. Does not talk to peers (a peer may be
+   * dead). BLOCKS until the backend's threads for comm have stopped, bounded.
+   * comm is invalid afterwards. Never fails. Not concurrently with any other
+   * call on comm. */
   void (*comm_destroy)(plexus_comm* comm);
 
   /* REQUIRED. Aborts comm: every pending request completes promptly with
-   * PLEXUS_ERR_ABORTED, later posts fail with PLEXUS_ERR_ABORTED. Does not
-   * wait for peers. Non-blocking (or bounded). Callable from ANY thread, also
-   * while another thread is inside wait() on a request of comm. Idempotent. */
+   * PLEXUS_ERR_ABORTED, later posts fail with PLEXUS_ERR_ABORTED, and the
+   * communicator is BROKEN. Once a request has completed so, its buffers are
+   * the caller's again (the backend has stopped reading and writing them).
+   * LOCAL: it neither waits for nor tells peers; they learn through their own
+   * failure detection (a closed connection, or their timeout_ms), and may
+   * report PLEXUS_ERR_REMOTE naming this rank. Non-blocking (or bounded).
+   * Callable from ANY thread, also while another thread is inside wait() on
+   * a request of comm. Idempotent; returns PLEXUS_OK. */
   int32_t (*comm_abort)(plexus_comm* comm);
 
   /* REQUIRED. Copies the most recent error message of comm, NUL-terminated,
    * into buf (owned by the caller, len bytes) and returns its full length
    * (without NUL); returns 0 and writes "" if there was none. Non-blocking.
    * Thread-safe. The message names the operation and, for remote failures,
-   * the peer rank. */
+   * the peer rank. Every failing call must leave a message: the host says
+   * "the backend gave no message" otherwise. With several requests failing
+   * it is only the latest; request_error (1.1) is per request. */
   size_t (*comm_last_error)(plexus_comm* comm, char* buf, size_t len);
 
-  /* REQUIRED. Non-blocking progress check: PLEXUS_OK when req completed
-   * successfully, PLEXUS_IN_PROGRESS when not yet, or the error it failed
-   * with (the same error on every later call). Any thread; not concurrently
-   * with request_free(req). */
+  /* REQUIRED. Non-blocking progress check (it may drive progress, but it
+   * never waits): PLEXUS_OK when req completed successfully,
+   * PLEXUS_IN_PROGRESS when not yet, or the error it failed with (the same
+   * error on every later call). Any thread; not concurrently with
+   * request_free(req). */
   int32_t (*test)(plexus_request* req);
 
-  /* REQUIRED. Blocks until req completes or timeout_ms elapses (0 = just
-   * test; negative = the communicator's timeout). Returns as test() does, but
-   * PLEXUS_ERR_TIMEOUT instead of PLEXUS_IN_PROGRESS when the wait timed out;
-   * the request then stays valid and pending. Any thread. */
+  /* REQUIRED. BLOCKS until req completes or timeout_ms elapses (0 = do not
+   * block; negative = the communicator's timeout_ms). Returns exactly one of:
+   * PLEXUS_OK (completed successfully), the negative status the request
+   * completed with, or PLEXUS_ERR_TIMEOUT while it is still pending -- never
+   * PLEXUS_IN_PROGRESS or another positive value, also not for timeout_ms 0.
+   * After a TIMEOUT the request stays valid and pending (ask test() to tell
+   * it from a request that completed with TIMEOUT). Any thread; several
+   * threads may wait on different requests of one communicator at once. */
   int32_t (*wait)(plexus_request* req, int64_t timeout_ms);
 
   /* REQUIRED. Releases a completed request (test/wait returned anything but
@@ -384,6 +464,17 @@ typedef struct plexus_backend_v1 {
   int32_t (*recv)(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype, uint32_t peer,
                   const plexus_placement* placement, plexus_request** req_out);
 
+  /* --- added in 1.1 --- */
+
+  /* Optional. Copies the error message req completed with (NUL-terminated,
+   * into buf of len bytes, owned by the caller) and returns its full length;
+   * returns 0 and writes "" if req succeeded or is pending. Per request, so
+   * two failures on two threads do not overwrite each other's text (as the
+   * one comm_last_error string may). Non-blocking; any thread; not
+   * concurrently with request_free(req). NULL = the host uses
+   * comm_last_error. */
+  size_t (*request_error)(plexus_request* req, char* buf, size_t len);
+
   /* New slots of major 1 are appended here, each under an "added in 1.N"
    * comment; the host reads one only if abi_minor >= N, the slot lies inside
    * struct_size, and it is non-NULL. */
@@ -393,9 +484,20 @@ typedef struct plexus_backend_v1 {
  * visibility. host_abi_minor is PLEXUS_ABI_MINOR of the calling host. Returns
  * PLEXUS_OK and a pointer to a table with static storage duration, or an
  * error (e.g. PLEXUS_ERR_UNSUPPORTED when the backend needs a newer host) and
- * *table_out = NULL. Non-blocking, no side effects; any thread. */
+ * *table_out = NULL. Non-blocking, no side effects; any thread.
+ *
+ * A backend defines it as
+ *     PLEXUS_BACKEND_EXPORT int32_t plexus_backend_get_v1(uint32_t host_abi_minor,
+ *                                                         const plexus_backend_v1** table_out)
+ * and the prototype below makes the compiler check that signature. Under
+ * -fvisibility=hidden a C++ backend still exports libstdc++'s template
+ * instances (weak symbols with default visibility); link with the version
+ * script that `pkg-config --libs plexus-backend` adds (it exports the entry
+ * function alone), or write one like it. */
 typedef int32_t (*plexus_backend_get_v1_fn)(uint32_t host_abi_minor,
                                             const plexus_backend_v1** table_out);
+PLEXUS_BACKEND_EXPORT int32_t plexus_backend_get_v1(uint32_t host_abi_minor,
+                                                    const plexus_backend_v1** table_out);
 
 #ifdef __cplusplus
 } /* extern "C" */
