@@ -70,7 +70,7 @@ def main():
     p.add_argument("--json", action="store_true")
     p.add_argument("--rows", type=int)
     p.add_argument("--wrong", choices=["zero", "nonzero"])
-    p.add_argument("--stdout")
+    p.add_argument("--stdout", action="append", default=[], help="regex; may be repeated")
     p.add_argument("--stderr")
     p.add_argument("command", nargs=argparse.REMAINDER)
     args = p.parse_args()
@@ -89,8 +89,9 @@ def main():
                 print(f"SKIP: exit status {proc.returncode}\n{(out + err)[-2000:]}")
                 return 77
             return fail(f"exit status {proc.returncode}, expected {args.exit}", out, err)
-        if args.stdout and not re.search(args.stdout, out, re.M):
-            return fail(f"stdout does not match {args.stdout!r}", out, err)
+        for pattern in args.stdout:
+            if not re.search(pattern, out, re.M):
+                return fail(f"stdout does not match {pattern!r}", out, err)
         if args.stderr and not re.search(args.stderr, err, re.M):
             return fail(f"stderr does not match {args.stderr!r}", out, err)
         if args.json:

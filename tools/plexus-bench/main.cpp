@@ -114,17 +114,23 @@ int Run(const BenchArgs& args) {
     return kExitRefused;
   }
 
-  Runner runner(comm, args);
+  RankTally tally(comm);
+  Runner runner(comm, args, tally);
   Report report(
       args, RunInfo{comm.backend_name(), comm.backend_version(), comm.backend_path(), comm.size()});
   // Every rank learns whether rank 0 can write the JSON file, so all stop together.
   const std::string json_error = lead ? report.CheckJsonWritable() : "";
-  if (runner.SumOverRanks(json_error.empty() ? 0 : 1) != 0) {
+  if (tally.Broadcast(json_error.empty() ? 0 : 1) != 0) {
     if (lead) std::fprintf(stderr, "plexus-bench: %s\n", json_error.c_str());
     return kExitRefused;
   }
   if (lead) {
     report.PrintHeader();
+    if (!tally.trusted() && comm.size() > 1) {
+      report.PrintNote("no rendezvous store (plain mpirun?): #wrong is gathered through the "
+                       "backend under test; set MASTER_ADDR/MASTER_PORT or use plexus-run for "
+                       "an independent check");
+    }
     for (const std::string& s : skipped) {
       report.PrintNote("skipped " + s + ": not supported by backend " + comm.backend_name());
     }

@@ -58,9 +58,10 @@ AlignedBuffer::~AlignedBuffer() {
   std::free(data_);
 }
 
-Runner::Runner(Communicator& comm, const BenchArgs& args)
+Runner::Runner(Communicator& comm, const BenchArgs& args, RankTally& tally)
     : comm_(comm),
       args_(args),
+      tally_(tally),
       rank_(comm.rank()),
       size_(comm.size()),
       send_(MovesData(args.collective) ? args.max_bytes : 0),
@@ -298,7 +299,11 @@ Cell Runner::MeasureCell(Placement p, DType t, ReduceOp op, const Shape& s) {
   cell.algbw_gbs = seconds > 0 ? double(s.bytes) / seconds / 1e9 : 0.0;
   cell.busbw_gbs = cell.algbw_gbs * BusFactor(args_.collective, size_);
   if (args_.check && args_.collective != Collective::Barrier) {
-    cell.wrong = int64_t(SumOverRanks(CheckOnce(p, t, op, s)));
+    const std::vector<uint64_t> all = tally_.Gather(CheckOnce(p, t, op, s));
+    uint64_t total = 0;
+    for (uint64_t w : all) total += w;
+    cell.wrong = int64_t(total);
+    if (rank_ == 0) cell.wrong_by_rank = all;
   }
   return cell;
 }

@@ -1,15 +1,18 @@
 // Measurement of one collective at one size, out of place and in place, the
 // way nccl-tests does it (see --help): warm-up, a barrier, a timed batch of
 // back-to-back operations, the per-rank time reduced with max over ranks, and
-// a separate checked operation whose wrong elements are summed over ranks.
+// a separate checked operation whose wrong elements are gathered from every
+// rank through the rendezvous store (RankTally), not the backend under test.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "bench_args.hpp"
 #include "plexus/plexus.hpp"
+#include "rank_tally.hpp"
 
 namespace plexus::bench {
 
@@ -19,7 +22,8 @@ struct Cell {
   double time_us = 0;
   double algbw_gbs = 0;
   double busbw_gbs = 0;
-  int64_t wrong = -1;  // summed over ranks; -1 = not checked
+  int64_t wrong = -1;  // on rank 0 summed over ranks, elsewhere this rank's; -1 = not checked
+  std::vector<uint64_t> wrong_by_rank;  // rank 0 only: each rank's count
 };
 
 struct Row {
@@ -53,7 +57,8 @@ class AlignedBuffer {
 // ownership of comm or args. Throws plexus::Error when an operation fails.
 class Runner {
  public:
-  Runner(Communicator& comm, const BenchArgs& args);
+  // Does not take ownership of tally either.
+  Runner(Communicator& comm, const BenchArgs& args, RankTally& tally);
 
   // One row: `size` bytes (rounded down as --help says) of dtype t with op.
   Row Measure(DType t, ReduceOp op, uint64_t size);
@@ -82,6 +87,7 @@ class Runner {
 
   Communicator& comm_;
   const BenchArgs& args_;
+  RankTally& tally_;
   const uint32_t rank_;
   const uint32_t size_;
   AlignedBuffer send_;

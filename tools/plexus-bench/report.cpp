@@ -72,11 +72,21 @@ std::string Number(double v) {
   return Format("%.9g", v);
 }
 
+std::string WrongByRank(const Cell& c) {
+  if (c.wrong_by_rank.empty()) return "";
+  std::string j = ", \"wrong_by_rank\": [";
+  for (size_t r = 0; r < c.wrong_by_rank.size(); ++r) {
+    j += (r ? ", " : "") + std::to_string(c.wrong_by_rank[r]);
+  }
+  return j + "]";
+}
+
 std::string CellJson(const Cell& c) {
   if (!c.present) return "null";
   return "{\"time_us\": " + Number(c.time_us) + ", \"algbw_gbs\": " + Number(c.algbw_gbs) +
          ", \"busbw_gbs\": " + Number(c.busbw_gbs) +
-         ", \"wrong\": " + (c.wrong < 0 ? std::string("null") : std::to_string(c.wrong)) + "}";
+         ", \"wrong\": " + (c.wrong < 0 ? std::string("null") : std::to_string(c.wrong)) +
+         WrongByRank(c) + "}";
 }
 
 }  // namespace
@@ -137,6 +147,21 @@ void Report::AddRow(const Row& row) {
                 std::to_string(row.count).c_str(), row.type.c_str(), row.redop.c_str(),
                 std::to_string(row.root).c_str());
   std::printf("%s%s%s\n", lead, CellText(row.out_of_place).c_str(), CellText(row.in_place).c_str());
+  // Which ranks were wrong: a backend may be right on rank 0 alone.
+  for (const auto& [cell, name] : {std::pair{&row.out_of_place, "out-of-place"},
+                                   std::pair{&row.in_place, "in-place"}}) {
+    if (!cell->present || cell->wrong <= 0) continue;
+    std::string ranks;
+    for (size_t r = 0; r < cell->wrong_by_rank.size(); ++r) {
+      if (cell->wrong_by_rank[r] == 0) continue;
+      ranks += (ranks.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + ": " +
+               std::to_string(cell->wrong_by_rank[r]);
+    }
+    if (!ranks.empty()) std::printf("#   wrong %s elements by rank: %s\n", name, ranks.c_str());
+    for (size_t r = 0; r < cell->wrong_by_rank.size(); ++r) {
+      if (cell->wrong_by_rank[r]) wrong_ranks_.insert(uint32_t(r));
+    }
+  }
   std::fflush(stdout);
   rows_.push_back(row);
   WriteJson(false);
@@ -168,8 +193,11 @@ double Report::average_busbw() const {
 
 void Report::Finish() {
   const uint64_t wrong = total_wrong();
-  std::printf("# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(wrong),
-              wrong == 0 ? "OK" : "FAILED");
+  std::string where;
+  for (uint32_t r : wrong_ranks_) where += (where.empty() ? " (on rank " : ", ") + std::to_string(r);
+  if (!where.empty()) where += ")";
+  std::printf("# Out of bounds values : %llu %s%s\n", static_cast<unsigned long long>(wrong),
+              wrong == 0 ? "OK" : "FAILED", where.c_str());
   std::printf("# Avg bus bandwidth    : %g\n", average_busbw());
   std::printf("#\n");
   std::fflush(stdout);

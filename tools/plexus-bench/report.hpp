@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,7 @@ class Report {
   const BenchArgs& args_;
   RunInfo info_;
   std::vector<Row> rows_;
+  std::set<uint32_t> wrong_ranks_;  // ranks with any wrong element so far
 };
 
 }  // namespace plexus::bench
