@@ -157,7 +157,13 @@ typedef uint32_t plexus_collective_t;
 /* Bits of plexus_capabilities.flags. */
 #define PLEXUS_CAP_IN_PLACE 0x1u       /* sendbuf == recvbuf accepted where documented */
 #define PLEXUS_CAP_STREAM_ORDERED 0x2u /* honours plexus_placement.stream */
-#define PLEXUS_CAP_ABORT 0x4u          /* comm_abort interrupts pending operations */
+/* comm_abort interrupts pending operations: once an aborted request has
+ * completed, the backend no longer touches its buffers. Without this flag
+ * (e.g. MPI, which cannot interrupt a collective) abort still completes every
+ * pending request promptly with PLEXUS_ERR_ABORTED, but the library underneath
+ * may go on using those buffers until the operation ends on its own or the
+ * process exits: the caller must keep them alive. */
+#define PLEXUS_CAP_ABORT 0x4u
 
 /* Thread levels, as in MPI, for plexus_capabilities.thread_level. */
 #define PLEXUS_THREAD_SERIALIZED 1u /* one thread at a time per communicator */
@@ -288,8 +294,9 @@ typedef struct plexus_comm_config_v1 {
  *    posting order.
  *  - Buffers stay owned by the caller and must stay valid and untouched
  *    (recvbuf unread) until the request completes. Once a request has
- *    completed -- successfully, with an error, or ABORTED -- the backend
- *    never touches its buffers again.
+ *    completed successfully the backend never touches its buffers again; the
+ *    same holds after an error or ABORTED if PLEXUS_CAP_ABORT is set (see
+ *    there for backends that cannot interrupt an operation).
  *  - count == 0 is a real operation: it takes its place in the posting order
  *    and completes, but a backend may complete it without talking to peers.
  *    So every rank must post it with count 0 (a zero-count send pairs only
@@ -371,8 +378,9 @@ typedef struct plexus_backend_v1 {
 
   /* REQUIRED. Aborts comm: every pending request completes promptly with
    * PLEXUS_ERR_ABORTED, later posts fail with PLEXUS_ERR_ABORTED, and the
-   * communicator is BROKEN. Once a request has completed so, its buffers are
-   * the caller's again (the backend has stopped reading and writing them).
+   * communicator is BROKEN. With PLEXUS_CAP_ABORT, once a request has
+   * completed so its buffers are the caller's again (the backend has stopped
+   * reading and writing them); without it, see PLEXUS_CAP_ABORT.
    * LOCAL: it neither waits for nor tells peers; they learn through their own
    * failure detection (a closed connection, or their timeout_ms), and may
    * report PLEXUS_ERR_REMOTE naming this rank. Non-blocking (or bounded).
