@@ -30,10 +30,11 @@ TcpComm::~TcpComm() {
   worker_.join();
 }
 
-void TcpComm::Complete(plexus_request* req, int32_t status) {
+void TcpComm::Complete(plexus_request* req, int32_t status, const std::string& error) {
   {
     std::lock_guard<std::mutex> lock(req->mutex);
     req->status = status;
+    if (status != PLEXUS_OK) req->error = error;
   }
   req->done_cv.notify_all();
 }
@@ -125,7 +126,7 @@ algos::Status TcpComm::RunP2P(PendingOp first) {
     });
     if (!st.ok()) {
       transport_->DropQueued();
-      for (PendingOp& a : active) Complete(a.req, st.code);
+      for (PendingOp& a : active) Complete(a.req, st.code, st.message);
       return st;
     }
     for (auto it = active.begin(); it != active.end();) {
@@ -147,7 +148,7 @@ void TcpComm::Execute(PendingOp op) {
   } else {
     algos::Status st = op.body(*transport_, op.sig);
     if (!st.ok()) RecordFailure(st);
-    Complete(op.req, st.code);
+    Complete(op.req, st.code, st.message);
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -182,8 +183,9 @@ void TcpComm::WorkerLoop() {
       op = std::move(queue_.front());
       queue_.pop_front();
       if (!broken_.ok()) {
+        const algos::Status broken = broken_;
         lock.unlock();
-        Complete(op.req, broken_.code);
+        Complete(op.req, broken.code, broken.message);
         continue;
       }
       running_ = true;

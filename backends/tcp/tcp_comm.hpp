@@ -31,6 +31,7 @@ struct plexus_request {
   std::mutex mutex;
   std::condition_variable done_cv;
   int32_t status = PLEXUS_IN_PROGRESS;  // guarded by mutex
+  std::string error;                    // why it failed (ABI 1.1 request_error); guarded by mutex
   int64_t default_timeout_ms = 0;
 };
 
@@ -83,7 +84,7 @@ class TcpComm {
   // more as they are posted, until none is left in flight.
   algos::Status RunP2P(PendingOp first);
   void RecordFailure(const algos::Status& st);
-  static void Complete(plexus_request* req, int32_t status);
+  static void Complete(plexus_request* req, int32_t status, const std::string& error = {});
 
   const plexus_host_v1& host_;
   const uint32_t rank_;

@@ -209,6 +209,20 @@ int32_t Wait(plexus_request* req, int64_t timeout_ms) {
   return done ? req->status : PLEXUS_ERR_TIMEOUT;
 }
 
+size_t RequestError(plexus_request* req, char* buf, size_t len) {
+  if (!req) {
+    WriteError(buf, len, "");
+    return 0;
+  }
+  try {
+    std::lock_guard<std::mutex> lock(req->mutex);
+    WriteError(buf, len, req->error);
+    return req->error.size();
+  } catch (...) {
+    return 0;
+  }
+}
+
 int32_t RequestFree(plexus_request* req) {
   if (!req) return PLEXUS_OK;
   {
@@ -427,6 +441,7 @@ const plexus_backend_v1 kTable = [] {
   t.test = Test;
   t.wait = Wait;
   t.request_free = RequestFree;
+  t.request_error = RequestError;
   t.allreduce = Allreduce;
   t.broadcast = Broadcast;
   t.allgather = Allgather;
