@@ -1,0 +1,65 @@
+// How the ranks talk to each other: the job's rendezvous store only.
+//
+// The backend under test never carries the suite's own traffic: a backend
+// that loses or corrupts data would otherwise corrupt the report about it,
+// and a broken communicator would stop the suite. Results, the capabilities
+// the check list is built from, and the small handshakes of the timing and
+// failure checks (barriers, "I have posted" flags) all go through the store,
+// under keys that start with "plexus-conformance/".
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "check.hpp"
+#include "plexus/rendezvous_store.hpp"
+#include "plexus/status.hpp"
+
+namespace plexus::conformance {
+
+class Exchange {
+ public:
+  // timeout bounds every store call that waits for another rank.
+  Exchange(RendezvousStore* store, uint32_t rank, uint32_t size, std::chrono::milliseconds timeout);
+
+  // After check seq: every rank publishes its outcome; rank 0 collects all of
+  // them into *all (a rank that does not report in time gets a FAIL saying
+  // so) and publishes whether the shared communicator must be replaced and
+  // whether to stop; every rank returns those two in *renew and *stop. Also
+  // keeps the ranks in step from check to check. With stop_on_failure, a
+  // failure on any rank stops every rank (a check the rest depends on).
+  Status Report(uint64_t seq, const Outcome& mine, std::vector<Outcome>* all, bool* renew,
+                bool* stop, bool stop_on_failure = false);
+  // Only publishes (for a rank that is about to exit; rank 0 still collects it).
+  Status Publish(uint64_t seq, const Outcome& mine);
+
+  // Waits until rank has published its outcome of check seq.
+  Status AwaitPublished(uint64_t seq, uint32_t rank, std::chrono::milliseconds timeout);
+
+  // Every rank calls it with the same name; returns when all have.
+  Status Barrier(const std::string& name);
+  // Waits until each rank in ranks has called Arrive(name).
+  Status Arrive(const std::string& name);
+  Status AwaitArrivals(const std::string& name, const std::vector<uint32_t>& ranks,
+                       std::chrono::milliseconds timeout);
+  // Whether anybody has called Raise(name) yet (never waits).
+  Status Raise(const std::string& name);
+  Status IsRaised(const std::string& name, bool* raised);
+
+  Status Set(const std::string& key, const std::string& value);
+  Status Get(const std::string& key, std::string* value, std::chrono::milliseconds timeout);
+
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+ private:
+  std::string Key(const std::string& suffix) const { return "plexus-conformance/" + suffix; }
+
+  RendezvousStore* store_;
+  uint32_t rank_;
+  uint32_t size_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace plexus::conformance

@@ -1,0 +1,39 @@
+// plexus-conformance: the suite an interconnect vendor points at a backend
+// plugin to learn whether it keeps the promises of plexus/backend.h.
+//
+//   plexus-conformance --backend ./libplexus-foo.so -n 4
+//
+// Why this tool calls plugin function pointers directly, unlike the host:
+// the host routes every call through one wrapper (plugins/backend_calls.*)
+// that refuses calls outside the capabilities before the plugin sees them,
+// normalises statuses the ABI forbids (a positive wait() result becomes
+// "still pending", a missing error message becomes "the backend gave no
+// message"), and supplies defaults for optional slots. That is right for
+// applications and exactly wrong here: it would mask the bugs this suite
+// exists to find. So the suite loads the plugin with the host's loader and
+// gives it the host's services -- the plugin runs in the environment it will
+// meet in production -- but then observes the raw table: every status,
+// *req_out, error string and timing is the plugin's own.
+//
+// The suite's own traffic (results, capabilities, handshakes) goes through
+// the job's rendezvous store, never through the backend under test, and
+// every wait is bounded, so a broken backend fails checks instead of
+// hanging or corrupting the report.
+//
+// Files: options (command line), self_launch (plexus-run when no launcher),
+// runner (the run), session (plugin, store, shared communicator), plugin
+// (loading and communicators), exchange (the store), report (rank 0's
+// output), watchdog, operation/requests/buffer/data (posting, bounded waits,
+// guard zones, exact inputs and results), elf_symbols, and the checks_*
+// files, one per family of checks.
+#include "options.hpp"
+#include "runner.hpp"
+#include "self_launch.hpp"
+
+int main(int argc, char** argv) {
+  using namespace plexus::conformance;
+  Options options;
+  if (const int status = ParseOptions(argc, argv, &options); status >= 0) return status;
+  if (NeedsLauncher()) return RelaunchUnderPlexusRun(options);
+  return RunRank(options);
+}
