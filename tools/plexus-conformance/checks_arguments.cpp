@@ -12,6 +12,7 @@
 
 #include "buffer.hpp"
 #include "check.hpp"
+#include "crash_report.hpp"
 #include "data.hpp"
 #include "plugin.hpp"
 #include "requests.hpp"
@@ -74,6 +75,7 @@ int32_t Invoke(Context& ctx, plexus_collective_t coll, const Args& a, Buffer& se
   plexus_comm* comm = ctx.comm();
   const void* s = a.null_send ? nullptr : send.data();
   void* r = a.null_recv ? nullptr : recv.data();
+  SetPhase("backend collective call with arguments it must refuse");
   const uint32_t root = a.root >= 0 ? uint32_t(a.root) : 0;
   const uint32_t right = a.root >= 0 ? uint32_t(a.root) : (ctx.rank + 1) % ctx.size;
   const uint32_t left = a.root >= 0 ? uint32_t(a.root) : (ctx.rank + ctx.size - 1) % ctx.size;

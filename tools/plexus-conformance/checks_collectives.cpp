@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "check.hpp"
+#include "crash_report.hpp"
 #include "data.hpp"
 #include "operation.hpp"
 #include "options.hpp"
@@ -85,6 +86,7 @@ Outcome RunCase(Context& ctx, const Case& c) {
   const plexus_dtype_t dt = c.dtype;
   Operation op(ctx, comm, dt);
   plexus_request* req = nullptr;
+  SetPhase("backend collective post");
 
   switch (c.coll) {
     case PLEXUS_COLL_ALLREDUCE: {

@@ -59,10 +59,10 @@ std::vector<uint32_t> AllButLast(uint32_t size) {
   return ranks;
 }
 
-std::string PostLate(Context& ctx, ScenarioComm& comm, const std::string& arrival, uint64_t count,
-                     plexus_dtype_t dtype) {
+std::string PostLate(Context& ctx, ScenarioComm& comm, const std::string& arrival,
+                     const std::vector<uint32_t>& active, uint64_t count, plexus_dtype_t dtype) {
   const auto wait_for_others = std::chrono::milliseconds(8 * comm.timeout_ms() + 60000);
-  Status st = ctx.exchange().AwaitArrivals(arrival, AllButLast(ctx.size), wait_for_others);
+  Status st = ctx.exchange().AwaitArrivals(arrival, active, wait_for_others);
   if (!st.ok()) return "the other ranks did not finish the scenario: " + st.message();
   Operation op(ctx, comm.get(), dtype);
   plexus_request* req = op.PostAllreduce(PLEXUS_OP_SUM, count, ctx.seq);

@@ -44,13 +44,13 @@ std::string CheckErrorStrings(Context& ctx, plexus_comm* comm, plexus_request* r
 // communicator's name).
 bool NamesRank(std::string text, const std::string& comm_name, uint32_t rank);
 
-// The rank that stayed silent in a scenario posts the same allreduce only
-// after the others reported (arrival name), so a backend that still runs
-// their operations in the background (as MPI must) can finish them and the
-// job stays consistent; then waits for it (bounded) and frees it. Returns
-// "" or a problem (its request never completed).
-std::string PostLate(Context& ctx, ScenarioComm& comm, const std::string& arrival, uint64_t count,
-                     plexus_dtype_t dtype);
+// A rank that stayed silent in a scenario posts the same allreduce only
+// after the ranks in `active` have finished it (they Arrive(arrival)), so a
+// backend that still runs their operations in the background (as MPI must)
+// can finish them and the job stays consistent; then waits for it (bounded)
+// and frees it. Returns "" or a problem (its request never completed).
+std::string PostLate(Context& ctx, ScenarioComm& comm, const std::string& arrival,
+                     const std::vector<uint32_t>& active, uint64_t count, plexus_dtype_t dtype);
 
 // The ranks other than the last: 0 .. size-2.
 std::vector<uint32_t> AllButLast(uint32_t size);
