@@ -174,8 +174,10 @@ std::vector<SearchDir> PluginSearchDirs() {
   // <libdir>/plexus, wherever the installed tree was put.
   const std::string self = SelfDirectory();
   if (SameDirectory(self, PLEXUS_BUILD_LIB_DIR)) {
-    if (*PLEXUS_INSTALLED_PLUGIN_DIR) dirs.push_back({PLEXUS_INSTALLED_PLUGIN_DIR, "installed"});
+    // The build tree's own plugins first: an older install under the same
+    // prefix must not shadow the backends built beside this libplexus.
     for (auto& d : Split(PLEXUS_BUILD_PLUGIN_DIRS, ':')) dirs.push_back({d, "build tree"});
+    if (*PLEXUS_INSTALLED_PLUGIN_DIR) dirs.push_back({PLEXUS_INSTALLED_PLUGIN_DIR, "installed"});
   } else if (!self.empty()) {
     dirs.push_back({self + "/plexus", "installed"});
   } else if (*PLEXUS_INSTALLED_PLUGIN_DIR) {

@@ -2,8 +2,9 @@
 //
 // Resolution of a backend spec (PLEXUS_BACKEND): a spec containing '/' is a
 // path and is the only candidate; a name N becomes libplexus-N.so, looked for
-// in every directory of PLEXUS_PLUGIN_PATH (":"-separated), then the installed
-// plugin directory, then the build tree's backend directories. The first that
+// in every directory of PLEXUS_PLUGIN_PATH (":"-separated), then (for a
+// libplexus running from its build tree) the build tree's backend
+// directories, then the installed plugin directory. The first that
 // loads wins; when none does, the error lists every path tried with the
 // reason (dlerror(), missing file, refused ABI, bad table).
 #pragma once

@@ -50,7 +50,13 @@ int32_t TcpComm::Enqueue(PendingOp op, plexus_request** req) {
   op.req = r;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!broken_.ok()) {
+    if (broken_.code == PLEXUS_ERR_ABORTED) {
+      // The ABI: posts after comm_abort fail at once, nothing posted.
+      last_error_ = "tcp " + DescribeOp(op.sig) + ": the communicator " + name_ +
+                    " was aborted; posts after abort fail";
+      delete r;
+      return PLEXUS_ERR_ABORTED;
+    } else if (!broken_.ok()) {
       // Posting still succeeds so the caller gets the error from the request,
       // like every other failure of an operation that was accepted.
       r->status = broken_.code;

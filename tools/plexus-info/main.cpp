@@ -24,8 +24,8 @@ arguments, only those backends (names or paths) are examined.
 
 Search path, in order:
   $PLEXUS_PLUGIN_PATH (':'-separated directories)
-  the installed plugin directory
-  the build tree's backend directories
+  the build tree's backend directories (only for a libplexus in its build tree)
+  the installed plugin directory (<libdir>/plexus, next to libplexus)
 
 Options:
   -h, --help     show this help and exit
