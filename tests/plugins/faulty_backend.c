@@ -39,7 +39,8 @@ struct plexus_request {
 
 static struct plexus_backend_ctx g_ctx;
 static struct plexus_comm g_comm;
-static struct plexus_request g_req;
+/* Unused in the variants that never make a request. */
+static struct plexus_request g_req __attribute__((unused));
 
 #if defined(VARIANT_CRASH_ENTRY) || defined(VARIANT_CRASH_INIT)
 static volatile int* g_null;
@@ -143,7 +144,7 @@ static int32_t Free(plexus_request* r) {
 static int32_t Allreduce(plexus_comm* comm, const void* send, void* recv, uint64_t count,
                          plexus_dtype_t dtype, plexus_reduce_op_t op,
                          const plexus_placement* where, plexus_request** req) {
-  (void)send, (void)count, (void)dtype, (void)op, (void)where;
+  (void)comm, (void)send, (void)recv, (void)count, (void)dtype, (void)op, (void)where;
 #if defined(VARIANT_NULL_REQUEST)
   *req = NULL;
   return PLEXUS_OK;
@@ -208,6 +209,7 @@ PLEXUS_BACKEND_EXPORT int32_t plexus_backend_get_v1(uint32_t host_abi_minor,
   g_table.struct_size = 0xFFFFFFFFu;
 #endif
 #if defined(VARIANT_NO_TABLE)
+  (void)g_table;
   *out = NULL;
 #else
   *out = &g_table;
