@@ -94,13 +94,86 @@ void AbandonLocked(plexus_request* req) {
   }
   if (a.requests.empty()) return;  // nothing of MPI's left: scratch can go with req
   a.scratch = std::move(req->scratch);
+  a.discards = std::move(req->discards);
   req->comm->ctx->Abandon(std::move(a));
+}
+
+// "1500 ms", for messages about the operation timeout.
+std::string Millis(int64_t ms) {
+  return std::to_string(ms) + " ms";
 }
 
 }  // namespace
 
+int TagKind(plexus_dtype_t dtype, plexus_reduce_op_t op) {
+  return int((uint32_t(dtype) % 32) * 8 + uint32_t(op) % 8);
+}
+
+void MatchRecvs(plexus_comm* comm, uint32_t peer) {
+  std::lock_guard<std::mutex> lock(comm->match_mutex);
+  if (peer >= comm->unmatched.size()) return;
+  std::deque<plexus_request*>& queue = comm->unmatched[peer];
+  while (!queue.empty()) {
+    plexus_request* req = queue.front();
+    std::lock_guard<std::mutex> guard(req->mutex);
+    while (req->status == PLEXUS_IN_PROGRESS && req->matched < req->to_match.size()) {
+      const plexus_request::RecvChunk chunk = req->to_match[req->matched];
+      MpiLock mpi_lock(*comm->ctx);
+      int flag = 0;
+      MPI_Message msg = MPI_MESSAGE_NULL;
+      MPI_Status st;
+      std::memset(&st, 0, sizeof st);
+      int rc = MPI_Improbe(int(peer), kP2pTag, comm->mpi, &flag, &msg, &st);
+      if (rc == MPI_SUCCESS && !flag) return;  // the rest has not arrived
+      MPI_Request r = MPI_REQUEST_NULL;
+      if (rc == MPI_SUCCESS) {
+        int got = 0;
+        if (MPI_Get_count(&st, req->type, &got) == MPI_SUCCESS && got == chunk.count) {
+          rc = MPI_Imrecv(chunk.buf, chunk.count, req->type, &msg, &r);
+        } else {
+          int bytes = 0;
+          MPI_Get_count(&st, MPI_BYTE, &bytes);
+          if (bytes == MPI_UNDEFINED || bytes < 0) bytes = 0;
+          auto discard = std::make_unique_for_overwrite<uint8_t[]>(size_t(bytes) + 1);
+          rc = MPI_Imrecv(discard.get(), bytes, MPI_BYTE, &msg, &r);
+          req->discards.push_back(std::move(discard));
+          if (req->mismatch.empty()) {
+            const size_t es = algos::DtypeSize(req->dtype);
+            req->mismatch = "rank " + std::to_string(peer) + " sent " +
+                            std::to_string(uint64_t(bytes) / (es ? es : 1)) + " " +
+                            algos::DtypeName(req->dtype) + " elements where " +
+                            std::to_string(chunk.count) +
+                            " were expected (send and recv counts disagree)";
+          }
+        }
+      }
+      if (rc != MPI_SUCCESS) {
+        // The recv fails; later recvs from peer match later messages.
+        req->mismatch = "MPI_Improbe/MPI_Imrecv failed: " + MpiErrorText(rc);
+        req->matched = req->to_match.size();
+        break;
+      }
+      req->pending.push_back(r);
+      ++req->matched;
+    }
+    req->queued = false;
+    queue.pop_front();
+    comm->ctx->queued_recvs.fetch_sub(1);
+  }
+}
+
+void Unqueue(plexus_request* req) {
+  plexus_comm* comm = req->comm;
+  std::lock_guard<std::mutex> lock(comm->match_mutex);
+  if (!req->queued) return;
+  std::erase(comm->unmatched[req->peer], req);
+  req->queued = false;
+  comm->ctx->queued_recvs.fetch_sub(1);
+}
+
 int32_t Progress(plexus_request* req) {
   plexus_comm* comm = req->comm;
+  if (comm->ctx->queued_recvs.load(std::memory_order_acquire) > 0) comm->ctx->MatchAllRecvs();
   // Every test and wait moves every own schedule of the process on (a peer
   // may need another of them finished before it can serve this one); an
   // in-progress own schedule is always among them, aborts included.
@@ -115,9 +188,10 @@ int32_t Progress(plexus_request* req) {
     return req->status;
   }
 
-  bool done = true;
-  int failed = MPI_SUCCESS;        // MPI error of a request
-  int short_count = -1, want = 0;  // a receive that delivered fewer elements
+  // A recv with chunks to match has not finished.
+  bool done = req->matched == req->to_match.size();
+  bool moved = false;        // an MPI request completed: progress
+  int failed = MPI_SUCCESS;  // MPI error of a request
   {
     MpiLock lock(*comm->ctx);
     for (size_t i = 0; i < req->pending.size(); ++i) {
@@ -134,25 +208,18 @@ int32_t Progress(plexus_request* req) {
         done = false;
         continue;
       }
-      if (req->expect[i] >= 0) {
-        int got = 0;
-        if (MPI_Get_count(&st, req->type, &got) == MPI_SUCCESS && got != req->expect[i]) {
-          short_count = got;
-          want = req->expect[i];
-          break;
-        }
-      }
+      moved = true;
     }
   }
+  // A mismatched message fails the recv once it is in (its buffer is ours).
+  const bool mismatched = done && !req->mismatch.empty();
 
-  if (failed != MPI_SUCCESS || short_count >= 0) {
+  if (failed != MPI_SUCCESS || mismatched) {
     std::string message = std::string("mpi ") + what;
     if (req->coll == PLEXUS_COLL_SEND) message += " to rank " + std::to_string(req->peer);
     if (req->coll == PLEXUS_COLL_RECV) message += " from rank " + std::to_string(req->peer);
-    if (short_count >= 0) {
-      message += ": rank " + std::to_string(req->peer) + " sent " + std::to_string(short_count) +
-                 " elements where " + std::to_string(want) +
-                 " were expected (send and recv counts disagree)";
+    if (failed == MPI_SUCCESS) {
+      message += ": " + req->mismatch;
       req->status = PLEXUS_ERR_REMOTE;
     } else {
       message += " failed in MPI: " + MpiErrorText(failed);
@@ -163,7 +230,36 @@ int32_t Progress(plexus_request* req) {
     AbandonLocked(req);
     return req->status;
   }
-  if (!done) return PLEXUS_IN_PROGRESS;
+  if (!done) {
+    const auto now = std::chrono::steady_clock::now();
+    if (moved) {
+      req->progress_at = now;
+    } else if (comm->timeout_ms > 0 &&
+               now - req->progress_at >= std::chrono::milliseconds(comm->timeout_ms)) {
+      // The operation timeout. MPI does not say which rank its collectives
+      // wait for; send and recv know their peer.
+      std::string message = std::string("mpi ") + what;
+      if (req->coll == PLEXUS_COLL_SEND || req->coll == PLEXUS_COLL_RECV) {
+        const std::string peer = "rank " + std::to_string(req->peer);
+        message += (req->coll == PLEXUS_COLL_SEND ? " to " : " from ") + peer +
+                   ": no progress for " + Millis(comm->timeout_ms) + " (timeout_ms): " + peer +
+                   (req->coll == PLEXUS_COLL_SEND ? " has not received it" : " has not sent it") +
+                   " (it may not have posted the matching " +
+                   (req->coll == PLEXUS_COLL_SEND ? "recv" : "send") + ", be slow, or be dead)";
+      } else {
+        message += ": no progress for " + Millis(comm->timeout_ms) +
+                   " (timeout_ms): some rank of the " + std::to_string(comm->size) +
+                   " has not posted this " + what +
+                   ", is slow or dead, or posted a different collective (MPI does not say "
+                   "which rank it waits for)";
+      }
+      req->status = PLEXUS_ERR_TIMEOUT;
+      comm->Break(PLEXUS_ERR_TIMEOUT, message);
+      AbandonLocked(req);
+      return req->status;
+    }
+    return PLEXUS_IN_PROGRESS;
+  }
 
   if (req->scratch && req->scratch_to && req->scratch_bytes) {
     std::memcpy(req->scratch_to, req->scratch.get(), req->scratch_bytes);
@@ -231,7 +327,7 @@ namespace {
 void HandOver(plexus_request* req, Abandoned a) {
   plexus_comm* comm = req->comm;
   req->schedules.clear();
-  if (a.schedules.empty() && a.requests.empty()) {
+  if (a.schedules.empty() && a.requests.empty() && a.discards.empty()) {
     if (req->scratch) comm->GiveScratch(std::move(req->scratch), req->scratch_capacity);
     return;
   }
@@ -254,8 +350,92 @@ void AbandonSchedules(plexus_request* req) {
 // plain requests (no further steps). sched_mutex held.
 void FailSchedules(plexus_request* req) {
   Abandoned a;
-  for (auto& s : req->schedules) s.TakeRequests(&a.requests);
+  for (auto& s : req->schedules) s.TakeRequests(&a.requests, &a.discards);
   HandOver(req, std::move(a));
+}
+
+// Receives the first message from peer with tag into a buffer of its own,
+// adding both to *keep (for the context to keep until MPI is done with
+// them; Abandon takes abandoned_mutex, which comes before the MPI lock).
+// MPI lock held.
+void DrainMessage(plexus_comm* comm, int peer, int tag, Abandoned* keep) {
+  int flag = 0;
+  MPI_Message msg = MPI_MESSAGE_NULL;
+  MPI_Status st;
+  std::memset(&st, 0, sizeof st);
+  if (MPI_Improbe(peer, tag, comm->mpi, &flag, &msg, &st) != MPI_SUCCESS || !flag) return;
+  int bytes = 0;
+  MPI_Get_count(&st, MPI_BYTE, &bytes);
+  if (bytes == MPI_UNDEFINED || bytes < 0) bytes = 0;
+  keep->comm = comm->mpi;
+  keep->discards.push_back(std::make_unique_for_overwrite<uint8_t[]>(size_t(bytes) + 1));
+  MPI_Request r = MPI_REQUEST_NULL;
+  if (MPI_Imrecv(keep->discards.back().get(), bytes, MPI_BYTE, &msg, &r) == MPI_SUCCESS) {
+    keep->requests.push_back(r);
+  }
+}
+
+// The operation timeout of an own schedule: names the rank the stalled step
+// waits for, and, when that rank's next message belongs to the same
+// allreduce with another dtype or op, says so (PLEXUS_ERR_REMOTE); otherwise
+// PLEXUS_ERR_TIMEOUT. Breaks the communicator with the message.
+// sched_mutex held.
+int32_t ScheduleTimeout(plexus_request* req) {
+  plexus_comm* comm = req->comm;
+  const char* what = algos::CollectiveName(req->coll);
+  std::string message = std::string("mpi ") + what + " #" + std::to_string(req->seq) + " (" +
+                        algos::DtypeName(req->dtype) + "): no progress for " +
+                        Millis(comm->timeout_ms) + " (timeout_ms)";
+  int32_t code = PLEXUS_ERR_TIMEOUT;
+  for (size_t k = 0; k < req->schedules.size(); ++k) {
+    const AllreduceSchedule& s = req->schedules[k];
+    bool receiving = false;
+    const int peer = s.WaitingFor(&receiving);
+    if (peer < 0) continue;
+    const std::string name = "rank " + std::to_string(peer);
+    message += std::string(": waiting for ") +
+               (receiving ? "a message from " + name : name + " to take a message") + " (step " +
+               std::to_string(s.steps_done() + 1) + " of " + std::to_string(s.step_count()) + ", " +
+               s.algorithm_name() + ")";
+    Abandoned drained;
+    if (receiving) {
+      // What is the peer sending instead? The first message it has queued
+      // for us, if any (MPI_Iprobe leaves it where it is).
+      int flag = 0;
+      MPI_Status st;
+      std::memset(&st, 0, sizeof st);
+      MpiLock lock(*comm->ctx);
+      if (MPI_Iprobe(peer, MPI_ANY_TAG, comm->mpi, &flag, &st) == MPI_SUCCESS && flag) {
+        const int64_t slot = comm->SlotOfTag(st.MPI_TAG);
+        if (st.MPI_TAG == kP2pTag) {
+          message += "; " + name + " sent a point-to-point message (send) instead";
+          code = PLEXUS_ERR_REMOTE;
+        } else if (slot == comm->TagSlot(req->seq + k)) {
+          const int kind = (st.MPI_TAG - kP2pTag - 1) % kTagKinds;
+          const auto dtype = plexus_dtype_t(kind / 8);
+          const auto op = plexus_reduce_op_t(kind % 8);
+          message += "; " + name + " posted this allreduce with dtype " + algos::DtypeName(dtype) +
+                     " and op " + algos::ReduceOpName(op) + ", this rank with " +
+                     algos::DtypeName(req->dtype) + " and " +
+                     algos::ReduceOpName(req->schedules[k].op()) +
+                     ": the ranks must post the same collectives with the same dtype, op and "
+                     "count";
+          code = PLEXUS_ERR_REMOTE;
+          // Take the peer's message off its hands (it times out the same
+          // way and takes ours), so that neither send stays pending forever.
+          DrainMessage(comm, peer, st.MPI_TAG, &drained);
+        }
+      }
+    }
+    if (!drained.discards.empty()) comm->ctx->Abandon(std::move(drained));
+    if (code == PLEXUS_ERR_TIMEOUT) {
+      message += "; " + name + " has not posted this allreduce, is slow or dead, or posted " +
+                 "a different collective";
+    }
+    break;
+  }
+  comm->Break(code, message);
+  return code;
 }
 
 void SetStatus(plexus_request* req, int32_t status) {
@@ -275,25 +455,58 @@ bool AdvanceRequest(plexus_request* req) {
   int rc = MPI_SUCCESS;
   const char* call = "";
   bool done = true;
+  size_t steps = 0;
+  const AllreduceSchedule* failed = nullptr;
   {
     MpiLock lock(*comm->ctx);
     for (auto& s : req->schedules) {
-      if (s.done()) continue;
-      rc = s.Advance(&call);
-      if (rc != MPI_SUCCESS) break;
-      if (!s.done()) done = false;
+      if (!s.done()) {
+        rc = s.Advance(&call);
+        if (rc != MPI_SUCCESS) {
+          failed = &s;
+          break;
+        }
+        if (!s.done()) done = false;
+      }
+      steps += s.steps_done();
     }
   }
   if (rc != MPI_SUCCESS) {
     int32_t code = StatusOfMpiError(rc);
     if (code == PLEXUS_OK) code = PLEXUS_ERR_SYSTEM;
-    comm->SetError(std::string("mpi ") + algos::CollectiveName(req->coll) + " failed in MPI (" +
-                   call + "): " + MpiErrorText(rc));
+    std::string message = std::string("mpi ") + algos::CollectiveName(req->coll) + " #" +
+                          std::to_string(req->seq) + " ";
+    if (!failed->error().empty()) {
+      message += "failed: " + failed->error();
+      code = PLEXUS_ERR_REMOTE;
+    } else {
+      message += std::string("failed in MPI (") + call + "): " + MpiErrorText(rc);
+    }
+    FailSchedules(req);
+    comm->Break(code, message);
+    SetStatus(req, code);
+    return true;
+  }
+  if (!done) {
+    const auto now = std::chrono::steady_clock::now();
+    if (steps != req->progress_steps) {
+      req->progress_steps = steps;
+      req->progress_at = now;
+      return false;
+    }
+    if (comm->timeout_ms <= 0 ||
+        now - req->progress_at < std::chrono::milliseconds(comm->timeout_ms)) {
+      return false;
+    }
+    // Unlike an abort, a timeout ends the schedules: what they have in MPI
+    // is kept until it completes, but no further step is posted, so that a
+    // message that will never come (a dead peer, another dtype) leaves
+    // nothing behind that would keep MPI_Finalize from running.
+    const int32_t code = ScheduleTimeout(req);
     FailSchedules(req);
     SetStatus(req, code);
     return true;
   }
-  if (!done) return false;
   req->schedules.clear();
   if (req->average && req->average_count) {
     algos::FinishAverage(req->average, req->average_count, req->dtype, comm->size);
@@ -405,7 +618,7 @@ size_t plexus_backend_ctx::ReapLocked() {
       if (s.done()) continue;
       const char* call = "";
       // A failure ends the schedule; what it has in MPI is then waited for.
-      if (s.Advance(&call) != MPI_SUCCESS) s.TakeRequests(&a.requests);
+      if (s.Advance(&call) != MPI_SUCCESS) s.TakeRequests(&a.requests, &a.discards);
       if (!s.done()) done = false;
     }
     for (MPI_Request& r : a.requests) {
@@ -430,6 +643,21 @@ size_t plexus_backend_ctx::ReapLocked() {
     return true;
   });
   return abandoned.size();
+}
+
+void plexus_backend_ctx::MatchAllRecvs() {
+  std::lock_guard<std::mutex> lock(comms_mutex);
+  for (plexus_comm* comm : comms) {
+    if (comm->aborted.load()) continue;
+    for (uint32_t peer = 0; peer < comm->size; ++peer) {
+      bool waiting = false;
+      {
+        std::lock_guard<std::mutex> match_lock(comm->match_mutex);
+        waiting = !comm->unmatched[peer].empty();
+      }
+      if (waiting) plexus::mpi::MatchRecvs(comm, peer);
+    }
+  }
 }
 
 void plexus_backend_ctx::Activate(plexus_request* req) {
@@ -508,9 +736,20 @@ int32_t plexus_comm::Usable(const char* what) {
   return broken_;
 }
 
-int plexus_comm::CollTag(uint64_t k) const {
-  const uint64_t span = uint64_t(std::max(ctx->tag_ub - plexus::mpi::kP2pTag, 1));
-  return plexus::mpi::kP2pTag + 1 + int(k < span ? k : k % span);
+int64_t plexus_comm::TagSlot(uint64_t k) const {
+  const uint64_t slots =
+      uint64_t(std::max((ctx->tag_ub - plexus::mpi::kP2pTag - 1) / plexus::mpi::kTagKinds, 1));
+  return int64_t(k % slots);
+}
+
+int64_t plexus_comm::SlotOfTag(int tag) const {
+  if (tag <= plexus::mpi::kP2pTag) return -1;
+  return (tag - plexus::mpi::kP2pTag - 1) / plexus::mpi::kTagKinds;
+}
+
+int plexus_comm::CollTag(uint64_t k, plexus_dtype_t dtype, plexus_reduce_op_t op) const {
+  return plexus::mpi::kP2pTag + 1 + int(TagSlot(k)) * plexus::mpi::kTagKinds +
+         plexus::mpi::TagKind(dtype, op);
 }
 
 std::unique_ptr<uint8_t[]> plexus_comm::TakeScratch(uint64_t bytes, uint64_t* capacity) {

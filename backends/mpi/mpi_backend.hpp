@@ -27,7 +27,9 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -60,7 +62,16 @@ struct Abandoned {
   std::vector<MPI_Request> requests;
   std::vector<AllreduceSchedule> schedules;
   std::unique_ptr<uint8_t[]> scratch;
+  std::vector<std::unique_ptr<uint8_t[]>> discards;  // mismatched messages still arriving
 };
+
+// The parts of an own schedule's tag: kP2pTag + 1 + slot * kTagKinds + kind,
+// where slot is the allreduce's sequence number (modulo what MPI_TAG_UB
+// allows) and kind encodes its dtype and op, so that allreduces that differ
+// in dtype or op never exchange messages (they time out, and the timeout
+// names the difference).
+constexpr int kTagKinds = 256;
+int TagKind(plexus_dtype_t dtype, plexus_reduce_op_t op);
 
 }  // namespace plexus::mpi
 
@@ -120,6 +131,18 @@ struct plexus_backend_ctx {
   std::vector<MPI_Comm> released;                 // guarded by abandoned_mutex
   std::atomic<size_t> abandoned_schedules{0};     // entries of abandoned with schedules
 
+  // Every communicator, for MatchAllRecvs; taken before any comm's
+  // match_mutex. queued_recvs counts the recvs of all of them that wait to
+  // be matched (cheap to read in every test/wait).
+  std::mutex comms_mutex;
+  std::vector<plexus_comm*> comms;  // guarded by comms_mutex
+  std::atomic<size_t> queued_recvs{0};
+  // Matches what has arrived for every queued recv of every communicator:
+  // run by every test/wait, since a peer may need this rank to take a
+  // message (a large send waits for its receiver) before it can serve the
+  // request being waited for.
+  void MatchAllRecvs();
+
   std::mutex sched_mutex;
   std::vector<plexus_request*> active;  // requests with running schedules; guarded by sched_mutex
   std::atomic<size_t> active_count{0};  // active.size(), read without the lock
@@ -164,9 +187,18 @@ struct plexus_comm {
   int32_t Usable(const char* what);
 
   // Tag of the k-th own schedule posted on this communicator (the same k on
-  // every rank): above kP2pTag, cycling below MPI_TAG_UB.
-  int CollTag(uint64_t k) const;
+  // every rank) for dtype and op: above kP2pTag, cycling below MPI_TAG_UB.
+  int CollTag(uint64_t k, plexus_dtype_t dtype, plexus_reduce_op_t op) const;
+  // The sequence slot of k in CollTag, and of a tag (-1: not an own tag).
+  int64_t TagSlot(uint64_t k) const;
+  int64_t SlotOfTag(int tag) const;
   std::atomic<uint64_t> coll_seq{0};  // schedules posted so far
+
+  // recv requests with chunks not matched yet, per peer, in posting order
+  // (MPI matches a peer's messages in order; so must we). Guarded by
+  // match_mutex, which is taken before any request's mutex.
+  std::mutex match_mutex;
+  std::vector<std::deque<plexus_request*>> unmatched;
 
   // One cached scratch buffer, so that in-place allreduces do not map and
   // fault in fresh memory every call. Take returns one of at least bytes
@@ -193,7 +225,21 @@ struct plexus_request {
 
   std::mutex mutex;                  // guards everything below
   std::vector<MPI_Request> pending;  // MPI_REQUEST_NULL once complete
-  std::vector<int> expect;           // recv: elements each MPI recv must deliver; else -1
+
+  // recv: the chunks (one MPI message each) not matched yet are
+  // to_match[matched..]; guarded by comm->match_mutex and mutex (both held
+  // to write). A chunk is matched with MPI_Improbe and received with
+  // MPI_Imrecv (see MatchRecvs), into a buffer of its own when the message
+  // has another size (mismatch then says so, and the recv fails with it).
+  struct RecvChunk {
+    void* buf;
+    int count;
+  };
+  std::vector<RecvChunk> to_match;
+  size_t matched = 0;
+  bool queued = false;  // in comm->unmatched[peer]; guarded by comm->match_mutex
+  std::string mismatch;
+  std::vector<std::unique_ptr<uint8_t[]>> discards;
   // Written under mutex; read without it where a stale value is harmless
   // (test/wait of own schedules, which AdvanceSchedules completes).
   std::atomic<int32_t> status{PLEXUS_IN_PROGRESS};
@@ -215,10 +261,27 @@ struct plexus_request {
   bool own_schedule = false;  // set before the request is published, never changed
 
   uint64_t bytes = 0;  // data one rank moves: how long wait() tests back to back
+
+  // The operation timeout (the communicator's timeout_ms without progress):
+  // when the request last moved (posted, an MPI request or a schedule step
+  // completed), and how many had completed then. Guarded by mutex (MPI
+  // requests) or ctx->sched_mutex (own schedules).
+  std::chrono::steady_clock::time_point progress_at;
+  size_t progress_steps = 0;
+  uint64_t seq = 0;  // own schedules: the first chunk's sequence number
   ~plexus_request();
 };
 
 namespace plexus::mpi {
+
+// Matches the messages from peer to comm's recvs waiting for them, oldest
+// first, as far as they have arrived (MPI_Improbe + MPI_Imrecv). Never a
+// plain MPI_Irecv: Open MPI 4.1 writes a message longer than the receive
+// buffer past its end (see AllreduceSchedule::Match). Takes
+// comm->match_mutex, then the requests' mutexes.
+void MatchRecvs(plexus_comm* comm, uint32_t peer);
+// Takes req (a recv) out of its communicator's queue of unmatched recvs.
+void Unqueue(plexus_request* req);
 
 // test(): progresses req without blocking; see the ABI's test().
 int32_t Progress(plexus_request* req);

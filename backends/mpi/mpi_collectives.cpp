@@ -32,6 +32,7 @@ class Posting {
     req_->coll = coll;
     req_->dtype = dtype;
     req_->type = dtype ? ToMpiType(dtype) : MPI_DATATYPE_NULL;
+    req_->progress_at = std::chrono::steady_clock::now();
   }
 
   plexus_request& req() { return *req_; }
@@ -39,10 +40,9 @@ class Posting {
 
   // Records the outcome of one MPI call that wrote *r (a pointer, so that the
   // call has written it before it is read: argument order is unspecified).
-  bool Add(int rc, const MPI_Request* r, const char* call, int expect = -1) {
+  bool Add(int rc, const MPI_Request* r, const char* call) {
     if (!Check(rc, call)) return false;
     req_->pending.push_back(*r);
-    req_->expect.push_back(expect);
     return true;
   }
   // Records the outcome of an MPI call without a request (datatypes).
@@ -161,6 +161,8 @@ int32_t PostAllreduceSchedules(plexus_comm* comm, const void* send, void* recv, 
   // The tags: the same sequence numbers on every rank, since every rank posts
   // the same allreduces (and so the same chunks) in the same order.
   const uint64_t seq = comm->coll_seq.fetch_add(chunks);
+  req->seq = seq;
+  req->progress_at = std::chrono::steady_clock::now();
   req->schedules.reserve(chunks);
   int rc = MPI_SUCCESS;
   const char* call = "";
@@ -179,7 +181,7 @@ int32_t PostAllreduceSchedules(plexus_comm* comm, const void* send, void* recv, 
       a.op_mpi = mop;
       a.type = req->type;
       a.comm = comm->mpi;
-      a.tag = comm->CollTag(seq + k);
+      a.tag = comm->CollTag(seq + k, dtype, op);
       a.rank = comm->rank;
       a.size = comm->size;
       a.scratch = req->scratch ? req->scratch.get() + scratch_off : nullptr;
@@ -198,7 +200,7 @@ int32_t PostAllreduceSchedules(plexus_comm* comm, const void* send, void* recv, 
     a.comm = comm->mpi;
     {
       MpiLock lock(*ctx);
-      for (auto& s : req->schedules) s.TakeRequests(&a.requests);
+      for (auto& s : req->schedules) s.TakeRequests(&a.requests, &a.discards);
     }
     // Either part of the operation is in MPI already, or this rank has used
     // tags its peers will use for their next allreduce: either way it is out
@@ -411,17 +413,29 @@ int32_t PostSend(plexus_comm* comm, const void* buf, uint64_t count, plexus_dtyp
 
 int32_t PostRecv(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype, uint32_t peer,
                  plexus_request** out) {
-  Posting p(comm, PLEXUS_COLL_RECV, dtype);
-  p.req().peer = peer;
+  auto req = std::make_unique<plexus_request>();
+  req->comm = comm;
+  req->coll = PLEXUS_COLL_RECV;
+  req->dtype = dtype;
+  req->type = ToMpiType(dtype);
+  req->peer = peer;
   const uint64_t es = algos::DtypeSize(dtype);
-  p.req().bytes = count * es;
-  const MPI_Datatype type = p.req().type;
+  req->bytes = count * es;
+  req->progress_at = std::chrono::steady_clock::now();
   ForEachChunk(count, comm->ctx->max_count, [&](uint64_t off, int n) {
-    MPI_Request r = MPI_REQUEST_NULL;
-    return p.Add(MPI_Irecv(At(buf, off * es), n, type, int(peer), kTag, comm->mpi, &r), &r,
-                 "MPI_Irecv", n);
+    req->to_match.push_back({At(buf, off * es), n});
+    return true;
   });
-  return p.Finish(out);
+  plexus_request* r = req.release();
+  {
+    std::lock_guard<std::mutex> lock(comm->match_mutex);
+    comm->unmatched[peer].push_back(r);
+    r->queued = true;
+    comm->ctx->queued_recvs.fetch_add(1);
+  }
+  MatchRecvs(comm, peer);  // what has arrived already
+  *out = r;
+  return PLEXUS_OK;
 }
 
 }  // namespace plexus::mpi

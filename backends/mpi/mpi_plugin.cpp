@@ -26,8 +26,8 @@
 #include <charconv>
 #include <chrono>
 #include <climits>
-#include <cstdlib>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
@@ -307,7 +307,8 @@ int32_t GetCapabilities(plexus_backend_ctx* ctx, plexus_capabilities* caps) {
 int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
                    plexus_comm** comm_out, char* error_buf, size_t error_len) {
   try {
-    if (!ctx || !config || !comm_out || config->struct_size < offsetof(plexus_comm_config_v1, oob) + sizeof(void*) ||
+    if (!ctx || !config || !comm_out ||
+        config->struct_size < offsetof(plexus_comm_config_v1, oob) + sizeof(void*) ||
         config->size == 0 || config->rank >= config->size || config->timeout_ms <= 0) {
       WriteError(error_buf, error_len, "mpi comm_create: invalid configuration");
       return PLEXUS_ERR_INVALID_ARGUMENT;
@@ -390,6 +391,11 @@ int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
     comm->size = config->size;
     comm->timeout_ms = config->timeout_ms;
     comm->name = name;
+    comm->unmatched.resize(comm->size);
+    {
+      std::lock_guard<std::mutex> lock(ctx->comms_mutex);
+      ctx->comms.push_back(comm);
+    }
     *comm_out = comm;
     return PLEXUS_OK;
   } catch (const std::exception& e) {
@@ -408,6 +414,16 @@ void CommDestroy(plexus_comm* comm) {
     MPI_Finalized(&finalized);
     // Requests left over (the ABI wants them freed first) stop here.
     comm->ctx->DropSchedules(comm);
+    {
+      std::lock_guard<std::mutex> comms_lock(comm->ctx->comms_mutex);
+      std::erase(comm->ctx->comms, comm);
+      std::lock_guard<std::mutex> lock(comm->match_mutex);
+      for (auto& queue : comm->unmatched) {
+        for (plexus_request* req : queue) req->queued = false;
+        comm->ctx->queued_recvs.fetch_sub(queue.size());
+      }
+      comm->unmatched.clear();
+    }
     if (!finalized && comm->mpi != MPI_COMM_NULL) {
       // Freed at once, or after operations an abort left in MPI finish.
       comm->ctx->ReleaseComm(comm->mpi);
@@ -459,6 +475,7 @@ int32_t RequestFree(plexus_request* req) {
       std::lock_guard<std::mutex> lock(req->mutex);
       if (req->status == PLEXUS_IN_PROGRESS) return PLEXUS_ERR_INVALID_USAGE;
     }
+    if (req->coll == PLEXUS_COLL_RECV) Unqueue(req);  // failed before all its messages came
     delete req;
     return PLEXUS_OK;
   } catch (...) {

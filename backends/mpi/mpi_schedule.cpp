@@ -62,6 +62,7 @@ AllreduceSchedule::AllreduceSchedule(const Args& args)
     : a_(args), es_(algos::DtypeSize(args.dtype)) {
   if (a_.size < 2 || a_.count == 0) return;
   if (UseRing(a_.count, es_, a_.size, a_.algorithm)) {
+    ring_ = true;
     PlanRing();
   } else {
     PlanRecursiveDoubling();
@@ -193,15 +194,7 @@ void AllreduceSchedule::PlanRing() {
 }
 
 int AllreduceSchedule::Post(const Step& s, const char** call) {
-  if (s.recv_from >= 0) {
-    const int rc =
-        MPI_Irecv(s.recv_buf, int(s.count), a_.type, s.recv_from, a_.tag, a_.comm, &reqs_[0]);
-    if (rc != MPI_SUCCESS) {
-      *call = "MPI_Irecv";
-      reqs_[0] = MPI_REQUEST_NULL;
-      return rc;
-    }
-  }
+  if (s.recv_from >= 0) matching_ = true;
   if (s.send_to >= 0) {
     const int rc =
         MPI_Isend(s.send_buf, int(s.send_count), a_.type, s.send_to, a_.tag, a_.comm, &reqs_[1]);
@@ -211,7 +204,42 @@ int AllreduceSchedule::Post(const Step& s, const char** call) {
       return rc;
     }
   }
-  return MPI_SUCCESS;
+  return matching_ ? Match(s, call) : MPI_SUCCESS;
+}
+
+int AllreduceSchedule::Match(const Step& s, const char** call) {
+  int flag = 0;
+  MPI_Message msg = MPI_MESSAGE_NULL;
+  MPI_Status st;
+  std::memset(&st, 0, sizeof st);
+  int rc = MPI_Improbe(s.recv_from, a_.tag, a_.comm, &flag, &msg, &st);
+  if (rc != MPI_SUCCESS) {
+    *call = "MPI_Improbe";
+    return rc;
+  }
+  if (!flag) return MPI_SUCCESS;
+  matching_ = false;
+  int got = 0;
+  if (MPI_Get_count(&st, a_.type, &got) == MPI_SUCCESS && got != MPI_UNDEFINED &&
+      uint64_t(got) == s.count) {
+    rc = MPI_Imrecv(s.recv_buf, int(s.count), a_.type, &msg, &reqs_[0]);
+  } else {
+    int bytes = 0;
+    MPI_Get_count(&st, MPI_BYTE, &bytes);
+    if (bytes == MPI_UNDEFINED || bytes < 0) bytes = 0;
+    discard_ = std::make_unique_for_overwrite<uint8_t[]>(size_t(bytes) + 1);
+    error_ = "rank " + std::to_string(s.recv_from) + " sent " +
+             std::to_string(uint64_t(bytes) / es_) + " " + algos::DtypeName(a_.dtype) +
+             " elements where this rank expects " + std::to_string(s.count) + " (step " +
+             std::to_string(next_) + " of " + std::to_string(steps_.size()) + ", " +
+             algorithm_name() + "): the ranks passed different counts";
+    rc = MPI_Imrecv(discard_.get(), bytes, MPI_BYTE, &msg, &reqs_[0]);
+  }
+  if (rc != MPI_SUCCESS) {
+    *call = "MPI_Imrecv";
+    reqs_[0] = MPI_REQUEST_NULL;
+  }
+  return rc;
 }
 
 int AllreduceSchedule::Start(const char** call) {
@@ -229,6 +257,11 @@ int AllreduceSchedule::Start(const char** call) {
 
 int AllreduceSchedule::Advance(const char** call) {
   while (!finished_) {
+    if (matching_) {
+      const int rc = Match(steps_[next_ - 1], call);
+      if (rc != MPI_SUCCESS) return rc;
+      if (matching_) return MPI_SUCCESS;
+    }
     int flag = 0;
     MPI_Status st[2];
     std::memset(st, 0, sizeof st);
@@ -243,18 +276,12 @@ int AllreduceSchedule::Advance(const char** call) {
       return rc;
     }
     if (!flag) return MPI_SUCCESS;
-    const Step done = steps_[next_ - 1];
-    if (done.recv_from >= 0) {
-      // MPI reports a longer message (MPI_ERR_TRUNCATE), not a shorter one,
-      // which ranks that disagree about the count could send.
-      int got = 0;
-      if (MPI_Get_count(&st[0], a_.type, &got) == MPI_SUCCESS && uint64_t(got) != done.count) {
-        *call =
-            "MPI_Irecv (a peer sent fewer elements than this rank expects: do the ranks "
-            "pass the same count?)";
-        return MPI_ERR_TRUNCATE;
-      }
+    if (discard_) {  // the mismatched message is in; nothing of this step is left in MPI
+      discard_.reset();
+      *call = "MPI_Improbe";
+      return MPI_ERR_TRUNCATE;
     }
+    const Step done = steps_[next_ - 1];
     if (done.inout) {
       const int rrc = MPI_Reduce_local(done.in, done.inout, int(done.count), a_.type, a_.op_mpi);
       if (rrc != MPI_SUCCESS) {
@@ -273,12 +300,30 @@ int AllreduceSchedule::Advance(const char** call) {
   return MPI_SUCCESS;
 }
 
-void AllreduceSchedule::TakeRequests(std::vector<MPI_Request>* out) {
+void AllreduceSchedule::TakeRequests(std::vector<MPI_Request>* out,
+                                     std::vector<std::unique_ptr<uint8_t[]>>* keep) {
   for (MPI_Request& r : reqs_) {
     if (r != MPI_REQUEST_NULL) out->push_back(r);
     r = MPI_REQUEST_NULL;
   }
+  if (discard_) keep->push_back(std::move(discard_));
+  matching_ = false;
   finished_ = true;
+}
+
+int AllreduceSchedule::WaitingFor(bool* receiving) const {
+  if (finished_ || next_ == 0) return -1;
+  const Step s = steps_[next_ - 1];
+  if (s.recv_from >= 0 && (matching_ || reqs_[0] != MPI_REQUEST_NULL)) {
+    *receiving = true;
+    return s.recv_from;
+  }
+  *receiving = false;
+  return s.send_to;
+}
+
+const char* AllreduceSchedule::algorithm_name() const {
+  return ring_ ? "ring" : "recursive doubling";
 }
 
 }  // namespace plexus::mpi

@@ -61,6 +61,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -107,10 +108,22 @@ class AllreduceSchedule {
   int Advance(const char** call);
   bool done() const { return finished_; }
 
-  // Moves the MPI requests still in flight into *out, after a failure: the
-  // schedule is finished (dead) afterwards. (An aborted schedule is not
-  // taken apart but kept running to its end, see Abandoned.)
-  void TakeRequests(std::vector<MPI_Request>* out);
+  // Moves the MPI requests still in flight into *out, and the memory they
+  // may still write into *keep, after a failure: the schedule is finished
+  // (dead) afterwards. (An aborted schedule is not taken apart but kept
+  // running to its end, see Abandoned.)
+  void TakeRequests(std::vector<MPI_Request>* out, std::vector<std::unique_ptr<uint8_t[]>>* keep);
+
+  // Steps completed so far: the operation's progress, for its timeout.
+  size_t steps_done() const { return finished_ ? steps_.size() : (next_ > 0 ? next_ - 1 : 0); }
+  size_t step_count() const { return steps_.size(); }
+  // The peer the current step waits for (a message from it, or the end of a
+  // send to it), -1 when none; *receiving says which.
+  int WaitingFor(bool* receiving) const;
+  // After Advance failed: what went wrong, in words (may be empty).
+  const std::string& error() const { return error_; }
+  const char* algorithm_name() const;
+  plexus_reduce_op_t op() const { return a_.op; }
 
  private:
   // One round: at most one message each way, then at most one reduction.
@@ -164,8 +177,21 @@ class AllreduceSchedule {
   void PlanRing();
   int Post(const Step& s, const char** call);
 
+  // Matches the current step's message with MPI_Improbe and receives it
+  // with MPI_Imrecv: into recv_buf when it has the expected size, otherwise
+  // into a buffer of its own size (the step then fails, naming both counts).
+  // Never a plain MPI_Irecv: Open MPI 4.1 writes a truncated message past
+  // the end of the receive buffer (measured: vader and tcp BTLs, all 96
+  // extra bytes of a 24-element overrun), so a peer with a larger count
+  // would corrupt this rank's memory.
+  int Match(const Step& s, const char** call);
+
   Args a_;
   size_t es_ = 0;
+  bool ring_ = false;
+  bool matching_ = false;               // the current step's message is not matched yet
+  std::unique_ptr<uint8_t[]> discard_;  // a mismatched message is received here
+  std::string error_;
   StepList steps_;
   size_t next_ = 0;  // steps_[next_ - 1] is in flight once Start() ran
   bool finished_ = false;

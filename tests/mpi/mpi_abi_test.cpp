@@ -10,7 +10,8 @@
 // UNSUPPORTED with a last error naming the collective; comm_create refuses a
 // rank/size that disagrees with MPI_COMM_WORLD; wait() with a timeout returns
 // TIMEOUT and leaves the request pending (request_free refuses it); send/recv
-// and allreduce count mismatches are REMOTE errors; comm_abort from another thread ends a
+// count mismatches are REMOTE errors that write nothing past the receive
+// buffer, and so are allreduce count and dtype mismatches; comm_abort from another thread ends a
 // wait() promptly with ABORTED and makes later posts fail; an aborted
 // collective that the peer completes later is cleaned up before MPI_Finalize.
 #include <dlfcn.h>
@@ -187,40 +188,83 @@ void TimeoutChecks(plexus_comm* comm, uint32_t rank) {
   }
 }
 
-// Send and recv counts that disagree are REMOTE errors on the receiver.
-void MismatchChecks(plexus_comm* comm, uint32_t rank) {
-  int32_t buf[5] = {1, 2, 3, 4, 5};
+// Send and recv counts that disagree are REMOTE errors on the receiver, and
+// a longer message never lands past the end of the receive buffer (Open MPI
+// 4.1 writes it there when it was posted with a plain MPI_Irecv).
+void RecvMismatchChecks(plexus_comm* comm, uint32_t rank) {
+  static int32_t big[4096];
   plexus_request* req = nullptr;
   if (rank == 1) {
-    for (uint64_t count : {3, 5}) {
-      Check(t->send(comm, buf, count, PLEXUS_DTYPE_INT32, 0, nullptr, &req) == PLEXUS_OK &&
+    for (int i = 0; i < 4096; ++i) big[i] = i;
+    for (uint64_t count : {3, 2048}) {
+      Check(t->send(comm, big, count, PLEXUS_DTYPE_INT32, 0, nullptr, &req) == PLEXUS_OK &&
                 WaitFree(req) == PLEXUS_OK,
             "send " + std::to_string(count));
     }
   } else {
-    t->recv(comm, buf, 5, PLEXUS_DTYPE_INT32, 1, nullptr, &req);
+    int32_t five[5] = {};
+    t->recv(comm, five, 5, PLEXUS_DTYPE_INT32, 1, nullptr, &req);
     Expect(comm, WaitFree(req), PLEXUS_ERR_REMOTE, "recv 5 of a 3-element send",
-           {"recv from rank 1", "sent 3 elements where 5 were expected"});
-    t->recv(comm, buf, 3, PLEXUS_DTYPE_INT32, 1, nullptr, &req);
-    Expect(comm, WaitFree(req), PLEXUS_ERR_REMOTE, "recv 3 of a 5-element send",
-           {"recv from rank 1", "MPI"});
+           {"recv from rank 1", "sent 3 int32 elements where 5 were expected"});
+    for (int32_t& x : big) x = -7;
+    t->recv(comm, big, 1024, PLEXUS_DTYPE_INT32, 1, nullptr, &req);
+    Expect(comm, WaitFree(req), PLEXUS_ERR_REMOTE, "recv 1024 of a 2048-element send",
+           {"recv from rank 1", "sent 2048 int32 elements where 1024 were expected"});
+    int written = 0;
+    for (int i = 1024; i < 4096; ++i) written += big[i] != -7;
+    Check(written == 0, "nothing written past the recv's 1024 elements (" +
+                            std::to_string(written) + " elements changed)");
   }
   Barrier(comm);
-  // Allreduce counts that disagree (3 on rank 0, 5 on rank 1): both fail as
-  // REMOTE, rank 0 on the longer message, rank 1 on the shorter one.
-  int32_t out[5] = {};
-  const uint64_t count = rank == 0 ? 3 : 5;
-  Check(t->allreduce(comm, buf, out, count, PLEXUS_DTYPE_INT32, PLEXUS_OP_SUM, nullptr, &req) ==
-            PLEXUS_OK,
-        "post an allreduce of " + std::to_string(count));
-  if (rank == 0) {
-    Expect(comm, WaitFree(req), PLEXUS_ERR_REMOTE, "allreduce of 3 against a peer's 5",
-           {"allreduce", "MPI_ERR_TRUNCATE"});
-  } else {
-    Expect(comm, WaitFree(req), PLEXUS_ERR_REMOTE, "allreduce of 5 against a peer's 3",
-           {"allreduce", "fewer elements than this rank expects"});
+}
+
+// Allreduces that disagree fail as REMOTE on both ranks, naming the
+// difference, and leave their communicator unusable (each runs on its own):
+// counts (1024 on rank 0, 2048 on rank 1) at once, without writing past
+// rank 0's buffer; dtypes (int32 against float32) after the communicator's
+// timeout_ms.
+void AllreduceMismatchChecks(plexus_backend_ctx* ctx, uint32_t rank) {
+  static int32_t in[2048], out[4096];
+  for (int32_t& x : in) x = 1;
+  for (int32_t& x : out) x = -7;
+  char why[512] = "";
+  {
+    plexus_comm_config_v1 cfg = Config(rank, 2, "abi-test/mismatch-count");
+    plexus_comm* c = nullptr;
+    Check(t->comm_create(ctx, &cfg, &c, why, sizeof why) == PLEXUS_OK, "comm for the count check");
+    const uint64_t count = rank == 0 ? 1024 : 2048;
+    plexus_request* req = nullptr;
+    Check(t->allreduce(c, in, out, count, PLEXUS_DTYPE_INT32, PLEXUS_OP_SUM, nullptr, &req) ==
+              PLEXUS_OK,
+          "post an allreduce of " + std::to_string(count));
+    const std::string want = rank == 0
+                                 ? "rank 1 sent 2048 int32 elements where this rank expects 1024"
+                                 : "rank 0 sent 1024 int32 elements where this rank expects 2048";
+    Expect(c, WaitFree(req), PLEXUS_ERR_REMOTE, "allreduce counts that disagree",
+           {"allreduce", want.c_str()});
+    int written = 0;
+    for (uint64_t i = count; i < 4096; ++i) written += out[i] != -7;
+    Check(written == 0, "nothing written past the allreduce's recvbuf (" + std::to_string(written) +
+                            " elements changed)");
+    Expect(c, t->barrier(c, &req), PLEXUS_ERR_REMOTE, "a post after the failed allreduce",
+           {"barrier", "unusable after an earlier failure"});
+    t->comm_destroy(c);
   }
-  Barrier(comm);
+  {
+    plexus_comm_config_v1 cfg = Config(rank, 2, "abi-test/mismatch-dtype");
+    cfg.timeout_ms = 1000;
+    plexus_comm* c = nullptr;
+    Check(t->comm_create(ctx, &cfg, &c, why, sizeof why) == PLEXUS_OK, "comm for the dtype check");
+    const plexus_dtype_t dtype = rank == 0 ? PLEXUS_DTYPE_INT32 : PLEXUS_DTYPE_FLOAT32;
+    plexus_request* req = nullptr;
+    Check(t->allreduce(c, in, out, 1024, dtype, PLEXUS_OP_SUM, nullptr, &req) == PLEXUS_OK,
+          "post an allreduce of one dtype");
+    const std::string want = rank == 0 ? "rank 1 posted this allreduce with dtype float32"
+                                       : "rank 0 posted this allreduce with dtype int32";
+    Expect(c, WaitFree(req, 10000), PLEXUS_ERR_REMOTE, "allreduce dtypes that disagree",
+           {"allreduce", want.c_str()});
+    t->comm_destroy(c);
+  }
 }
 
 // Rank 0's operations on comm2 never get a partner before it aborts comm2
@@ -347,7 +391,8 @@ int main(int argc, char** argv) {
   ArgumentChecks(comm, rank);
   Barrier(comm);
   TimeoutChecks(comm, rank);
-  MismatchChecks(comm, rank);
+  RecvMismatchChecks(comm, rank);
+  AllreduceMismatchChecks(ctx, rank);
   AbortChecks(ctx, comm, rank);
   Barrier(comm);
   t->comm_destroy(comm);

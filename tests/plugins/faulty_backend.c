@@ -142,8 +142,8 @@ static int32_t Free(plexus_request* r) {
 }
 #if !defined(VARIANT_CLAIMS_NULL_SLOT)
 static int32_t Allreduce(plexus_comm* comm, const void* send, void* recv, uint64_t count,
-                         plexus_dtype_t dtype, plexus_reduce_op_t op,
-                         const plexus_placement* where, plexus_request** req) {
+                         plexus_dtype_t dtype, plexus_reduce_op_t op, const plexus_placement* where,
+                         plexus_request** req) {
   (void)comm, (void)send, (void)recv, (void)count, (void)dtype, (void)op, (void)where;
 #if defined(VARIANT_NULL_REQUEST)
   *req = NULL;
