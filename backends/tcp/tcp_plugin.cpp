@@ -9,6 +9,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <string_view>
 
 #include "comm_setting.hpp"
 #include "mesh_connect.hpp"
@@ -78,9 +79,18 @@ int32_t CheckCommon(plexus_comm* comm, const char* what, uint64_t count, plexus_
                   where + "only host memory is supported (memory type " +
                       std::to_string(placement->memory_type) + ")");
   }
-  if (count > (uint64_t(1) << 62) / algos::DtypeSize(dtype)) {
+  // allgather, reduce_scatter and alltoall move count elements per rank:
+  // their byte size is count x element size x ranks, which must not wrap.
+  const bool per_rank = std::string_view(what) == "allgather" ||
+                        std::string_view(what) == "reduce_scatter" ||
+                        std::string_view(what) == "alltoall";
+  const uint64_t blocks = per_rank ? comm->impl->size() : 1;
+  if (count > (uint64_t(1) << 62) / algos::DtypeSize(dtype) / blocks) {
     return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT,
-                  where + "count " + std::to_string(count) + " is too large");
+                  where + "count " + std::to_string(count) + " is too large: count x " +
+                      std::to_string(algos::DtypeSize(dtype)) + " bytes" +
+                      (per_rank ? " x " + std::to_string(blocks) + " ranks" : std::string()) +
+                      " exceeds 2^62 bytes");
   }
   return PLEXUS_OK;
 }
@@ -127,7 +137,8 @@ void WriteError(char* buf, size_t len, const std::string& message) {
 int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
                    plexus_comm** comm_out, char* error_buf, size_t error_len) {
   try {
-    if (!ctx || !config || !comm_out || config->struct_size < offsetof(plexus_comm_config_v1, oob) + sizeof(void*) ||
+    if (!ctx || !config || !comm_out ||
+        config->struct_size < offsetof(plexus_comm_config_v1, oob) + sizeof(void*) ||
         config->size == 0 || config->rank >= config->size || config->timeout_ms <= 0) {
       WriteError(error_buf, error_len, "tcp comm_create: invalid configuration");
       return PLEXUS_ERR_INVALID_ARGUMENT;

@@ -313,6 +313,27 @@ std::vector<Check> ArgumentChecks(const plexus_capabilities& caps, uint32_t size
       a.root = size;
       invalid.push_back({"peer " + std::to_string(size) + " (out of range)", a});
     }
+    {
+      // Counts whose size in bytes does not fit the address space: a backend
+      // that multiplies count x element size (x ranks) without checking
+      // wraps around and then reads or writes far past the buffers.
+      const uint64_t es = ElementSize(dt);
+      const bool per_rank = coll == PLEXUS_COLL_ALLGATHER || coll == PLEXUS_COLL_ALLTOALL ||
+                            coll == PLEXUS_COLL_REDUCE_SCATTER;
+      Args a = base;
+      a.count = (uint64_t(1) << 63) / es;
+      invalid.push_back({"count " + std::to_string(a.count) + " (count x " + std::to_string(es) +
+                             " bytes is 2^63)",
+                         a});
+      if (per_rank && size > 1) {
+        Args b = base;
+        const uint64_t unit = uint64_t(size) * es;
+        b.count = ((uint64_t(1) << 63) + unit - 1) / unit;
+        invalid.push_back({"count " + std::to_string(b.count) + " (count x " + std::to_string(es) +
+                               " bytes x " + std::to_string(size) + " ranks reaches 2^63)",
+                           b});
+      }
+    }
     out.push_back(Make("arguments: " + name + " invalid arguments", coll, invalid, false));
   }
   return out;
