@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <string_view>
 
 namespace plexus::tcp {
 namespace {
@@ -138,6 +139,19 @@ algos::Status SocketTransport::Describe(int32_t code, const std::string& what, u
                     " (seen by rank " + std::to_string(rank_) + ")" + hint};
 }
 
+// EFAULT: the kernel could not read (send) or write (recv) this rank's own
+// buffer, a local error (typically a count larger than the buffer), not
+// the peer's.
+algos::Status SocketTransport::LocalBufferFault(const Transfer& t, const char* call) const {
+  const bool sending = std::string_view(call) == "send";
+  return {PLEXUS_ERR_SYSTEM,
+          "rank " + std::to_string(rank_) + "'s own buffer is not " +
+              (sending ? "readable" : "writable") + " (" + call + ": Bad address) at byte " +
+              std::to_string(t.done) + " of the " + std::to_string(t.bytes) + "-byte message " +
+              (sending ? "to" : "from") + " rank " + std::to_string(t.peer) + " during " +
+              DescribeOp(t.sig) + ": is the count larger than the buffer?"};
+}
+
 void SocketTransport::Post(Transfer* t) {
   t->header_done = 0;
   t->done = 0;
@@ -165,6 +179,7 @@ algos::Status SocketTransport::SendSome(Transfer& t, bool* progressed) {
   if (n < 0) {
     if (WouldBlock(errno)) return {};
     const int err = errno;
+    if (err == EFAULT) return LocalBufferFault(t, "send");
     // A peer that failed first sent its reason before closing: that says
     // more than the broken pipe its close left behind.
     algos::Status why = FailFrameWaiting(t.peer);
@@ -194,6 +209,7 @@ algos::Status SocketTransport::RecvSome(Transfer& t, bool* progressed) {
   } else {
     n = recv(fds_[t.peer], t.data + t.done, t.bytes - t.done, MSG_DONTWAIT);
   }
+  if (n < 0 && errno == EFAULT) return LocalBufferFault(t, "recv");
   if (n == 0 || (n < 0 && !WouldBlock(errno))) {
     const std::string why = n == 0 ? "closed the connection" : Errno("recv", errno);
     return Describe(PLEXUS_ERR_REMOTE, why, t.peer, t.sig, "; did it exit or crash?");

@@ -83,6 +83,7 @@ class SocketTransport final : public algos::PeerTransport {
   // After a send to peer failed: the reason in a FAIL frame the peer sent
   // before it went (waiting unread at a frame boundary), or OK if none.
   algos::Status FailFrameWaiting(uint32_t peer);
+  algos::Status LocalBufferFault(const Transfer& t, const char* call) const;
   algos::Status Describe(int32_t code, const std::string& what, uint32_t peer,
                          const algos::OpSignature& sig, const std::string& hint = "") const;
   // One non-blocking I/O attempt on the head transfer; sets *progressed.

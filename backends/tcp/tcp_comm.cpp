@@ -1,6 +1,7 @@
 #include "tcp_comm.hpp"
 
 #include <list>
+#include <new>
 
 #include "frame.hpp"
 #include "plexus/algos/dtype.hpp"
@@ -148,11 +149,25 @@ algos::Status TcpComm::RunP2P(PendingOp first) {
 }
 
 void TcpComm::Execute(PendingOp op) {
+  // An algorithm's scratch vectors may not fit in memory (bad_alloc): that
+  // fails the operation, never the process, and never crosses the ABI.
+  auto failure = [&](const char* why) {
+    return algos::Status(PLEXUS_ERR_SYSTEM, std::string("tcp ") +
+                                                algos::CollectiveName(op.sig.coll) + ": " + why +
+                                                " (count " + std::to_string(op.sig.count) + ")");
+  };
   if (!op.body) {
-    algos::Status st = RunP2P(std::move(op));
+    algos::Status st = RunP2P(std::move(op));  // (allocates list nodes only)
     if (!st.ok()) RecordFailure(st);
   } else {
-    algos::Status st = op.body(*transport_, op.sig);
+    algos::Status st;
+    try {
+      st = op.body(*transport_, op.sig);
+    } catch (const std::bad_alloc&) {
+      st = failure("out of memory for the algorithm's scratch buffers");
+    } catch (const std::exception& e) {
+      st = failure(e.what());
+    }
     if (!st.ok()) RecordFailure(st);
     Complete(op.req, st.code, st.message);
   }

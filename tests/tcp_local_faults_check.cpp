@@ -1,0 +1,33 @@
+// Failures that are this rank's own, reported as such and survived (the
+// hardening issue): a reduce_scatter whose count is far larger than its
+// buffers. On 2 ranks the kernel refuses to read the buffer (EFAULT), which
+// used to be reported as "rank 1 is unreachable (send: Bad address)"; on 3
+// the ring's scratch vectors cannot be allocated, which used to end the
+// process with an uncaught std::bad_alloc. Either way every rank must get an
+// error that says what happened, and go on living. Run under plexus-run with
+// PLEXUS_BACKEND=tcp; exits 0 when every rank saw what it should.
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "plexus/plexus.hpp"
+
+int main() {
+  auto comm = plexus::Communicator::from_env();
+  static char buf[64];
+  const uint64_t count = uint64_t(1) << 60;  // int8: 1 EiB in, far beyond buf
+  std::string error;
+  try {
+    comm.reduce_scatter(buf, buf + 32, count, plexus::DType::Int8, plexus::ReduceOp::Sum).wait();
+  } catch (const plexus::Error& e) {
+    error = e.what();
+  }
+  std::printf("rank %u: %s\n", comm.rank(), error.empty() ? "(no error)" : error.c_str());
+  const bool two = comm.size() == 2;
+  const std::string want = two ? "own buffer is not readable (send: Bad address)"
+                               : "out of memory for the algorithm's scratch buffers";
+  bool ok = error.find(want) != std::string::npos;
+  if (error.find("unreachable") != std::string::npos) ok = false;  // blamed on a peer
+  std::printf("rank %u: %s\n", comm.rank(), ok ? "ok" : ("FAILED: want '" + want + "'").c_str());
+  return ok ? 0 : 1;
+}
