@@ -1,6 +1,7 @@
 // Internal state behind plexus::Communicator and plexus::Work.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -29,6 +30,12 @@ struct CommState {
   // plexus_comm_config_v1.get_config; ctx is the CommState. Thread-safe
   // (config is not changed after creation).
   static int64_t ConfigGetter(void* ctx, const char* key, char* buf, size_t len);
+
+  // PLEXUS_DEBUG=detail (fingerprint_check.hpp): whether it is on, the mark
+  // of a post in progress, and the collectives compared so far.
+  bool debug_detail = false;
+  std::atomic<bool> posting{false};
+  uint64_t fingerprint_seq = 0;  // changed only while posting is held
 
   // Requests of Works dropped while still running; completed and freed here.
   std::mutex orphans_mutex;

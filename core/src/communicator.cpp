@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "comm_state.hpp"
+#include "fingerprint_check.hpp"
 #include "plexus/algos/dtype.hpp"
 #include "plexus/log.hpp"
 #include "plugin_loader.hpp"
@@ -208,6 +209,7 @@ Communicator Communicator::from_env(const CommunicatorOptions& options) {
   state->local_rank = l.local_rank;
   state->timeout = timeout;
   state->name = "plexus/" + std::to_string(job->next_comm++);
+  state->debug_detail = detail::DetailDebugEnabled();
 
   std::string spec = options.backend;
   if (spec.empty()) {
@@ -326,6 +328,26 @@ Status CheckBytes(const char* what, uint64_t count, DType dtype, uint64_t blocks
       " is more memory than a process can address (2^63 bytes or more)");
 }
 
+// What every collective checks before its backend sees it: the byte size
+// (blocks ranks' worth), and in PLEXUS_DEBUG=detail mode the fingerprints of
+// all ranks. guard must be held for the whole post.
+Status Prepare(detail::CommState& s, const detail::PostingGuard& guard, const char* what,
+               plexus_collective_t coll, uint64_t count, DType dtype, plexus_reduce_op_t op,
+               uint32_t root, uint64_t blocks) {
+  Status st = guard.status();
+  if (st.ok()) st = CheckBytes(what, count, dtype, blocks);
+  if (st.ok() && s.debug_detail) {
+    detail::Fingerprint f;
+    f.count = count;
+    f.coll = coll;
+    f.dtype = coll == PLEXUS_COLL_BARRIER ? 0 : Code(dtype);
+    f.op = op;
+    f.root = root;
+    st = detail::CheckFingerprints(s, f);
+  }
+  return st;
+}
+
 Status CheckRank(uint32_t rank, uint32_t size, const char* what) {
   if (rank < size) return Status::Ok();
   return Status::InvalidArgument(std::string(what) + " " + std::to_string(rank) +
@@ -338,7 +360,8 @@ Work Communicator::allreduce(const void* send, void* recv, uint64_t count, DType
                              const plexus_placement* where) {
   auto& s = state();
   plexus_request* req = nullptr;
-  Status st = CheckBytes("allreduce", count, dtype, 1);
+  detail::PostingGuard guard(s);
+  Status st = Prepare(s, guard, "allreduce", PLEXUS_COLL_ALLREDUCE, count, dtype, Code(op), 0, 1);
   if (st.ok()) {
     st = s.backend->Allreduce(s.comm, send, recv, count, Code(dtype), Code(op), where, &req);
   }
@@ -349,8 +372,11 @@ Work Communicator::broadcast(void* buf, uint64_t count, DType dtype, uint32_t ro
                              const plexus_placement* where) {
   auto& s = state();
   plexus_request* req = nullptr;
+  detail::PostingGuard guard(s);
   Status st = CheckRank(root, s.size, "broadcast root");
-  if (st.ok()) st = CheckBytes("broadcast", count, dtype, 1);
+  if (st.ok()) {
+    st = Prepare(s, guard, "broadcast", PLEXUS_COLL_BROADCAST, count, dtype, 0, root, 1);
+  }
   if (st.ok()) st = s.backend->Broadcast(s.comm, buf, count, Code(dtype), root, where, &req);
   return Start(st, req, "broadcast");
 }
@@ -359,8 +385,11 @@ Work Communicator::reduce(const void* send, void* recv, uint64_t count, DType dt
                           uint32_t root, const plexus_placement* where) {
   auto& s = state();
   plexus_request* req = nullptr;
+  detail::PostingGuard guard(s);
   Status st = CheckRank(root, s.size, "reduce root");
-  if (st.ok()) st = CheckBytes("reduce", count, dtype, 1);
+  if (st.ok()) {
+    st = Prepare(s, guard, "reduce", PLEXUS_COLL_REDUCE, count, dtype, Code(op), root, 1);
+  }
   if (st.ok()) {
     st = s.backend->Reduce(s.comm, send, recv, count, Code(dtype), Code(op), root, where, &req);
   }
@@ -371,7 +400,8 @@ Work Communicator::allgather(const void* send, void* recv, uint64_t count, DType
                              const plexus_placement* where) {
   auto& s = state();
   plexus_request* req = nullptr;
-  Status st = CheckBytes("allgather", count, dtype, s.size);
+  detail::PostingGuard guard(s);
+  Status st = Prepare(s, guard, "allgather", PLEXUS_COLL_ALLGATHER, count, dtype, 0, 0, s.size);
   if (st.ok()) st = s.backend->Allgather(s.comm, send, recv, count, Code(dtype), where, &req);
   return Start(st, req, "allgather");
 }
@@ -380,7 +410,9 @@ Work Communicator::reduce_scatter(const void* send, void* recv, uint64_t count, 
                                   ReduceOp op, const plexus_placement* where) {
   auto& s = state();
   plexus_request* req = nullptr;
-  Status st = CheckBytes("reduce_scatter", count, dtype, s.size);
+  detail::PostingGuard guard(s);
+  Status st = Prepare(s, guard, "reduce_scatter", PLEXUS_COLL_REDUCE_SCATTER, count, dtype,
+                      Code(op), 0, s.size);
   if (st.ok()) {
     st = s.backend->ReduceScatter(s.comm, send, recv, count, Code(dtype), Code(op), where, &req);
   }
@@ -391,7 +423,8 @@ Work Communicator::alltoall(const void* send, void* recv, uint64_t count, DType 
                             const plexus_placement* where) {
   auto& s = state();
   plexus_request* req = nullptr;
-  Status st = CheckBytes("alltoall", count, dtype, s.size);
+  detail::PostingGuard guard(s);
+  Status st = Prepare(s, guard, "alltoall", PLEXUS_COLL_ALLTOALL, count, dtype, 0, 0, s.size);
   if (st.ok()) st = s.backend->Alltoall(s.comm, send, recv, count, Code(dtype), where, &req);
   return Start(st, req, "alltoall");
 }
@@ -400,7 +433,9 @@ Work Communicator::send(const void* buf, uint64_t count, DType dtype, uint32_t p
                         const plexus_placement* where) {
   auto& s = state();
   plexus_request* req = nullptr;
-  Status st = CheckRank(peer, s.size, "send peer");
+  detail::PostingGuard guard(s);
+  Status st = guard.status();
+  if (st.ok()) st = CheckRank(peer, s.size, "send peer");
   if (st.ok()) st = CheckBytes("send", count, dtype, 1);
   if (st.ok()) st = s.backend->Send(s.comm, buf, count, Code(dtype), peer, where, &req);
   return Start(st, req, "send");
@@ -410,7 +445,9 @@ Work Communicator::recv(void* buf, uint64_t count, DType dtype, uint32_t peer,
                         const plexus_placement* where) {
   auto& s = state();
   plexus_request* req = nullptr;
-  Status st = CheckRank(peer, s.size, "recv peer");
+  detail::PostingGuard guard(s);
+  Status st = guard.status();
+  if (st.ok()) st = CheckRank(peer, s.size, "recv peer");
   if (st.ok()) st = CheckBytes("recv", count, dtype, 1);
   if (st.ok()) st = s.backend->Recv(s.comm, buf, count, Code(dtype), peer, where, &req);
   return Start(st, req, "recv");
@@ -419,7 +456,9 @@ Work Communicator::recv(void* buf, uint64_t count, DType dtype, uint32_t peer,
 Work Communicator::barrier() {
   auto& s = state();
   plexus_request* req = nullptr;
-  Status st = s.backend->Barrier(s.comm, &req);
+  detail::PostingGuard guard(s);
+  Status st = Prepare(s, guard, "barrier", PLEXUS_COLL_BARRIER, 0, DType::Float32, 0, 0, 1);
+  if (st.ok()) st = s.backend->Barrier(s.comm, &req);
   return Start(st, req, "barrier");
 }
 
