@@ -27,6 +27,7 @@
 #include "plexus/rendezvous_store.hpp"
 #include "plexus/status.hpp"
 // Internal header (test knobs); relative so no extra include path is needed.
+#include "../../core/src/store/log_limiter.hpp"
 #include "../../core/src/store/store_protocol.hpp"
 
 namespace plexus {
@@ -362,6 +363,51 @@ TEST_CASE("store: TcpStoreServer::Start and ConnectTcpStore take the secret from
   CHECK(none->Set("x", B("y"), 2s).code() == PLEXUS_ERR_INVALID_USAGE);
   // And the proper client keeps working.
   CheckServed(*client, "env-after");
+}
+
+}  // namespace plexus
+
+namespace plexus {
+
+TEST_CASE("store: 300 refused clients cost ten log lines, not 300 (the rest are counted)") {
+  StderrCapture log;
+  auto server = StartServer(kToken, 500ms);
+  const std::string http = "GET / HTTP/1.1\r\nHost: example\r\n\r\n";
+  for (int i = 0; i < 300; ++i) {
+    int fd = RawConnect(server->port());
+    REQUIRE(send(fd, http.data(), http.size(), MSG_NOSIGNAL) == ssize_t(http.size()));
+    CHECK(ClosedByPeerWithin(fd, 3s));
+    close(fd);
+  }
+  std::unique_ptr<RendezvousStore> good;  // still served
+  REQUIRE(Connect(server->port(), kToken, &good).ok());
+  CheckServed(*good, "after-the-flood");
+  const std::string text = log.Text();
+  size_t lines = 0;
+  for (size_t at = text.find("disconnecting client"); at != std::string::npos;
+       at = text.find("disconnecting client", at + 1)) {
+    ++lines;
+  }
+  CHECK(lines == 10);
+}
+
+TEST_CASE("LogLimiter: a burst per window, then one line saying how many were held back") {
+  using plexus::store::LogLimiter;
+  LogLimiter limiter(3, 10s);
+  const auto t0 = LogLimiter::Clock::now();
+  size_t printed = 0;
+  for (int i = 0; i < 100; ++i) printed += limiter.Add("refused " + std::to_string(i), t0).size();
+  CHECK(printed == 3);
+  CHECK(!limiter.Flush(t0 + 9s));
+  REQUIRE(limiter.FlushAt());
+  const auto summary = limiter.Flush(t0 + 10s);
+  REQUIRE(summary);
+  CHECK(Contains(*summary, "97 more like this in 10 s"));
+  CHECK(Contains(*summary, "(the last: refused 99)"));
+  CHECK(!limiter.Flush(t0 + 11s));  // said once
+  CHECK(!limiter.FlushAt());
+  // A new window: a new burst.
+  CHECK(limiter.Add("refused again", t0 + 12s) == std::vector<std::string>{"refused again"});
 }
 
 }  // namespace plexus

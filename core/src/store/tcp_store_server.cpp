@@ -46,6 +46,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "log_limiter.hpp"
 #include "plexus/auth/handshake.hpp"
 #include "plexus/log.hpp"
 #include "store_protocol.hpp"
@@ -208,6 +209,9 @@ class TcpStoreServerImpl final : public TcpStoreServer {
 
   // Owned by the server thread only.
   std::vector<std::unique_ptr<Client>> clients_;
+  // "disconnecting client ..." lines: strangers can cause any number of them.
+  LogLimiter disconnects_{10, std::chrono::seconds(10)};
+  void LogDisconnect(const std::string& text);
   std::unordered_map<std::string, Bytes> data_;
   Clock::time_point accept_resume_{};  // accepting is paused until then
 };
@@ -252,6 +256,7 @@ void TcpStoreServerImpl::RunLoop() {
       return;
     }
     now = Clock::now();
+    if (auto summary = disconnects_.Flush(now)) LogLine(*summary);
     if (rc > 0) {
       if (fds[0].revents != 0) return;  // Stop()
       if (fds[1].revents & POLLIN) AcceptAll(now);
@@ -296,8 +301,13 @@ void TcpStoreServerImpl::RunLoop() {
   }
 }
 
+void TcpStoreServerImpl::LogDisconnect(const std::string& text) {
+  for (const std::string& line : disconnects_.Add(text, Clock::now())) LogLine(line);
+}
+
 int TcpStoreServerImpl::PollTimeoutMs(Clock::time_point now) const {
   Clock::time_point wake = now + std::chrono::seconds(60);
+  if (auto at = disconnects_.FlushAt()) wake = std::min(wake, *at);
   if (now < accept_resume_) wake = std::min(wake, accept_resume_);
   for (const auto& c : clients_) {
     if (c->Runnable()) return 0;
@@ -441,7 +451,7 @@ bool TcpStoreServerImpl::RefuseUnauthenticated(Client& c, const FrameHeader& h) 
     Disconnect(c, why);
     return false;
   }
-  LogLine("disconnecting client " + c.peer + ": " + why);
+  LogDisconnect("disconnecting client " + c.peer + ": " + why);
   c.refusal_logged = true;
   return true;  // read the (small) frame in full, then Execute answers and closes
 }
@@ -482,7 +492,7 @@ void TcpStoreServerImpl::ExecuteHandshake(Client& c, Clock::time_point now) {
     case auth::Responder::Outcome::kRefused:
       c.responder.reset();
       if (has_reply) {
-        LogLine("disconnecting client " + c.peer + ": refused: it " + why);
+        LogDisconnect("disconnecting client " + c.peer + ": refused: it " + why);
         c.close_after_output = true;
       } else {
         Disconnect(c, "refused: it " + why);
@@ -633,7 +643,7 @@ void TcpStoreServerImpl::ExpireDeadlines(Clock::time_point now) {
 
 void TcpStoreServerImpl::Disconnect(Client& c, const std::string& reason) {
   if (c.closed) return;
-  if (!reason.empty()) LogLine("disconnecting client " + c.peer + ": " + reason);
+  if (!reason.empty()) LogDisconnect("disconnecting client " + c.peer + ": " + reason);
   c.closed = true;
   c.parked = false;
   // The fd is closed when the client is erased at the end of the loop turn, so
