@@ -48,11 +48,12 @@ bool Has(const std::string& text, const std::string& part) {
 TEST_CASE("wait(0) answered with PLEXUS_IN_PROGRESS never completes the request early") {
   auto comm = Open("wait0inprogress");
   float value = 0.0f;
-  plexus::Work work = comm.allreduce(&value, &value, 1, plexus::DType::Float32, plexus::ReduceOp::Sum);
+  plexus::Work work =
+      comm.allreduce(&value, &value, 1, plexus::DType::Float32, plexus::ReduceOp::Sum);
   auto [code, text] = Thrown([&] { work.wait(std::chrono::milliseconds(0)); });
   CHECK(code == PLEXUS_ERR_TIMEOUT);  // still pending: a timeout, not a failure
   CHECK(Has(text, "still pending"));
-  CHECK(!work.test());                // and the request is still there
+  CHECK(!work.test());  // and the request is still there
   work.wait();
   CHECK(value == 2.0f);  // the finished result, not the unfinished buffer
 }
@@ -112,8 +113,8 @@ TEST_CASE("each communicator's configuration reaches the backend") {
   for (const char* value : {"first", "second", "third"}) {
     auto comm = Open("configecho", {{"PLEXUS_T_ECHO", value}});
     float x = 1.0f;
-    auto [code, text] = Thrown(
-        [&] { comm.allreduce(&x, &x, 1, plexus::DType::Float32, plexus::ReduceOp::Sum); });
+    auto [code, text] =
+        Thrown([&] { comm.allreduce(&x, &x, 1, plexus::DType::Float32, plexus::ReduceOp::Sum); });
     CHECK(code == PLEXUS_ERR_INVALID_USAGE);
     CHECK_MESSAGE(Has(text, std::string("echo:") + value), text);
   }
@@ -133,7 +134,8 @@ TEST_CASE("a plugin that crashes in its entry function or init is named, not fat
 
 TEST_CASE("automatic selection skips a plugin that crashes and takes the next") {
   // A broken vendor build installed as libplexus-ucx.so, first on the path.
-  const auto dir = std::filesystem::temp_directory_path() / ("plexus-crash-" + std::to_string(getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("plexus-crash-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   std::filesystem::create_symlink(Faulty("crashinit"), dir / "libplexus-ucx.so");
   setenv("PLEXUS_PLUGIN_PATH", dir.c_str(), 1);
@@ -143,6 +145,29 @@ TEST_CASE("automatic selection skips a plugin that crashes and takes the next") 
   // the search path (the build tree's), never the crashing one.
   CHECK(comm.backend_name() != "faulty");
   CHECK_MESSAGE(comm.backend_path().find(dir.string()) == std::string::npos, comm.backend_path());
+  unsetenv("PLEXUS_PLUGIN_PATH");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a plugin that hangs in init is given up on: probed with a deadline, then skipped") {
+  plexus::Status st = plexus::ProbeInChild(Faulty("hanginit"), std::chrono::milliseconds(1000));
+  CHECK(st.code() == PLEXUS_ERR_TIMEOUT);
+  CHECK_MESSAGE(Has(st.message(), "hung in its init (no answer within 1000 ms"), st.message());
+  // Automatic selection probes with the job's timeout (here 2 s) and moves on.
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("plexus-hang-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::create_symlink(Faulty("hanginit"), dir / "libplexus-ucx.so");
+  setenv("PLEXUS_PLUGIN_PATH", dir.c_str(), 1);
+  unsetenv("PLEXUS_BACKEND");
+  plexus::CommunicatorOptions o;
+  o.timeout = std::chrono::seconds(2);
+  const auto start = std::chrono::steady_clock::now();
+  auto comm = plexus::Communicator::from_env(o);
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK(comm.backend_name() != "faulty");
+  CHECK_MESSAGE(comm.backend_path().find(dir.string()) == std::string::npos, comm.backend_path());
+  CHECK(took < std::chrono::seconds(15));
   unsetenv("PLEXUS_PLUGIN_PATH");
   std::filesystem::remove_all(dir);
 }

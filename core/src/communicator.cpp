@@ -133,7 +133,8 @@ Status OpenBackend(const std::string& spec, const Job& job, std::shared_ptr<Back
 // probed in a child process (a plugin that crashes in its entry or init must
 // not take the application down with it), then the first that survives is
 // opened here.
-Status OpenAutomatic(const std::string& name, const Job& job, std::shared_ptr<Backend>* out) {
+Status OpenAutomatic(const std::string& name, const Job& job, std::chrono::milliseconds timeout,
+                     std::shared_ptr<Backend>* out) {
   std::string reasons;
   for (const std::string& path : CandidatePaths(name)) {
     if (access(path.c_str(), F_OK) != 0) continue;
@@ -144,7 +145,10 @@ Status OpenAutomatic(const std::string& name, const Job& job, std::shared_ptr<Ba
         return Status::Ok();
       }
     }
-    Status st = ProbeInChild(path, std::chrono::seconds(20));
+    // A plugin that hangs in its entry function or init is given up on after
+    // the job's timeout (at most 20 s), like every other wait.
+    Status st =
+        ProbeInChild(path, std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(20)));
     if (st.ok()) st = OpenBackend(path, job, out);
     if (st.ok()) return st;
     reasons += (reasons.empty() ? "" : "; ") + path + ": " + st.message();
@@ -163,7 +167,7 @@ Status ChooseBackend(const Job& job, const std::string& comm_name,
     // works here. Under mpirun that is the same one on every rank.
     std::string reasons;
     for (const std::string& name : kAutoBackendOrder) {
-      Status st = OpenAutomatic(name, job, out);
+      Status st = OpenAutomatic(name, job, timeout, out);
       if (st.ok()) return st;
       reasons += "\n  " + name + ": " + st.message();
     }
@@ -172,7 +176,7 @@ Status ChooseBackend(const Job& job, const std::string& comm_name,
   if (job.launch.rank == 0) {
     std::string reasons;
     for (const std::string& name : kAutoBackendOrder) {
-      Status st = OpenAutomatic(name, job, out);
+      Status st = OpenAutomatic(name, job, timeout, out);
       if (st.ok()) {
         LogLine(PLEXUS_LOG_INFO, "plexus",
                 "PLEXUS_BACKEND is not set; using '" + name + "' (" + (*out)->path() + ")");
@@ -189,7 +193,7 @@ Status ChooseBackend(const Job& job, const std::string& comm_name,
   if (!st.ok()) return st.WithContext("waiting for rank 0 to choose a backend");
   if (chosen.empty()) return Status::Unsupported("rank 0 found no usable backend");
   const std::string name(chosen.begin(), chosen.end());
-  st = OpenAutomatic(name, job, out);
+  st = OpenAutomatic(name, job, timeout, out);
   if (!st.ok()) return st.WithContext("rank 0 chose '" + name + "' but this rank cannot use it");
   return st;
 }

@@ -15,6 +15,7 @@
  *                              being the communicator's PLEXUS_T_ECHO setting
  *   VARIANT_CRASH_ENTRY        the entry function dereferences NULL
  *   VARIANT_CRASH_INIT         init dereferences NULL
+ *   VARIANT_HANG_INIT          init never returns
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stddef.h>
@@ -55,6 +56,12 @@ static double Now(void) {
 static int32_t Init(const plexus_host_v1* host, plexus_backend_ctx** out) {
 #if defined(VARIANT_CRASH_INIT)
   *g_null = 1;
+#endif
+#if defined(VARIANT_HANG_INIT)
+  for (;;) {
+    struct timespec nap = {1, 0};
+    nanosleep(&nap, NULL);
+  }
 #endif
   g_ctx.host = host;
 #if defined(VARIANT_NULL_CTX)
