@@ -13,8 +13,6 @@
 // refuse.
 #include "mesh_connect.hpp"
 
-#include "comm_setting.hpp"
-
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -31,6 +29,7 @@
 #include <string>
 #include <utility>
 
+#include "plexus/algos/comm_setting.hpp"
 #include "plexus/auth/handshake.hpp"
 #include "tcp_log.hpp"
 
@@ -149,13 +148,13 @@ algos::Status ConnectMesh(const plexus_host_v1& host, const plexus_comm_config_v
                           std::vector<int>* fds) {
   const uint32_t rank = config.rank, size = config.size;
   const auto deadline = Clock::now() + std::chrono::milliseconds(config.timeout_ms);
-  std::string address = CommSetting(host, config, "PLEXUS_TCP_ADDR");
+  std::string address = algos::CommSetting(host, config, "PLEXUS_TCP_ADDR");
   if (address.empty()) address = host.local_address ? host.local_address : "";
   if (address.empty()) address = "127.0.0.1";
 
   // The job secret: every mesh connection authenticates with it, both ways.
   auth::Secret secret;
-  if (std::string error; !auth::Secret::Derive(CommSetting(host, config, "PLEXUS_TOKEN"),
+  if (std::string error; !auth::Secret::Derive(algos::CommSetting(host, config, "PLEXUS_TOKEN"),
                                                auth::Purpose::kTcpMesh, &secret, &error)) {
     return {PLEXUS_ERR_SYSTEM, error};
   }

@@ -11,9 +11,9 @@
 #include <string>
 #include <string_view>
 
-#include "comm_setting.hpp"
 #include "mesh_connect.hpp"
 #include "plexus/algos/collectives.hpp"
+#include "plexus/algos/comm_setting.hpp"
 #include "plexus/algos/dtype.hpp"
 #include "plexus/backend.h"
 #include "tcp_comm.hpp"
@@ -157,7 +157,8 @@ int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
     auto transport = std::make_unique<SocketTransport>(config->rank, config->size, std::move(fds),
                                                        config->timeout_ms);
     Algo algo = Algo::kAuto;
-    if (const std::string v = CommSetting(ctx->host, *config, "PLEXUS_TCP_ALGO"); !v.empty()) {
+    if (const std::string v = algos::CommSetting(ctx->host, *config, "PLEXUS_TCP_ALGO");
+        !v.empty()) {
       if (v == "ring") {
         algo = Algo::kRing;
       } else if (v == "rd" || v == "recursive_doubling") {

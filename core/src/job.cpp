@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "plexus/log.hpp"
+#include "roll_call.hpp"
 
 namespace plexus {
 namespace {
@@ -89,6 +90,8 @@ Status GetJob(std::chrono::milliseconds timeout, std::shared_ptr<Job>* out) {
                             std::to_string(l.master_port));
     }
     j->local_address = LocalAddressTowards(l.master_addr, l.master_port);
+    st = RollCall(l, *j->store, timeout);
+    if (!st.ok()) return st;
   }
   LogLine(PLEXUS_LOG_DEBUG, "plexus",
           "rank " + std::to_string(l.rank) + " of " + std::to_string(l.size) + " from " + l.source +

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Failure tests of a running TCP job, through the real launcher:
+# Failure tests of a running job, through the real launcher, on the backend
+# PLEXUS_BACKEND names (default tcp; tests/ucx runs them on ucx):
 #
 #   failure_test.sh kill|mismatch-count|mismatch-kind PLEXUS_RUN FAULT_RANK
 #
@@ -34,7 +35,7 @@ case "$mode" in
   *) echo "unknown mode $mode" >&2; exit 2 ;;
 esac
 
-export PLEXUS_BACKEND=tcp
+export PLEXUS_BACKEND=${PLEXUS_BACKEND:-tcp}
 export PLEXUS_TIMEOUT=15
 limit=90  # seconds: PLEXUS_TIMEOUT + grace + start-up, with room to spare
 start=$(date +%s)

@@ -1,7 +1,8 @@
 // A communicator's setting, as ABI 1.1 delivers it: the communicator's own
 // configuration (plexus_comm_config_v1.get_config: what the application gave
 // that communicator, else the environment) when the host provides it, else
-// the host's process-wide getter (a 1.0 host). "" when unset.
+// the host's process-wide getter (a 1.0 host). "" when unset. Header-only:
+// for any backend, also one that does not use plexus-algos' collectives.
 #pragma once
 
 #include <cstddef>
@@ -10,7 +11,7 @@
 
 #include "plexus/backend.h"
 
-namespace plexus::tcp {
+namespace plexus::algos {
 
 inline std::string CommSetting(const plexus_host_v1& host, const plexus_comm_config_v1& config,
                                const char* key) {
@@ -33,4 +34,4 @@ inline std::string CommSetting(const plexus_host_v1& host, const plexus_comm_con
   return value;
 }
 
-}  // namespace plexus::tcp
+}  // namespace plexus::algos

@@ -1,0 +1,197 @@
+// UcxTransport: this backend's PeerTransport, one ucp_worker per communicator
+// and one UCP endpoint per peer.
+//
+// plexus-algos runs every collective through Exchange(): post the step's
+// receives (ucp_tag_recv_nbx) and sends (ucp_tag_send_nbx), then drive the
+// worker until all of them have completed. The ABI's send/recv use Post()
+// and Drive(), so several can be in flight while the worker takes in more.
+// Tags (ucx_tag.hpp) keep operations, sources and communicators apart.
+//
+// Threads: after Connect() (which runs on the thread inside comm_create)
+// only the communicator's worker thread calls into this object, except
+// Wake() and Abort(), which only write an eventfd and an atomic. So the
+// ucp_worker runs in UCS_THREAD_MODE_SERIALIZED: one thread at a time, and
+// in practice always the same one after start-up.
+//
+// Waiting: Drive() calls ucp_worker_progress() back to back for a few tens of
+// microseconds after the last event, then arms the worker (ucp_worker_arm)
+// and sleeps in epoll_wait on the worker's event fd and the wake eventfd. An
+// idle or waiting communicator does not burn a core.
+//
+// Failures: a peer's endpoint error (UCP_ERR_HANDLING_MODE_PEER) marks that
+// rank failed; a transfer with it then fails with PLEXUS_ERR_REMOTE naming
+// it. When an operation makes no progress for timeout_ms the transport
+// probes for messages of the same operation whose signature differs (a
+// mismatch: REMOTE naming both sides), otherwise it is a TIMEOUT naming the
+// ranks it waits for. Either way it sends every peer a control message with
+// its operation and reason (as the TCP backend's FAIL frame), so that a peer
+// still waiting fails at once naming this rank, and a peer in a different
+// operation can say what each side posted. Before a failed operation
+// completes, its receives are cancelled (ucp_request_cancel) and waited for,
+// so UCX writes no buffer of a failed or aborted request afterwards.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "plexus/algos/transport.hpp"
+#include "plexus/backend.h"
+
+namespace plexus::ucx {
+
+using Clock = std::chrono::steady_clock;
+
+// One message to send or receive. Owned by whoever posted it; it must stay
+// alive until it is complete or Cancel() has returned.
+struct Transfer {
+  bool is_send = false;
+  uint32_t peer = 0;
+  algos::OpSignature sig;  // the operation it belongs to
+  uint8_t* data = nullptr;
+  size_t bytes = 0;
+  // Kept by the transport.
+  uint64_t tag = 0;
+  uint64_t probe_mask = 0;  // tag bits that say "same operation, same source"
+  void* request = nullptr;  // the UCX request while in flight
+  ucp_tag_recv_info_t info{};
+  bool complete = false;
+};
+
+// The collective code of comm_create's hellos, in messages and DescribeOp.
+constexpr plexus_collective_t kHelloColl = 0xff;
+
+// "allreduce(seq 3, count 10, float32, sum)", for error messages.
+std::string DescribeOp(const algos::OpSignature& sig);
+
+class UcxTransport final : public algos::PeerTransport {
+ public:
+  // Does not take ownership of host, context or no_peer_errors, which
+  // outlive it. *no_peer_errors: the context has been found to have no
+  // transport for UCP_ERR_HANDLING_MODE_PEER (shared from one communicator
+  // to the next, so that UCX reports that once, not per communicator).
+  UcxTransport(const plexus_host_v1& host, ucp_context_h context, std::atomic<bool>* no_peer_errors,
+               uint32_t rank, uint32_t size, int64_t timeout_ms, std::string name);
+  // Closes the endpoints without talking to peers (UCP_EP_CLOSE_FLAG_FORCE)
+  // and destroys the worker. Bounded. Only after the worker thread stopped.
+  ~UcxTransport() override;
+
+  // Creates the worker, exchanges worker addresses through the host's
+  // out-of-band allgather, creates an endpoint to every peer and exchanges a
+  // hello with each (which wires the endpoints up and proves every peer is
+  // reachable). BLOCKS up to config.timeout_ms. Only inside comm_create
+  // (ucx_connect.cpp).
+  // peer_errors: ask for UCP_ERR_HANDLING_MODE_PEER (PLEXUS_UCX_ERR_MODE).
+  algos::Status Connect(const plexus_comm_config_v1& config, bool peer_errors);
+
+  uint32_t rank() const override { return rank_; }
+  uint32_t size() const override { return size_; }
+  algos::Status Exchange(const algos::OpSignature& sig, std::span<const algos::SendSpec> sends,
+                         std::span<const algos::RecvSpec> recvs) override;
+
+  // Starts t (send or receive of a send/recv operation). An error posts nothing.
+  algos::Status Post(Transfer* t);
+  // Progresses the worker until done() is true or Wake() was called (both
+  // OK), or fails: TIMEOUT after timeout_ms without a transfer completing,
+  // REMOTE when a peer failed or disagrees, ABORTED after Abort(). After a
+  // failure call Cancel() before the transfers' owners go away.
+  algos::Status Drive(const std::function<bool()>& done);
+  // Restarts the no-progress clock (a send/recv batch begins).
+  void StartClock() { last_progress_ = Clock::now(); }
+  // Cancels every transfer still in flight and waits (bounded) until UCX has
+  // let go of their buffers. Idempotent.
+  void Cancel();
+
+  void Wake();   // any thread: a running Drive() returns so its caller can post more
+  void Abort();  // any thread: a running or later Drive() returns ABORTED; idempotent
+  // Tells every reachable peer, once and best effort (bounded), that this
+  // rank failed in sig and why. Not after an abort: abort is local.
+  void Fail(const algos::OpSignature& sig, const algos::Status& why);
+
+  // The transports UCX picked to reach the peers ("posix/memory cma/memory"),
+  // known after Connect.
+  const std::string& transports() const { return transports_; }
+
+ private:
+  struct PeerSlot {  // the argument of the endpoint error callback
+    UcxTransport* self = nullptr;
+    uint32_t rank = 0;
+    ucs_status_t status = UCS_OK;  // the endpoint's error; written during progress
+  };
+  struct Report {  // a peer's control message: it failed in sig, saying why
+    bool present = false;
+    int32_t code = 0;
+    algos::OpSignature sig;
+    std::string reason;
+  };
+  static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  algos::Status PostSend(uint32_t peer, const void* data, size_t bytes, uint64_t tag,
+                         void** request);
+  algos::Status PostRecv(void* data, size_t bytes, uint64_t tag, uint64_t mask, void** request,
+                         ucp_tag_recv_info_t* info);
+  // Checks every transfer in flight; completes the ones UCX has finished.
+  algos::Status Reap(bool* moved);
+  algos::Status CheckTransfer(const Transfer& t, ucs_status_t status) const;
+  // Arms the worker and sleeps until an event, a wake-up or until ms passed.
+  algos::Status Sleep(int64_t ms);
+  // A control message from a peer, if one arrived: true and *st says what it
+  // means for the current operation. Reposts the receive. With
+  // defer_timeouts, a peer's TIMEOUT is noted but does not end the wait.
+  bool TakeReport(algos::Status* st, bool defer_timeouts);
+  void PostControlRecv();
+  algos::Status DescribeReport(uint32_t peer, const Report& r) const;
+  // A waiting receive's peer sent a message of another operation in its
+  // place (same sequence number, other signature): REMOTE saying so, else OK.
+  algos::Status ProbeMismatch();
+  // At the operation timeout: a mismatch found by probing, else TIMEOUT.
+  algos::Status Diagnose(int64_t idle_ms);
+  // The operation Drive() waits for: the collective, or the oldest transfer's.
+  algos::OpSignature WaitingFor() const;
+  // After our own failure: waits briefly for a report of the peers we wait for.
+  algos::Status Linger(algos::Status mine);
+  // Waits until every request in reqs (nulls skipped) completed, up to ms;
+  // returns how many are still pending.
+  size_t WaitRequests(const std::vector<void*>& reqs, int64_t ms);
+  void CloseEndpoint(uint32_t peer);
+  void DrainUnexpected();  // at destruction: receives what nobody asked for
+  std::string PeerError(uint32_t peer) const;
+
+  const plexus_host_v1& host_;
+  ucp_context_h context_;
+  std::atomic<bool>* no_peer_errors_;
+  const uint32_t rank_, size_;
+  const int64_t timeout_ms_;
+  const std::string name_;
+  uint32_t comm_id_ = 0;
+
+  ucp_worker_h worker_ = nullptr;
+  int worker_fd_ = -1, wake_fd_ = -1, epoll_fd_ = -1;
+  std::vector<ucp_ep_h> eps_;          // by rank; null for this rank and closed ones
+  std::vector<void*> closing_;         // close requests of endpoints closed early
+  std::unique_ptr<PeerSlot[]> slots_;  // by rank; stable addresses for UCX
+  std::vector<Transfer*> active_;      // transfers in flight
+  std::atomic<bool> aborted_{false};
+  bool failed_once_ = false;                     // Fail() ran
+  const algos::OpSignature* current_ = nullptr;  // the collective in Exchange, if any
+  Clock::time_point last_progress_;
+
+  std::vector<uint8_t> control_buf_;  // the control receive's buffer
+  void* control_req_ = nullptr;
+  ucp_tag_recv_info_t control_info_{};
+  std::vector<Report> reports_;  // by rank
+  std::vector<uint8_t> drain_buf_;
+  std::string transports_;
+};
+
+inline void Log(const plexus_host_v1& host, int32_t level, const std::string& message) {
+  if (host.log) host.log(host.ctx, level, message.c_str());
+}
+
+}  // namespace plexus::ucx

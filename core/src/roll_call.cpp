@@ -1,0 +1,138 @@
+#include "roll_call.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace plexus {
+namespace {
+
+const std::string kPrefix = "plexus/join/";
+
+// "size=3\nbackend=tcp\nhost=node1\npid=123\n" (backend "-" when unset).
+std::string Card(const LaunchInfo& l) {
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  const char* backend = std::getenv("PLEXUS_BACKEND");
+  return "size=" + std::to_string(l.size) +
+         "\nbackend=" + (backend && *backend ? std::string(backend) : "-") + "\nhost=" + host +
+         "\npid=" + std::to_string(long(getpid())) + "\n";
+}
+
+std::map<std::string, std::string> Parse(const Bytes& b) {
+  std::map<std::string, std::string> m;
+  const std::string s(b.begin(), b.end());
+  size_t at = 0;
+  while (at < s.size()) {
+    const size_t end = s.find('\n', at);
+    const std::string line = s.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    const size_t eq = line.find('=');
+    if (eq != std::string::npos) m[line.substr(0, eq)] = line.substr(eq + 1);
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return m;
+}
+
+std::string Where(const std::map<std::string, std::string>& card) {
+  const auto host = card.find("host"), pid = card.find("pid");
+  return "host " + (host != card.end() ? host->second : "?") + ", pid " +
+         (pid != card.end() ? pid->second : "?");
+}
+
+std::string BackendText(const std::string& b) {
+  return b == "-" ? "unset" : "'" + b + "'";
+}
+
+}  // namespace
+
+Status RollCall(const LaunchInfo& l, RendezvousStore& store, std::chrono::milliseconds timeout) {
+  using namespace std::chrono_literals;
+  const std::string me = std::to_string(l.rank);
+  const std::string mine = Card(l);
+  const auto my_card = Parse(Bytes(mine.begin(), mine.end()));
+  const std::string claims_key = kPrefix + "claims/" + me;
+  // Rank r is claimed twice: this process is one of the two when r is its
+  // own rank (the card then shows whoever wrote it first).
+  auto duplicate = [&](uint32_t r) -> Status {
+    const std::string rank = std::to_string(r);
+    Bytes first;
+    std::string who = "(one of them: " + Where(my_card) + ")";
+    if (store.Get(kPrefix + "card/" + rank, &first, 1s).ok()) {
+      const std::string w = Where(Parse(first));
+      if (r != l.rank) {
+        who = "(one of them: " + w + ")";
+      } else if (w != Where(my_card)) {
+        who = "(this one: " + Where(my_card) + "; the other: " + w + ")";
+      }
+    }
+    return Status::InvalidUsage("two processes claim rank " + rank + " of the job " + who +
+                                "; give every process its own rank (PLEXUS_RANK, or the "
+                                "launcher's)");
+  };
+  int64_t claims = 0;
+  Status st = store.Add(claims_key, 1, &claims, timeout);
+  if (!st.ok()) return st.WithContext("rank " + me + " joining the job");
+  if (claims > 1) return duplicate(l.rank);
+  st = store.Set(kPrefix + "card/" + me, Bytes(mine.begin(), mine.end()), timeout);
+  if (!st.ok()) return st.WithContext("rank " + me + " joining the job");
+
+  std::vector<std::string> keys;
+  for (uint32_t r = 0; r < l.size; ++r) keys.push_back(kPrefix + "card/" + std::to_string(r));
+  st = store.Wait(keys, timeout);
+  if (st.code() == PLEXUS_ERR_TIMEOUT) {
+    std::string missing, joined;
+    size_t n_missing = 0;
+    for (uint32_t r = 0; r < l.size; ++r) {
+      Bytes ignored;
+      const bool here = store.Get(keys[r], &ignored, 1ms).ok();
+      std::string& list = here ? joined : missing;
+      list += (list.empty() ? "" : ", ") + std::to_string(r);
+      n_missing += here ? 0 : 1;
+    }
+    return Status::Timeout(std::string(n_missing == 1 ? "rank " : "ranks ") + missing + " never " +
+                           "joined the job within " + std::to_string(timeout.count()) +
+                           " ms (joined: " + joined + " of " + std::to_string(l.size) +
+                           "); are they running, and pointed at this job's store?");
+  }
+  if (!st.ok()) return st.WithContext("rank " + me + " waiting for the other ranks to join");
+
+  for (uint32_t r = 0; r < l.size; ++r) {
+    Bytes b;
+    st = store.Get(keys[r], &b, timeout);
+    if (!st.ok()) return st.WithContext("rank " + me + " reading rank " + std::to_string(r));
+    const auto card = Parse(b);
+    const std::string rank = "rank " + std::to_string(r);
+    const auto size = card.find("size");
+    if (size == card.end() || size->second != my_card.at("size")) {
+      return Status::InvalidUsage(
+          rank + " was started as one of " + (size == card.end() ? "?" : size->second) +
+          " ranks, this rank (" + me + ") as one of " + my_card.at("size") +
+          ": every process of a job needs the same world size (PLEXUS_WORLD_SIZE, or the "
+          "launcher's)");
+    }
+    const auto backend = card.find("backend");
+    const std::string theirs = backend == card.end() ? "?" : backend->second;
+    if (theirs != my_card.at("backend")) {
+      // Lower rank first, so that every rank that notices says the same.
+      std::string a = BackendText(theirs) + " on " + rank;
+      std::string b = BackendText(my_card.at("backend")) + " on rank " + me;
+      if (r > l.rank) std::swap(a, b);
+      return Status::InvalidUsage("PLEXUS_BACKEND differs between ranks: " + a + ", " + b +
+                                  "; set it the same on every rank (or on none)");
+    }
+  }
+  // A second claimant of any rank has failed by now (it saw the count);
+  // make every rank fail too, so that no process of a broken launch goes on.
+  for (uint32_t r = 0; r < l.size; ++r) {
+    st = store.Add(kPrefix + "claims/" + std::to_string(r), 0, &claims, timeout);
+    if (st.ok() && claims > 1) return duplicate(r);
+  }
+  return Status::Ok();
+}
+
+}  // namespace plexus
