@@ -7,15 +7,21 @@
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -44,6 +50,9 @@ struct FakeJob {
   std::condition_variable cv;
   // calls[i][r]: rank r's contribution to the i-th out-of-band call.
   std::map<uint64_t, std::map<uint32_t, std::vector<uint8_t>>> calls;
+  // If set: runs once every rank has contributed to the first allgather (the
+  // TCP endpoints), before any rank is released from it.
+  std::function<void(const std::map<uint32_t, std::vector<uint8_t>>&)> on_first_allgather;
 };
 
 }  // namespace
@@ -57,6 +66,8 @@ struct FakeRank {
   std::vector<std::string> logs;
   plexus_oob oob{this};
   plexus_host_v1 host{};
+  // If set: runs when this (non-root) rank has received a broadcast (the nonce).
+  std::function<void(const void* data, uint64_t bytes)> after_broadcast;
 
   std::string Logs() {
     std::lock_guard<std::mutex> lock(log_mu);
@@ -93,6 +104,9 @@ int32_t Allgather(void*, plexus_oob* oob, const void* in, void* out, uint64_t by
   std::unique_lock<std::mutex> lock(job->mu);
   const uint64_t call = me->next_call++;
   job->calls[call][me->rank] = std::vector<uint8_t>(p, p + bytes);
+  if (call == 0 && job->calls[call].size() == job->size && job->on_first_allgather) {
+    job->on_first_allgather(job->calls[call]);  // under the lock: nobody is released yet
+  }
   job->cv.notify_all();
   if (!job->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),
                         [&] { return job->calls[call].size() == job->size; })) {
@@ -121,6 +135,8 @@ int32_t Broadcast(void*, plexus_oob* oob, void* buf, uint64_t bytes, uint32_t ro
     return PLEXUS_ERR_TIMEOUT;
   }
   std::memcpy(p, job->calls[call][root].data(), bytes);
+  lock.unlock();
+  if (me->after_broadcast) me->after_broadcast(p, bytes);
   return PLEXUS_OK;
 }
 
@@ -256,6 +272,9 @@ TEST_CASE("a rank with a different PLEXUS_TOKEN fails at once; its peer refuses 
   const std::string& m0 = results[0].status.message;
   CHECK_MESSAGE(Contains(m0, "refused a connection from 127.0.0.1:"), m0);
   CHECK_MESSAGE(Contains(m0, "claiming rank 1"), m0);
+  CHECK_MESSAGE(
+      Contains(m0, "rank 0 timed out waiting for 1 higher rank(s) to connect (missing: rank 1)"),
+      m0);
   const std::string logs = ranks[0]->Logs();
   CHECK_MESSAGE(Contains(logs, "refused a connection from 127.0.0.1:"), logs);
   CHECK_MESSAGE(Contains(logs, "PLEXUS_TOKEN differs"), logs);
@@ -370,4 +389,203 @@ TEST_CASE(
   CHECK_MESSAGE(Contains(logs, "refused a connection from 127.0.0.1:"), logs);
   CHECK_MESSAGE(Contains(logs, "claiming rank 1"), logs);
   CHECK_MESSAGE(Contains(logs, "it does not know the job secret"), logs);
+}
+
+namespace {
+
+sockaddr_in AddressOf(const Endpoint& e) {
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(e.port);
+  inet_pton(AF_INET, e.address, &sa.sin_addr);
+  return sa;
+}
+
+// Starts a non-blocking connect to e; -1 on failure.
+int ConnectNonBlocking(const Endpoint& e) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -1;
+  const sockaddr_in sa = AddressOf(e);
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0 && errno != EINPROGRESS) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Holds `idle` silent connections to every listener of a job (or only rank
+// `only`'s), plus, if asked, one slowloris per listener that sends a hello one
+// byte every 300 ms (and starts over on a new connection when refused), until
+// destroyed.
+class Attacker {
+ public:
+  explicit Attacker(int idle, bool slowloris = true, int only = -1)
+      : idle_(idle), slowloris_on_(slowloris), only_(only) {}
+  ~Attacker() {
+    stop_ = true;
+    for (auto& t : slowloris_) t.join();
+    for (int fd : idle_fds_) close(fd);
+  }
+
+  // For FakeJob::on_first_allgather: the contributions are the ranks' Endpoints.
+  void Attack(const std::map<uint32_t, std::vector<uint8_t>>& endpoints) {
+    for (const auto& [rank, bytes] : endpoints) {
+      if (only_ >= 0 && rank != uint32_t(only_)) continue;
+      Endpoint e{};
+      std::memcpy(&e, bytes.data(), std::min(bytes.size(), sizeof e));
+      e.address[sizeof e.address - 1] = '\0';
+      for (int i = 0; i < idle_; ++i) {
+        const int fd = ConnectNonBlocking(e);
+        if (fd >= 0) idle_fds_.push_back(fd);
+      }
+      if (slowloris_on_) slowloris_.emplace_back([this, e] { Slowloris(e); });
+    }
+    // Let the slowloris connections start before the ranks are released.
+    std::this_thread::sleep_for(50ms);
+  }
+
+  size_t idle_connections() const { return idle_fds_.size(); }
+  int slowloris_bytes() const { return slowloris_bytes_; }
+
+ private:
+  void Slowloris(const Endpoint& e) {
+    const Hello hello{kHelloMagic, 2, 0};  // a wrong nonce, but it never gets that far
+    const auto* bytes = reinterpret_cast<const uint8_t*>(&hello);
+    while (!stop_) {
+      const int fd = ConnectNonBlocking(e);
+      if (fd < 0) return;
+      for (size_t i = 0; i < sizeof hello && !stop_; ++i) {
+        pollfd p{fd, POLLOUT, 0};
+        if (poll(&p, 1, 300) <= 0 || send(fd, bytes + i, 1, MSG_NOSIGNAL) != 1) break;
+        ++slowloris_bytes_;
+        for (int slept = 0; slept < 300 && !stop_; slept += 10) std::this_thread::sleep_for(10ms);
+      }
+      close(fd);
+    }
+  }
+
+  const int idle_;
+  const bool slowloris_on_;
+  const int only_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> slowloris_bytes_{0};
+  std::vector<int> idle_fds_;
+  std::vector<std::thread> slowloris_;
+};
+
+// Wall time of a 3-rank job (all with kToken), and whether every rank succeeded.
+double TimeJob(FakeJob* job, bool* all_ok, std::string* errors, std::string* rank0_logs = nullptr) {
+  std::vector<std::unique_ptr<FakeRank>> ranks;
+  const auto start = Clock::now();
+  auto results = RunJob(job, {kToken, kToken, kToken}, 10000, &ranks);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  *all_ok = true;
+  for (auto& r : results) {
+    if (!r.status.ok()) {
+      *all_ok = false;
+      *errors += r.status.message + "\n";
+    }
+  }
+  if (rank0_logs) *rank0_logs = ranks[0]->Logs();
+  return seconds;
+}
+
+}  // namespace
+
+TEST_CASE("50 idle connections and a slowloris against every listener do not delay a 3-rank mesh") {
+  bool ok = false;
+  std::string errors;
+  double baseline = 0;
+  for (int i = 0; i < 2; ++i) {  // the first run also pays for initialising libsodium
+    FakeJob job(3);
+    baseline = TimeJob(&job, &ok, &errors);
+    REQUIRE_MESSAGE(ok, errors);
+  }
+
+  Attacker attacker(50);
+  FakeJob job(3);
+  job.on_first_allgather = [&](const auto& endpoints) { attacker.Attack(endpoints); };
+  const double attacked = TimeJob(&job, &ok, &errors);
+  std::printf(
+      "3-rank mesh: %.3f s without attack, %.3f s with %zu idle connections and 3 slowloris "
+      "(%d bytes sent) against its listeners: %s\n",
+      baseline, attacked, attacker.idle_connections(), attacker.slowloris_bytes(),
+      ok ? "connected" : errors.c_str());
+  CHECK(attacker.idle_connections() == 150);
+  CHECK_MESSAGE(ok, errors);
+  CHECK(attacked <= baseline + 1.0);
+}
+
+TEST_CASE("a flood of 400 connections, more than the pending cap, evicts strangers, not peers") {
+  bool ok = false;
+  std::string errors;
+  FakeJob warm(3);
+  const double baseline = TimeJob(&warm, &ok, &errors);
+  REQUIRE_MESSAGE(ok, errors);
+
+  Attacker attacker(400, /*slowloris=*/false, /*only=*/0);
+  FakeJob job(3);
+  job.on_first_allgather = [&](const auto& endpoints) { attacker.Attack(endpoints); };
+  std::string logs;
+  const double attacked = TimeJob(&job, &ok, &errors, &logs);
+  std::printf(
+      "3-rank mesh: %.3f s without attack, %.3f s with %zu idle connections to rank 0: %s\n",
+      baseline, attacked, attacker.idle_connections(), ok ? "connected" : errors.c_str());
+  CHECK(attacker.idle_connections() == 400);
+  CHECK_MESSAGE(ok, errors);
+  CHECK(attacked <= baseline + 1.0);
+  CHECK_MESSAGE(Contains(logs, "dropped before its hello was complete: 256 connections"), logs);
+  CHECK_MESSAGE(Contains(logs, "further refused connections are counted, not logged"), logs);
+  CHECK_MESSAGE(Contains(logs, "connections were refused in all"), logs);
+}
+
+TEST_CASE(
+    "a stranger with the nonce claiming a rank in a token-less job is caught as a duplicate") {
+  // Ranks 0 and 2 run ConnectMesh; this thread plays rank 1's out-of-band part
+  // (rank 1 never connects, so rank 0 is still accepting), then a stranger that
+  // learned the nonce and claims rank 2 before the real rank 2 connects.
+  FakeJob job(3);
+  FakeRank rank0, rank1, rank2;
+  Init(&rank0, &job, 0, "");
+  Init(&rank1, &job, 1, "");
+  Init(&rank2, &job, 2, "");
+  std::promise<void> stranger_in;
+  auto stranger_in_future = stranger_in.get_future().share();
+  rank2.after_broadcast = [stranger_in_future](const void*, uint64_t) {
+    stranger_in_future.wait_for(5s);  // the real rank 2 connects only after the stranger
+  };
+  auto mesh0 = std::async(std::launch::async, [&] { return Connect(&rank0, 5000); });
+  auto mesh2 = std::async(std::launch::async, [&] { return Connect(&rank2, 5000); });
+
+  Endpoint mine{};
+  std::vector<Endpoint> all(3);
+  REQUIRE(Allgather(nullptr, &rank1.oob, &mine, all.data(), sizeof mine, 5000) == PLEXUS_OK);
+  uint64_t nonce = 0;
+  REQUIRE(Broadcast(nullptr, &rank1.oob, &nonce, sizeof nonce, 0, 5000) == PLEXUS_OK);
+
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  const sockaddr_in sa = AddressOf(all[0]);
+  REQUIRE(connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) == 0);
+  const Hello hello{kHelloMagic, 2, nonce};
+  REQUIRE(send(fd, &hello, sizeof hello, MSG_NOSIGNAL) == ssize_t(sizeof hello));
+  const auto stranger = plexus::auth::RunInitiator(
+      fd, plexus::auth::Secret(), plexus::auth::Binding{plexus::auth::Purpose::kTcpMesh, nonce, 2},
+      Clock::now() + 5s);
+  CHECK_MESSAGE(stranger.ok(), stranger.message);  // without a token, nothing stops it here
+  stranger_in.set_value();
+
+  MeshResult m0 = mesh0.get();
+  MeshResult m2 = mesh2.get();
+  close(fd);
+  CHECK_FALSE(m0.status.ok());
+  CHECK(m0.status.code == PLEXUS_ERR_REMOTE);
+  const std::string& m = m0.status.message;
+  CHECK_MESSAGE(Contains(m, "rank 0 got two connections claiming rank 2"), m);
+  CHECK_MESSAGE(Contains(m, "duplicate rank 2"), m);
+  CHECK_MESSAGE(Contains(m, "a stranger may have joined"), m);
+  CHECK_MESSAGE(Contains(m, "first from 127.0.0.1:"), m);
+  CHECK_MESSAGE(Contains(m, "then from 127.0.0.1:"), m);
+  CHECK(m0.seconds < 3);        // at once, not at the deadline
+  CHECK_FALSE(m2.status.ok());  // the real rank 2 is not told it is in
 }
