@@ -410,7 +410,10 @@ int32_t ScheduleTimeout(plexus_request* req) {
         if (st.MPI_TAG == kP2pTag) {
           message += "; " + name + " sent a point-to-point message (send) instead";
           code = PLEXUS_ERR_REMOTE;
-        } else if (slot == comm->TagSlot(req->seq + k)) {
+        } else if (slot == comm->TagSlot(req->seq + k) &&
+                   st.MPI_TAG != comm->CollTag(req->seq + k, req->dtype, s.op())) {
+          // (A message with this allreduce's own tag is a later step's, queued
+          // behind the one awaited: no mismatch; the timeout text below holds.)
           const int kind = (st.MPI_TAG - kP2pTag - 1) % kTagKinds;
           const auto dtype = plexus_dtype_t(kind / 8);
           const auto op = plexus_reduce_op_t(kind % 8);

@@ -37,6 +37,12 @@ struct CommState {
   std::atomic<bool> posting{false};
   uint64_t fingerprint_seq = 0;  // changed only while posting is held
 
+  // Collectives posted so far (a Work's sequence number, for stall reports).
+  std::atomic<uint64_t> collectives_posted{0};
+  // Set once an operation timed out or failed: teardown then waits only a
+  // short grace for operations still running, not a whole timeout again.
+  std::atomic<bool> failed{false};
+
   // Requests of Works dropped while still running; completed and freed here.
   std::mutex orphans_mutex;
   std::vector<plexus_request*> orphans;

@@ -15,6 +15,7 @@
 #include "plexus/algos/dtype.hpp"
 #include "plexus/log.hpp"
 #include "plugin_loader.hpp"
+#include "store/job_token.hpp"
 
 namespace plexus {
 namespace detail {
@@ -36,9 +37,8 @@ int64_t CommState::ConfigGetter(void* ctx, const char* key, char* buf, size_t le
   std::string value;
   if (auto it = self->config.find(key); it != self->config.end()) {
     value = it->second;
-  } else if (const char* env = std::getenv(key)) {
-    value = env;
-  } else {
+  } else if (!store::ConfigFromEnvironment(key, &value)) {
+    // The environment; PLEXUS_TOKEN may come from PLEXUS_TOKEN_FILE.
     return -1;
   }
   if (buf && len > 0) {
@@ -52,8 +52,12 @@ int64_t CommState::ConfigGetter(void* ctx, const char* key, char* buf, size_t le
 CommState::~CommState() {
   if (!backend) return;  // from_env failed before a backend was opened
   bool aborted = false;
+  // After a failure the job is going down: an operation still running is
+  // waited for briefly, then aborted (a full timeout here doubled the time a
+  // failed rank took to exit).
+  const auto limit = failed ? std::min(timeout, std::chrono::milliseconds(2000)) : timeout;
   for (plexus_request* r : orphans) {
-    if (!aborted && backend->Wait(r, timeout.count()) == PLEXUS_ERR_TIMEOUT &&
+    if (!aborted && backend->Wait(r, limit.count()) == PLEXUS_ERR_TIMEOUT &&
         backend->Test(r) == PLEXUS_IN_PROGRESS) {
       LogLine(PLEXUS_LOG_WARN, "plexus",
               name + ": an operation whose Work was dropped did " +
@@ -300,9 +304,11 @@ void Communicator::CheckSpan(bool ok, const char* what) {
   if (!ok) throw Error(PLEXUS_ERR_INVALID_ARGUMENT, "plexus", what);
 }
 
-Work Communicator::Start(const Status& posted, plexus_request* req, const char* what) {
+Work Communicator::Start(const Status& posted, plexus_request* req, const char* what,
+                         bool collective) {
   if (!posted.ok()) throw Error(posted.code(), state().backend->name(), posted.message());
-  return Work(state_, req, what);
+  const uint64_t seq = collective ? ++state().collectives_posted : 0;
+  return Work(state_, req, what, seq);
 }
 
 namespace {
@@ -369,7 +375,7 @@ Work Communicator::allreduce(const void* send, void* recv, uint64_t count, DType
   if (st.ok()) {
     st = s.backend->Allreduce(s.comm, send, recv, count, Code(dtype), Code(op), where, &req);
   }
-  return Start(st, req, "allreduce");
+  return Start(st, req, "allreduce", true);
 }
 
 Work Communicator::broadcast(void* buf, uint64_t count, DType dtype, uint32_t root,
@@ -382,7 +388,7 @@ Work Communicator::broadcast(void* buf, uint64_t count, DType dtype, uint32_t ro
     st = Prepare(s, guard, "broadcast", PLEXUS_COLL_BROADCAST, count, dtype, 0, root, 1);
   }
   if (st.ok()) st = s.backend->Broadcast(s.comm, buf, count, Code(dtype), root, where, &req);
-  return Start(st, req, "broadcast");
+  return Start(st, req, "broadcast", true);
 }
 
 Work Communicator::reduce(const void* send, void* recv, uint64_t count, DType dtype, ReduceOp op,
@@ -397,7 +403,7 @@ Work Communicator::reduce(const void* send, void* recv, uint64_t count, DType dt
   if (st.ok()) {
     st = s.backend->Reduce(s.comm, send, recv, count, Code(dtype), Code(op), root, where, &req);
   }
-  return Start(st, req, "reduce");
+  return Start(st, req, "reduce", true);
 }
 
 Work Communicator::allgather(const void* send, void* recv, uint64_t count, DType dtype,
@@ -407,7 +413,7 @@ Work Communicator::allgather(const void* send, void* recv, uint64_t count, DType
   detail::PostingGuard guard(s);
   Status st = Prepare(s, guard, "allgather", PLEXUS_COLL_ALLGATHER, count, dtype, 0, 0, s.size);
   if (st.ok()) st = s.backend->Allgather(s.comm, send, recv, count, Code(dtype), where, &req);
-  return Start(st, req, "allgather");
+  return Start(st, req, "allgather", true);
 }
 
 Work Communicator::reduce_scatter(const void* send, void* recv, uint64_t count, DType dtype,
@@ -420,7 +426,7 @@ Work Communicator::reduce_scatter(const void* send, void* recv, uint64_t count, 
   if (st.ok()) {
     st = s.backend->ReduceScatter(s.comm, send, recv, count, Code(dtype), Code(op), where, &req);
   }
-  return Start(st, req, "reduce_scatter");
+  return Start(st, req, "reduce_scatter", true);
 }
 
 Work Communicator::alltoall(const void* send, void* recv, uint64_t count, DType dtype,
@@ -430,7 +436,7 @@ Work Communicator::alltoall(const void* send, void* recv, uint64_t count, DType 
   detail::PostingGuard guard(s);
   Status st = Prepare(s, guard, "alltoall", PLEXUS_COLL_ALLTOALL, count, dtype, 0, 0, s.size);
   if (st.ok()) st = s.backend->Alltoall(s.comm, send, recv, count, Code(dtype), where, &req);
-  return Start(st, req, "alltoall");
+  return Start(st, req, "alltoall", true);
 }
 
 Work Communicator::send(const void* buf, uint64_t count, DType dtype, uint32_t peer,
@@ -442,7 +448,7 @@ Work Communicator::send(const void* buf, uint64_t count, DType dtype, uint32_t p
   if (st.ok()) st = CheckRank(peer, s.size, "send peer");
   if (st.ok()) st = CheckBytes("send", count, dtype, 1);
   if (st.ok()) st = s.backend->Send(s.comm, buf, count, Code(dtype), peer, where, &req);
-  return Start(st, req, "send");
+  return Start(st, req, "send", false);
 }
 
 Work Communicator::recv(void* buf, uint64_t count, DType dtype, uint32_t peer,
@@ -454,7 +460,7 @@ Work Communicator::recv(void* buf, uint64_t count, DType dtype, uint32_t peer,
   if (st.ok()) st = CheckRank(peer, s.size, "recv peer");
   if (st.ok()) st = CheckBytes("recv", count, dtype, 1);
   if (st.ok()) st = s.backend->Recv(s.comm, buf, count, Code(dtype), peer, where, &req);
-  return Start(st, req, "recv");
+  return Start(st, req, "recv", false);
 }
 
 Work Communicator::barrier() {
@@ -463,7 +469,7 @@ Work Communicator::barrier() {
   detail::PostingGuard guard(s);
   Status st = Prepare(s, guard, "barrier", PLEXUS_COLL_BARRIER, 0, DType::Float32, 0, 0, 1);
   if (st.ok()) st = s.backend->Barrier(s.comm, &req);
-  return Start(st, req, "barrier");
+  return Start(st, req, "barrier", true);
 }
 
 void Communicator::abort() {

@@ -1,17 +1,22 @@
 #include "plexus/work.hpp"
 
+#include <algorithm>
+
 #include "comm_state.hpp"
 #include "plexus/error.hpp"
+#include "stall_report.hpp"
 
 namespace plexus {
 
-Work::Work(std::shared_ptr<detail::CommState> comm, plexus_request* request, const char* what)
-    : comm_(std::move(comm)), request_(request), what_(what) {}
+Work::Work(std::shared_ptr<detail::CommState> comm, plexus_request* request, const char* what,
+           uint64_t seq)
+    : comm_(std::move(comm)), request_(request), what_(what), seq_(seq) {}
 
 Work::Work(Work&& other) noexcept
     : comm_(std::move(other.comm_)),
       request_(std::exchange(other.request_, nullptr)),
-      what_(other.what_) {}
+      what_(other.what_),
+      seq_(other.seq_) {}
 
 Work& Work::operator=(Work&& other) noexcept {
   if (this != &other) {
@@ -30,17 +35,30 @@ Work::~Work() {
   }
 }
 
+std::string Work::StallReport() {
+  const std::string report = detail::ReportStall(*comm_, seq_, what_);
+  return report.empty() ? "" : ": " + report;
+}
+
 void Work::Finish(int32_t code) {
   if (code == PLEXUS_OK) {  // (no strings built on the fast path)
     comm_->backend->FreeRequest(request_);
     request_ = nullptr;
     return;
   }
-  Status st = comm_->backend->Describe(comm_->comm, code,
-                                       what_ + (" on " + comm_->backend->name()), request_);
+  comm_->failed = true;
+  Status st = comm_->backend->Describe(comm_->comm, code, what_ + (" on " + comm_->backend->name()),
+                                       request_);
   comm_->backend->FreeRequest(request_);
   request_ = nullptr;
-  if (!st.ok()) throw Error(st.code(), comm_->backend->name(), st.message());
+  if (st.ok()) return;
+  std::string message = st.message();
+  if (code == PLEXUS_ERR_TIMEOUT) {
+    message += StallReport();
+  } else {
+    detail::MarkReached(*comm_, seq_);  // so that ranks timing out here do not blame this one
+  }
+  throw Error(st.code(), comm_->backend->name(), message);
 }
 
 bool Work::test() {
@@ -59,11 +77,23 @@ void Work::wait(std::chrono::milliseconds timeout) {
     // Either the wait ran out (request still pending) or the operation
     // itself failed with TIMEOUT; test() tells which.
     rc = comm_->backend->Test(request_);
+    // A backend times its operations out by the same PLEXUS_TIMEOUT, a moment
+    // after this wait started; its own error names the peer it waited for, so
+    // give it that moment before saying less.
+    const bool full_wait = limit >= comm_->timeout;
+    if (rc == PLEXUS_IN_PROGRESS && full_wait) {
+      const auto extra = std::min(limit / 10, std::chrono::milliseconds(500));
+      rc = comm_->backend->Wait(request_, extra.count());
+      if (rc == PLEXUS_ERR_TIMEOUT) rc = comm_->backend->Test(request_);
+    }
     if (rc == PLEXUS_IN_PROGRESS) {
+      // A short wait (polling) is the caller's business; a full one is a failure.
+      if (full_wait) comm_->failed = true;
       throw Error(PLEXUS_ERR_TIMEOUT, comm_->backend->name(),
                   std::string(what_) + " on rank " + std::to_string(comm_->rank) +
                       " did not complete within " + std::to_string(limit.count()) +
-                      " ms (still pending; wait again or abort)");
+                      " ms (still pending; wait again or abort)" +
+                      (full_wait ? StallReport() : std::string()));
     }
   }
   Finish(rc);

@@ -2,11 +2,14 @@
 # Failure tests of a running job, through the real launcher, on the backend
 # PLEXUS_BACKEND names (default tcp; tests/ucx runs them on ucx):
 #
-#   failure_test.sh kill|mismatch-count|mismatch-kind PLEXUS_RUN FAULT_RANK
+#   failure_test.sh kill|freeze|mismatch-count|mismatch-kind PLEXUS_RUN FAULT_RANK
 #
 # kill: 3 ranks loop 4 MiB allreduces and rank 2 SIGKILLs itself mid-allreduce.
 #   Every survivor must get a plexus::Error naming rank 2 within PLEXUS_TIMEOUT,
 #   and plexus-run must exit non-zero naming rank 2; nothing may hang.
+# freeze: like kill, but rank 1 stops itself with SIGSTOP (a hung rank). The
+#   survivors' errors and plexus-run's report must name rank 1, the rank that
+#   stopped making progress, not a healthy rank that merely exited first.
 # mismatch-count / mismatch-kind: 2 ranks call different collectives (count
 #   1000 vs 1001; allreduce vs broadcast). BOTH ranks must get an error that
 #   names both sides.
@@ -30,16 +33,18 @@ fail() {
 }
 
 case "$mode" in
-  kill) nproc=3 ;;
+  kill | freeze) nproc=3 ;;
   mismatch-count | mismatch-kind) nproc=2 ;;
   *) echo "unknown mode $mode" >&2; exit 2 ;;
 esac
 
 export PLEXUS_BACKEND=${PLEXUS_BACKEND:-tcp}
-export PLEXUS_TIMEOUT=15
+export PLEXUS_TIMEOUT=${FAILURE_TEST_TIMEOUT:-15}
 limit=90  # seconds: PLEXUS_TIMEOUT + grace + start-up, with room to spare
 start=$(date +%s)
-timeout -k 5 "$limit" "$run" --grace 20 -n "$nproc" "$prog" "$out" "$mode" >"$out/job.log" 2>&1
+grace=20
+[ "$mode" = freeze ] && grace=10  # the frozen rank ignores SIGTERM; SIGKILL ends it after this
+timeout -k 5 "$limit" "$run" --grace "$grace" -n "$nproc" "$prog" "$out" "$mode" >"$out/job.log" 2>&1
 rc=$?
 elapsed=$(($(date +%s) - start))
 echo "--- plexus-run exited $rc after ${elapsed}s; its output:"
@@ -70,6 +75,26 @@ case "$mode" in
     grep -q "rank 2" "$out/job.log" || fail "plexus-run's output does not name rank 2"
     grep -qi "SIGKILL\|signal 9\|killed" "$out/job.log" ||
       fail "plexus-run's output does not say rank 2 was killed"
+    ;;
+  freeze)
+    for r in 0 2; do
+      show "$r"
+      [ -f "$out/rank$r.err" ] || { fail "survivor rank $r wrote no error"; continue; }
+      grep -Eq "rank 1 |rank\(s\) 1" "$out/rank$r.err" || fail "rank $r's error does not name rank 1"
+    done
+    # Each survivor's time (start to error, teardown included) stays well
+    # under twice the timeout: teardown after a failure is bounded by a short
+    # grace, not a second PLEXUS_TIMEOUT (which it once waited).
+    for r in 0 2; do
+      [ -f "$out/rank$r.err" ] || continue
+      t=$(cut -d' ' -f1 "$out/rank$r.err")
+      awk -v t="$t" -v limit="$PLEXUS_TIMEOUT" 'BEGIN { exit !(t < 1.5 * limit + 3) }' ||
+        fail "rank $r took ${t}s to report, more than 1.5 x PLEXUS_TIMEOUT + 3 s"
+    done
+    grep -q "plexus-run: rank 1 stopped making progress" "$out/job.log" ||
+      fail "plexus-run does not report rank 1 as the rank that stopped making progress"
+    grep -q "stopped by SIGSTOP" "$out/job.log" ||
+      fail "plexus-run does not say rank 1 was stopped by SIGSTOP"
     ;;
   mismatch-count | mismatch-kind)
     if [ "$mode" = mismatch-count ]; then

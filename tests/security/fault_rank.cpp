@@ -9,6 +9,8 @@
 //                   others must get an error.
 //   mismatch-count  rank 0 allreduces 1000 elements, every other rank 1001.
 //   mismatch-kind   rank 0 allreduces, every other rank broadcasts (same count).
+//   freeze          like kill, but rank 1 stops itself with SIGSTOP in the
+//                   middle of iteration 3: a rank that hangs instead of dying.
 //
 // A rank that catches a plexus::Error writes "<seconds> <what()>" to
 // OUT_DIR/rank<R>.err and exits 3; a rank that finishes writes OUT_DIR/rank<R>.ok
@@ -69,6 +71,21 @@ int Run(plexus::Communicator& comm, const std::string& mode) {
     std::fprintf(stderr, "rank %u: 1000 allreduces completed although rank 2 died\n", rank);
     return 1;
   }
+  if (mode == "freeze") {
+    std::vector<float> v(size_t(1) << 20, 1.0f);  // 4 MiB
+    for (int iter = 0; iter < 1000; ++iter) {
+      plexus::Work w = comm.allreduce(std::span(v));
+      if (rank == 1 && iter == 3) {
+        std::fprintf(stderr, "rank 1: raising SIGSTOP in the middle of allreduce %d\n", iter);
+        std::fflush(stderr);
+        raise(SIGSTOP);
+      }
+      w.wait();
+      std::fill(v.begin(), v.end(), 1.0f);
+    }
+    std::fprintf(stderr, "rank %u: 1000 allreduces completed although rank 1 froze\n", rank);
+    return 1;
+  }
   if (mode == "mismatch-count") {
     std::vector<float> v(rank == 0 ? 1000 : 1001, 1.0f);
     comm.allreduce(std::span(v)).wait();
@@ -91,7 +108,8 @@ int Run(plexus::Communicator& comm, const std::string& mode) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: fault_rank OUT_DIR allreduce|kill|mismatch-count|mismatch-kind\n");
+    std::fprintf(stderr,
+                 "usage: fault_rank OUT_DIR allreduce|kill|freeze|mismatch-count|mismatch-kind\n");
     return 2;
   }
   signal(SIGTERM, SIG_IGN);

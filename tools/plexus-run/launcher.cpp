@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -85,8 +86,9 @@ class Launcher {
   struct Rank {
     pid_t pid = -1;
     bool exited = false;
-    int how = 0;    // siginfo si_code: CLD_EXITED, CLD_KILLED or CLD_DUMPED
-    int value = 0;  // siginfo si_status: the exit code or the signal
+    int how = 0;         // siginfo si_code: CLD_EXITED, CLD_KILLED or CLD_DUMPED
+    int value = 0;       // siginfo si_status: the exit code or the signal
+    int stopped_by = 0;  // the signal that had stopped it when the job was stopped
     Stream out;
     Stream err;
   };
@@ -105,6 +107,7 @@ class Launcher {
   bool AllExited() const;
   void ReapAll();
   int Report();
+  std::string StallSummary() const;
 
   const LaunchConfig& config_;
   std::string program_path_;
@@ -424,6 +427,20 @@ void Launcher::BeginStop(Cause cause, int sig) {
   stop_deadline_ = Clock::now() + config_.grace;
   stopped_count_ = static_cast<int>(
       std::count_if(ranks_.begin(), ranks_.end(), [](const Rank& r) { return !r.exited; }));
+  // A rank stopped by SIGSTOP/SIGTSTP is one that stopped making progress:
+  // remember it for the report. WNOWAIT leaves the state for others to see.
+  for (Rank& r : ranks_) {
+    if (r.exited || r.pid <= 0) continue;
+    siginfo_t info;
+    std::memset(&info, 0, sizeof(info));
+    if (::waitid(P_PID, static_cast<id_t>(r.pid), &info, WSTOPPED | WNOHANG | WNOWAIT) == 0 &&
+        info.si_pid != 0 && info.si_code == CLD_STOPPED) {
+      r.stopped_by = info.si_status;
+    }
+  }
+  // A stopped rank is not continued (SIGCONT): it would wake up into the
+  // failed collective and blur whom the others waited for. SIGKILL at the end
+  // of the grace period ends it.
   SignalRanks(sig);
 }
 
@@ -466,8 +483,10 @@ int Launcher::Report() {
       return kExitOk;
     case Cause::kRankFailed: {
       const Rank& r = ranks_[failed_rank_];
-      std::string line = "rank " + std::to_string(failed_rank_) + " (pid " + std::to_string(r.pid) +
-                         ") " + DescribeExit(r.how, r.value);
+      std::string line = StallSummary();
+      if (!line.empty()) line += "; the first to exit: ";
+      line += "rank " + std::to_string(failed_rank_) + " (pid " + std::to_string(r.pid) + ") " +
+              DescribeExit(r.how, r.value);
       if (stopped_count_ == 1 && ranks_.size() == 2) {
         line += "; stopped the other rank" + killed_note;
       } else if (stopped_count_ == static_cast<int>(ranks_.size()) - 1) {
@@ -504,6 +523,58 @@ int Launcher::Report() {
   // shell convention 128 + signal, so scripts can tell a Ctrl-C apart.
   if (interrupt_signal_ != 0) code = kExitSignalBase + interrupt_signal_;
   return code;
+}
+
+// "rank 1 stopped making progress (ranks 0 and 2 timed out waiting for it in
+// allreduce, collective 4 on plexus/0; it was stopped by SIGSTOP)", from the
+// ranks' stall lines and the stopped states seen; "" when neither names a rank.
+std::string Launcher::StallSummary() const {
+  const int n = static_cast<int>(ranks_.size());
+  std::vector<std::vector<int>> waiters(n);  // waiters[b]: ranks that timed out waiting for b
+  std::string where;                         // "allreduce, collective 4 on plexus/0"
+  if (config_.read_stall_lines) {
+    const std::vector<std::string> lines = config_.read_stall_lines();
+    for (int r = 0; r < n && r < static_cast<int>(lines.size()); ++r) {
+      std::istringstream in(lines[r]);
+      std::string comm, seq, what;
+      if (!(in >> comm >> seq >> what)) continue;
+      if (where.empty()) where = what + ", collective " + seq + " on " + comm;
+      for (int b; in >> b;) {
+        if (b >= 0 && b < n && b != r) waiters[b].push_back(r);
+      }
+    }
+  }
+  auto list = [](const std::vector<int>& ranks) {
+    std::string text = ranks.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (i > 0) text += i + 1 == ranks.size() ? " and " : ", ";
+      text += std::to_string(ranks[i]);
+    }
+    return text;
+  };
+  std::vector<int> blamed;
+  for (int b = 0; b < n; ++b) {
+    if (!waiters[b].empty() || ranks_[b].stopped_by != 0) blamed.push_back(b);
+  }
+  if (blamed.empty()) return "";
+  std::string text = list(blamed) + " stopped making progress (";
+  std::string details;
+  for (int b : blamed) {
+    std::string about;
+    if (!waiters[b].empty()) {
+      about = list(waiters[b]) + " timed out waiting for " +
+              (blamed.size() == 1 ? std::string("it") : "rank " + std::to_string(b)) + " in " +
+              where;
+    }
+    if (ranks_[b].stopped_by != 0) {
+      if (!about.empty()) about += "; ";
+      about += (blamed.size() == 1 ? std::string("it") : "rank " + std::to_string(b)) +
+               " was stopped by " + SignalName(ranks_[b].stopped_by);
+    }
+    if (!details.empty()) details += "; ";
+    details += about;
+  }
+  return text + details + ")";
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,10 @@ struct LaunchConfig {
   std::chrono::milliseconds grace{3000};           // SIGTERM → SIGKILL delay
   std::chrono::milliseconds timeout{0};            // whole-job limit; 0 = none
   bool prefix_output = true;  // false: ranks write straight to our stdout/stderr
+  // After a rank failed: each rank's stall line from the store ("" where none),
+  // "<communicator> <seq> <collective> <rank waited for> ..." as
+  // core/src/stall_report.hpp writes it. Unset: no store to ask.
+  std::function<std::vector<std::string>()> read_stall_lines;
 };
 
 // Runs one job to its end and returns plexus-run's exit code: kExitOk when
@@ -49,6 +54,10 @@ struct LaunchConfig {
 // kExitSignalBase + signal otherwise, after printing one "plexus-run: ..."
 // line to stderr, e.g.
 //   plexus-run: rank 2 (pid 1234) exited with code 3; stopped the other 3 ranks
+// or, when ranks timed out waiting for one that stopped making progress,
+//   plexus-run: rank 1 stopped making progress (ranks 0 and 2 timed out waiting
+//   for it in allreduce, collective 4 on plexus/0; it was stopped by SIGSTOP);
+//   the first to exit: rank 0 (pid 1234) exited with code 3; stopped ...
 // Blocks until every rank has been reaped. Installs signal handlers for its
 // duration (SIGCHLD, and SIGINT/SIGTERM/SIGHUP unless they are ignored, which
 // then stay ignored for the ranks too, as nohup expects), and ignores

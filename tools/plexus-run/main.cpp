@@ -26,6 +26,7 @@
 #include "launcher.hpp"
 #include "plexus/rendezvous_store.hpp"
 #include "rank_environment.hpp"
+#include "stall_report.hpp"
 
 #ifndef PLEXUS_VERSION
 #define PLEXUS_VERSION "unknown"  // meson passes the project version
@@ -344,6 +345,27 @@ int Main(int argc, char** argv) {
   config.rank_env.reserve(opts.nproc);
   for (int rank = 0; rank < opts.nproc; ++rank) {
     config.rank_env.push_back(BuildRankEnvironment(base_env, job, rank));
+  }
+
+  if (server) {
+    // Ranks whose collective timed out leave a line in the store saying whom
+    // they waited for; the report then blames the rank that stopped making
+    // progress, not the first one to exit.
+    const std::string addr = opts.master_addr;
+    const uint16_t port = job.master_port;
+    const int nproc = opts.nproc;
+    config.read_stall_lines = [addr, port, nproc] {
+      std::vector<std::string> lines(nproc);
+      std::unique_ptr<RendezvousStore> client;
+      if (!ConnectTcpStore(addr, port, std::chrono::seconds(2), &client).ok()) return lines;
+      for (int r = 0; r < nproc; ++r) {
+        Bytes value;
+        if (client->Get(detail::StallKey(uint32_t(r)), &value, std::chrono::milliseconds(0)).ok()) {
+          lines[r].assign(value.begin(), value.end());
+        }
+      }
+      return lines;
+    };
   }
 
   std::fflush(stdout);  // nothing of ours may be buffered across the ranks' output

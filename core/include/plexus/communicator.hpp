@@ -145,7 +145,8 @@ class Communicator {
  private:
   explicit Communicator(std::shared_ptr<detail::CommState> state);
   static void CheckSpan(bool ok, const char* what);
-  Work Start(const Status& posted, plexus_request* req, const char* what);
+  // collective: counts it in the communicator's sequence (for stall reports).
+  Work Start(const Status& posted, plexus_request* req, const char* what, bool collective);
   detail::CommState& state() const;
 
   std::shared_ptr<detail::CommState> state_;

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
+#include <string>
 
 #include "plexus/backend.h"
 
@@ -41,12 +43,16 @@ class Work {
 
  private:
   friend class Communicator;
-  Work(std::shared_ptr<detail::CommState> comm, plexus_request* request, const char* what);
+  Work(std::shared_ptr<detail::CommState> comm, plexus_request* request, const char* what,
+       uint64_t seq);
   void Finish(int32_t code);  // frees the request; throws on failure
+  // On a timeout of a collective: which ranks it waited for, from the store.
+  std::string StallReport();
 
   std::shared_ptr<detail::CommState> comm_;
   plexus_request* request_ = nullptr;
   const char* what_ = "";
+  uint64_t seq_ = 0;  // its place among the communicator's collectives (from 1); 0: not one
 };
 
 }  // namespace plexus
