@@ -7,6 +7,8 @@
 //   kill            float32 sum-allreduces of 4 MiB in a loop; rank 2 SIGKILLs
 //                   itself in the middle of iteration 3 (after posting it), the
 //                   others must get an error.
+//   late            rank 1 sleeps 2.5 x PLEXUS_TIMEOUT before its allreduce, so
+//                   rank 0's times out (and rank 1's after it).
 //   mismatch-count  rank 0 allreduces 1000 elements, every other rank 1001.
 //   mismatch-kind   rank 0 allreduces, every other rank broadcasts (same count).
 //   freeze          like kill, but rank 1 stops itself with SIGSTOP in the
@@ -25,6 +27,7 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "plexus/plexus.hpp"
@@ -86,6 +89,14 @@ int Run(plexus::Communicator& comm, const std::string& mode) {
     std::fprintf(stderr, "rank %u: 1000 allreduces completed although rank 1 froze\n", rank);
     return 1;
   }
+  if (mode == "late") {
+    if (rank == 1) {
+      std::this_thread::sleep_for(comm.timeout() * 5 / 2);
+    }
+    std::vector<float> v(1024, 1.0f);
+    comm.allreduce(std::span(v)).wait();
+    return 0;
+  }
   if (mode == "mismatch-count") {
     std::vector<float> v(rank == 0 ? 1000 : 1001, 1.0f);
     comm.allreduce(std::span(v)).wait();
@@ -109,7 +120,7 @@ int Run(plexus::Communicator& comm, const std::string& mode) {
 int main(int argc, char** argv) {
   if (argc != 3) {
     std::fprintf(stderr,
-                 "usage: fault_rank OUT_DIR allreduce|kill|freeze|mismatch-count|mismatch-kind\n");
+                 "usage: fault_rank OUT_DIR allreduce|kill|freeze|late|mismatch-count|mismatch-kind\n");
     return 2;
   }
   signal(SIGTERM, SIG_IGN);

@@ -74,5 +74,20 @@ start b 1 3
 wait
 expect "rank 2 never started" "rank 2 never joined the job within 3000 ms (joined: 0, 1 of 3)"
 
+# A set-up error must not be "explained" by an unrelated warning the backend
+# logged on the way (it once read "... (tcp: PLEXUS_TOKEN is not set: ...)").
+port=$(free_port)
+timeout_s=5
+token= start a 0 2 PLEXUS_BACKEND=tcp
+sleep 0.5
+token= start b 1 2 PLEXUS_BACKEND=tcp PLEXUS_TCP_ADDR=not-an-address
+wait
+if grep -q "not authenticated" "$tmp"/b/rank*.err 2>/dev/null; then
+  echo "FAILED: rank 1's set-up error quotes the unauthenticated-connection warning as its cause:"
+  sed 's/^/    /' "$tmp"/b/rank*.err
+  failures=$((failures + 1))
+fi
+expect "a bad PLEXUS_TCP_ADDR" "not a numeric IPv4 address to bind: 'not-an-address'"
+
 echo "roll call: $failures failure(s)"
 [ $failures -eq 0 ]
