@@ -85,7 +85,9 @@ void PrintHelp() {
       "Starts N copies of prog on this host (like torchrun --no-python). plexus-run\n"
       "hosts the rendezvous store the ranks meet at, prefixes every line they print\n"
       "with \"[rank] \", and when one rank exits non-zero or is killed it stops the\n"
-      "others and exits non-zero, saying which rank failed and how.\n"
+      "others and exits non-zero, saying which rank failed and how, and, when ranks\n"
+      "timed out in a collective, which rank they waited for (it stopped making\n"
+      "progress: frozen, stuck outside Plexus, or never posted it).\n"
       "\n"
       "Options:\n"
       "  -n, --nproc N           number of ranks to start, 1.." +
