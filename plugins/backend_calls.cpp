@@ -122,16 +122,17 @@ Status Backend::Open(std::unique_ptr<LoadedLibrary> lib, std::unique_ptr<HostSer
     if (rc == PLEXUS_OK) {
       return Status::Internal(who + ": init returned PLEXUS_OK but no context (a backend bug)");
     }
-    return Status(rc < 0 ? rc : PLEXUS_ERR_INTERNAL, who + " failed to initialise: " + StatusName(rc) +
-                                          (why.empty() ? "" : ": " + why));
+    return Status(
+        rc < 0 ? rc : PLEXUS_ERR_INTERNAL,
+        who + " failed to initialise: " + StatusName(rc) + (why.empty() ? "" : ": " + why));
   }
   b->caps_.struct_size = sizeof(plexus_capabilities);
   rc = b->t_->get_capabilities(b->ctx_, &b->caps_);
   if (Tracing()) {
     LogLine(PLEXUS_LOG_TRACE, b->name_,
-            "get_capabilities() -> " + StatusName(rc) + ", collectives=" +
-                std::to_string(b->caps_.collectives) + " dtypes=" + std::to_string(b->caps_.dtypes) +
-                " flags=" + std::to_string(b->caps_.flags));
+            "get_capabilities() -> " + StatusName(rc) +
+                ", collectives=" + std::to_string(b->caps_.collectives) + " dtypes=" +
+                std::to_string(b->caps_.dtypes) + " flags=" + std::to_string(b->caps_.flags));
   }
   if (rc != PLEXUS_OK) {
     return Status(rc < 0 ? rc : PLEXUS_ERR_INTERNAL,
@@ -169,15 +170,18 @@ Status Backend::CreateComm(const plexus_comm_config_v1& config, plexus_comm** co
   }
   if (rc == PLEXUS_OK && *comm) return Status::Ok();
   if (rc == PLEXUS_OK) {
-    return Status::Internal("backend '" + name_ +
-                            "': comm_create returned PLEXUS_OK but no communicator (a backend bug)");
+    return Status::Internal(
+        "backend '" + name_ +
+        "': comm_create returned PLEXUS_OK but no communicator (a backend bug)");
   }
   if (*comm) ComplainOnce("comm_create failed but set *comm_out");
   *comm = nullptr;
-  std::string text = reason[0] ? PrintableText(reason, sizeof reason)
-                               : "comm_create failed: " + StatusName(rc) +
-                                     " (the backend gave no message)";
-  const std::string host_side = host_->LastProblem();
+  std::string text =
+      reason[0] ? PrintableText(reason, sizeof reason)
+                : "comm_create failed: " + StatusName(rc) + " (the backend gave no message)";
+  // Errors only: comm_create has its own reason, and a warning logged on the
+  // way ("PLEXUS_TOKEN is not set") was once shown as a timeout's cause.
+  const std::string host_side = host_->LastProblem(PLEXUS_LOG_ERROR);
   if (!host_side.empty() && text.find(host_side) == std::string::npos) {
     text += " (" + host_side + ")";
   }
@@ -202,7 +206,8 @@ Status Backend::AbortComm(plexus_comm* comm) {
 
 int32_t Backend::Test(plexus_request* req) {
   int32_t rc = t_->test(req);
-  if (Tracing()) LogLine(PLEXUS_LOG_TRACE, name_, "test(req=" + Ptr(req) + ") -> " + StatusName(rc));
+  if (Tracing())
+    LogLine(PLEXUS_LOG_TRACE, name_, "test(req=" + Ptr(req) + ") -> " + StatusName(rc));
   if (rc > 0 && rc != PLEXUS_IN_PROGRESS) {
     ComplainOnce("test returned the positive status " + std::to_string(rc) +
                  " (taken as PLEXUS_IN_PROGRESS)");
@@ -244,8 +249,8 @@ Status Backend::Describe(plexus_comm* comm, int32_t code, const std::string& wha
   }
   if (!buf[0] && comm) t_->comm_last_error(comm, buf, sizeof buf);
   buf[sizeof buf - 1] = '\0';
-  const std::string text = buf[0] ? PrintableText(buf, sizeof buf)
-                                  : StatusName(code) + " (the backend gave no message)";
+  const std::string text =
+      buf[0] ? PrintableText(buf, sizeof buf) : StatusName(code) + " (the backend gave no message)";
   return Status(code, what + ": " + text);
 }
 
@@ -287,7 +292,8 @@ Status Backend::Posted(plexus_comm* comm, int32_t code, plexus_collective_t coll
   if (code == PLEXUS_OK && *req) return Status::Ok();  // (no strings built on the fast path)
   const std::string what = std::string(algos::CollectiveName(coll)) + " on " + name_;
   if (code == PLEXUS_OK) {
-    return Status::Internal(what + ": the backend returned PLEXUS_OK but no request (a backend bug)");
+    return Status::Internal(what +
+                            ": the backend returned PLEXUS_OK but no request (a backend bug)");
   }
   if (*req) {
     ComplainOnce(std::string(algos::CollectiveName(coll)) + " failed but set *req_out");
@@ -302,17 +308,17 @@ Status Backend::Posted(plexus_comm* comm, int32_t code, plexus_collective_t coll
   return Describe(comm, code, what);
 }
 
-#define PLEXUS_CHECKED_CALL(coll, dtype, op, where, args_text, call) \
-  do {                                                              \
-    *req = nullptr;                                                 \
-    Status st_ = CheckSupported(coll, dtype, op, where);            \
-    if (!st_.ok()) return st_;                                      \
-    const int32_t rc_ = t_->call;                                   \
-    if (Tracing()) {                                                \
-      LogLine(PLEXUS_LOG_TRACE, name_,                              \
+#define PLEXUS_CHECKED_CALL(coll, dtype, op, where, args_text, call)        \
+  do {                                                                      \
+    *req = nullptr;                                                         \
+    Status st_ = CheckSupported(coll, dtype, op, where);                    \
+    if (!st_.ok()) return st_;                                              \
+    const int32_t rc_ = t_->call;                                           \
+    if (Tracing()) {                                                        \
+      LogLine(PLEXUS_LOG_TRACE, name_,                                      \
               args_text + " -> " + StatusName(rc_) + ", req=" + Ptr(*req)); \
-    }                                                               \
-    return Posted(comm, rc_, coll, req);                            \
+    }                                                                       \
+    return Posted(comm, rc_, coll, req);                                    \
   } while (0)
 
 #define PLEXUS_DT(d) algos::DtypeName(d)
@@ -322,9 +328,12 @@ Status Backend::Allreduce(plexus_comm* comm, const void* send, void* recv, uint6
                           plexus_dtype_t dtype, plexus_reduce_op_t op,
                           const plexus_placement* where, plexus_request** req) {
   PLEXUS_CHECKED_CALL(PLEXUS_COLL_ALLREDUCE, dtype, op, where,
-                      Args("allreduce", {{"comm", Ptr(comm)}, {"send", Ptr(send)},
-                                         {"recv", Ptr(recv)}, {"count", std::to_string(count)},
-                                         {"dtype", PLEXUS_DT(dtype)}, {"op", PLEXUS_OPN(op)},
+                      Args("allreduce", {{"comm", Ptr(comm)},
+                                         {"send", Ptr(send)},
+                                         {"recv", Ptr(recv)},
+                                         {"count", std::to_string(count)},
+                                         {"dtype", PLEXUS_DT(dtype)},
+                                         {"op", PLEXUS_OPN(op)},
                                          {"where", Where(where)}}),
                       allreduce(comm, send, recv, count, dtype, op, where, req));
 }
@@ -332,10 +341,12 @@ Status Backend::Allreduce(plexus_comm* comm, const void* send, void* recv, uint6
 Status Backend::Broadcast(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype,
                           uint32_t root, const plexus_placement* where, plexus_request** req) {
   PLEXUS_CHECKED_CALL(PLEXUS_COLL_BROADCAST, dtype, 0, where,
-                      Args("broadcast", {{"comm", Ptr(comm)}, {"buf", Ptr(buf)},
+                      Args("broadcast", {{"comm", Ptr(comm)},
+                                         {"buf", Ptr(buf)},
                                          {"count", std::to_string(count)},
                                          {"dtype", PLEXUS_DT(dtype)},
-                                         {"root", std::to_string(root)}, {"where", Where(where)}}),
+                                         {"root", std::to_string(root)},
+                                         {"where", Where(where)}}),
                       broadcast(comm, buf, count, dtype, root, where, req));
 }
 
@@ -343,10 +354,14 @@ Status Backend::Reduce(plexus_comm* comm, const void* send, void* recv, uint64_t
                        plexus_dtype_t dtype, plexus_reduce_op_t op, uint32_t root,
                        const plexus_placement* where, plexus_request** req) {
   PLEXUS_CHECKED_CALL(PLEXUS_COLL_REDUCE, dtype, op, where,
-                      Args("reduce", {{"comm", Ptr(comm)}, {"send", Ptr(send)},
-                                      {"recv", Ptr(recv)}, {"count", std::to_string(count)},
-                                      {"dtype", PLEXUS_DT(dtype)}, {"op", PLEXUS_OPN(op)},
-                                      {"root", std::to_string(root)}, {"where", Where(where)}}),
+                      Args("reduce", {{"comm", Ptr(comm)},
+                                      {"send", Ptr(send)},
+                                      {"recv", Ptr(recv)},
+                                      {"count", std::to_string(count)},
+                                      {"dtype", PLEXUS_DT(dtype)},
+                                      {"op", PLEXUS_OPN(op)},
+                                      {"root", std::to_string(root)},
+                                      {"where", Where(where)}}),
                       reduce(comm, send, recv, count, dtype, op, root, where, req));
 }
 
@@ -354,9 +369,12 @@ Status Backend::Allgather(plexus_comm* comm, const void* send, void* recv, uint6
                           plexus_dtype_t dtype, const plexus_placement* where,
                           plexus_request** req) {
   PLEXUS_CHECKED_CALL(PLEXUS_COLL_ALLGATHER, dtype, 0, where,
-                      Args("allgather", {{"comm", Ptr(comm)}, {"send", Ptr(send)},
-                                         {"recv", Ptr(recv)}, {"count", std::to_string(count)},
-                                         {"dtype", PLEXUS_DT(dtype)}, {"where", Where(where)}}),
+                      Args("allgather", {{"comm", Ptr(comm)},
+                                         {"send", Ptr(send)},
+                                         {"recv", Ptr(recv)},
+                                         {"count", std::to_string(count)},
+                                         {"dtype", PLEXUS_DT(dtype)},
+                                         {"where", Where(where)}}),
                       allgather(comm, send, recv, count, dtype, where, req));
 }
 
@@ -364,9 +382,12 @@ Status Backend::ReduceScatter(plexus_comm* comm, const void* send, void* recv, u
                               plexus_dtype_t dtype, plexus_reduce_op_t op,
                               const plexus_placement* where, plexus_request** req) {
   PLEXUS_CHECKED_CALL(PLEXUS_COLL_REDUCE_SCATTER, dtype, op, where,
-                      Args("reduce_scatter", {{"comm", Ptr(comm)}, {"send", Ptr(send)},
-                                              {"recv", Ptr(recv)}, {"count", std::to_string(count)},
-                                              {"dtype", PLEXUS_DT(dtype)}, {"op", PLEXUS_OPN(op)},
+                      Args("reduce_scatter", {{"comm", Ptr(comm)},
+                                              {"send", Ptr(send)},
+                                              {"recv", Ptr(recv)},
+                                              {"count", std::to_string(count)},
+                                              {"dtype", PLEXUS_DT(dtype)},
+                                              {"op", PLEXUS_OPN(op)},
                                               {"where", Where(where)}}),
                       reduce_scatter(comm, send, recv, count, dtype, op, where, req));
 }
@@ -375,9 +396,12 @@ Status Backend::Alltoall(plexus_comm* comm, const void* send, void* recv, uint64
                          plexus_dtype_t dtype, const plexus_placement* where,
                          plexus_request** req) {
   PLEXUS_CHECKED_CALL(PLEXUS_COLL_ALLTOALL, dtype, 0, where,
-                      Args("alltoall", {{"comm", Ptr(comm)}, {"send", Ptr(send)},
-                                        {"recv", Ptr(recv)}, {"count", std::to_string(count)},
-                                        {"dtype", PLEXUS_DT(dtype)}, {"where", Where(where)}}),
+                      Args("alltoall", {{"comm", Ptr(comm)},
+                                        {"send", Ptr(send)},
+                                        {"recv", Ptr(recv)},
+                                        {"count", std::to_string(count)},
+                                        {"dtype", PLEXUS_DT(dtype)},
+                                        {"where", Where(where)}}),
                       alltoall(comm, send, recv, count, dtype, where, req));
 }
 
@@ -389,18 +413,24 @@ Status Backend::Barrier(plexus_comm* comm, plexus_request** req) {
 Status Backend::Send(plexus_comm* comm, const void* buf, uint64_t count, plexus_dtype_t dtype,
                      uint32_t peer, const plexus_placement* where, plexus_request** req) {
   PLEXUS_CHECKED_CALL(PLEXUS_COLL_SEND, dtype, 0, where,
-                      Args("send", {{"comm", Ptr(comm)}, {"buf", Ptr(buf)},
-                                    {"count", std::to_string(count)}, {"dtype", PLEXUS_DT(dtype)},
-                                    {"peer", std::to_string(peer)}, {"where", Where(where)}}),
+                      Args("send", {{"comm", Ptr(comm)},
+                                    {"buf", Ptr(buf)},
+                                    {"count", std::to_string(count)},
+                                    {"dtype", PLEXUS_DT(dtype)},
+                                    {"peer", std::to_string(peer)},
+                                    {"where", Where(where)}}),
                       send(comm, buf, count, dtype, peer, where, req));
 }
 
 Status Backend::Recv(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype,
                      uint32_t peer, const plexus_placement* where, plexus_request** req) {
   PLEXUS_CHECKED_CALL(PLEXUS_COLL_RECV, dtype, 0, where,
-                      Args("recv", {{"comm", Ptr(comm)}, {"buf", Ptr(buf)},
-                                    {"count", std::to_string(count)}, {"dtype", PLEXUS_DT(dtype)},
-                                    {"peer", std::to_string(peer)}, {"where", Where(where)}}),
+                      Args("recv", {{"comm", Ptr(comm)},
+                                    {"buf", Ptr(buf)},
+                                    {"count", std::to_string(count)},
+                                    {"dtype", PLEXUS_DT(dtype)},
+                                    {"peer", std::to_string(peer)},
+                                    {"where", Where(where)}}),
                       recv(comm, buf, count, dtype, peer, where, req));
 }
 

@@ -1,10 +1,12 @@
 #include "host_services.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 
 #include "plexus/log.hpp"
+#include "store/job_token.hpp"
 
 namespace plexus {
 
@@ -27,9 +29,10 @@ HostServices::HostServices(std::string backend_name, std::string local_address,
 void HostServices::Log(void* ctx, int32_t level, const char* message) {
   auto* self = static_cast<HostServices*>(ctx);
   if (!self || !message) return;
-  if (level <= PLEXUS_LOG_INFO) {
+  if (level <= PLEXUS_LOG_WARN) {
     std::lock_guard<std::mutex> lock(self->problem_mutex_);
     self->last_problem_ = message;
+    self->last_problem_level_ = level;
   }
   LogLine(level, "backend " + self->backend_name_, message);
 }
@@ -37,11 +40,12 @@ void HostServices::Log(void* ctx, int32_t level, const char* message) {
 void HostServices::NoteProblem(const std::string& message) {
   std::lock_guard<std::mutex> lock(problem_mutex_);
   last_problem_ = message;
+  last_problem_level_ = PLEXUS_LOG_ERROR;
 }
 
-std::string HostServices::LastProblem() const {
+std::string HostServices::LastProblem(int32_t max_level) const {
   std::lock_guard<std::mutex> lock(problem_mutex_);
-  return last_problem_;
+  return last_problem_level_ <= max_level ? last_problem_ : std::string();
 }
 
 int64_t HostServices::GetConfig(void* ctx, const char* key, char* buf, size_t len) {
@@ -50,9 +54,8 @@ int64_t HostServices::GetConfig(void* ctx, const char* key, char* buf, size_t le
   std::string value;
   if (auto it = self->overrides_.find(key); it != self->overrides_.end()) {
     value = it->second;
-  } else if (const char* env = std::getenv(key)) {
-    value = env;
-  } else {
+  } else if (!store::ConfigFromEnvironment(key, &value)) {
+    // The environment; PLEXUS_TOKEN may come from PLEXUS_TOKEN_FILE.
     return -1;
   }
   if (buf && len > 0) {
@@ -70,15 +73,29 @@ int32_t HostServices::OobAllgather(void* ctx, plexus_oob* oob, const void* in, v
   }
   if (bytes_per_rank > kStoreMaxValueBytes) return PLEXUS_ERR_INVALID_ARGUMENT;
   try {
-    const std::string base = oob->prefix + "/" + std::to_string(oob->calls++) + "/";
+    const uint64_t call = oob->calls++;
+    const std::string base = oob->prefix + "/" + std::to_string(call) + "/";
     const auto timeout = std::chrono::milliseconds(timeout_ms);
     const auto* src = static_cast<const uint8_t*>(in);
     Status st = oob->store->Set(base + std::to_string(oob->rank), Bytes(src, src + bytes_per_rank),
                                 timeout);
     auto* dst = static_cast<uint8_t*>(out);
+    // One deadline for the whole exchange, not one timeout per rank.
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (uint32_t r = 0; st.ok() && r < oob->size; ++r) {
       Bytes value;
-      st = oob->store->Get(base + std::to_string(r), &value, timeout);
+      const auto left = std::max(std::chrono::milliseconds(0),
+                                 std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     deadline - std::chrono::steady_clock::now()));
+      st = oob->store->Get(base + std::to_string(r), &value, left);
+      if (st.code() == PLEXUS_ERR_TIMEOUT) {
+        // Say which rank, not which key: the key means nothing to a user.
+        st = Status(PLEXUS_ERR_TIMEOUT,
+                    "rank " + std::to_string(r) + " did not take part in out-of-band exchange " +
+                        std::to_string(call) + " (" + oob->prefix + ") within " +
+                        std::to_string(timeout_ms) +
+                        " ms: it failed before it (see its error), stopped, or never got there");
+      }
       if (st.ok() && value.size() != bytes_per_rank) {
         st = Status::Remote("rank " + std::to_string(r) + " contributed " +
                             std::to_string(value.size()) + " bytes to an out-of-band allgather " +
@@ -97,8 +114,8 @@ int32_t HostServices::OobAllgather(void* ctx, plexus_oob* oob, const void* in, v
   }
 }
 
-int32_t HostServices::OobBroadcast(void* ctx, plexus_oob* oob, void* buf, uint64_t bytes, uint32_t root,
-                                   int64_t timeout_ms) {
+int32_t HostServices::OobBroadcast(void* ctx, plexus_oob* oob, void* buf, uint64_t bytes,
+                                   uint32_t root, int64_t timeout_ms) {
   if (!oob || !oob->store || root >= oob->size || (bytes > 0 && !buf)) {
     return PLEXUS_ERR_INVALID_ARGUMENT;
   }
@@ -113,6 +130,12 @@ int32_t HostServices::OobBroadcast(void* ctx, plexus_oob* oob, void* buf, uint64
     } else {
       Bytes value;
       st = oob->store->Get(key, &value, timeout);
+      if (st.code() == PLEXUS_ERR_TIMEOUT) {
+        st = Status(PLEXUS_ERR_TIMEOUT,
+                    "rank " + std::to_string(root) + " (the root) did not take part in " +
+                        "out-of-band broadcast " + key + " within " + std::to_string(timeout_ms) +
+                        " ms: it failed before it (see its error), stopped, or never got there");
+      }
       if (st.ok() && value.size() != bytes) {
         st = Status::Remote("out-of-band broadcast size mismatch: root sent " +
                             std::to_string(value.size()) + " bytes, rank " +

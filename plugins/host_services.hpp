@@ -37,7 +37,9 @@ class HostServices {
 
   // The last error, warning or info line the backend logged (even below the
   // log threshold), so a failed init can say why. Thread-safe.
-  std::string LastProblem() const;
+  // The last warning or error the backend logged (or the host noted), if it
+  // was at max_level or worse; "" otherwise.
+  std::string LastProblem(int32_t max_level = PLEXUS_LOG_WARN) const;
   void NoteProblem(const std::string& message);
 
  private:
@@ -54,6 +56,7 @@ class HostServices {
   plexus_host_v1 table_{};
   mutable std::mutex problem_mutex_;
   std::string last_problem_;
+  int32_t last_problem_level_ = PLEXUS_LOG_ERROR;
 };
 
 }  // namespace plexus

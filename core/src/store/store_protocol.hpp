@@ -46,6 +46,7 @@
 #include <string_view>
 #include <vector>
 
+#include "job_token.hpp"
 #include "plexus/rendezvous_store.hpp"
 #include "plexus/status.hpp"
 
@@ -171,6 +172,13 @@ std::string NotACounterMessage(std::string_view key, size_t value_size);
 //
 // Without a secret on either side nothing changes on the wire (no handshake);
 // a client with a secret refuses a server without one and vice versa.
+//
+// With or without a secret, a client is "unproven" until it has authenticated
+// (with a secret) or sent its first complete, valid store request (without):
+// one still unproven handshake_timeout after it connected is disconnected, and
+// when too many are unproven at once the oldest is disconnected to make room,
+// so idle connections of strangers (a port scanner, a health check) cannot use
+// up the server's descriptors. A proven client may stay idle for the whole job.
 
 // A store request larger than this from a client that has not authenticated is
 // not read at all (it is dropped without a reply).
@@ -185,13 +193,17 @@ inline constexpr const char* kAuthenticationRequiredMessage =
 struct TcpStoreServerOptions {
   // A client that has sent part of a frame, or has a reply it does not read, and
   // makes no progress for this long is disconnected, so it cannot hold memory forever.
-  // (An idle client between frames is never timed out: ranks keep their connection.)
+  // (An idle client between frames is never timed out once it has made a
+  // request: ranks keep their connection. See handshake_timeout for one that never did.)
   std::chrono::milliseconds stall_timeout{10000};
-  // The job secret. Unset: PLEXUS_TOKEN from the environment at Start. Empty:
-  // no authentication.
+  // The job secret. Unset: from the environment at Start (PLEXUS_TOKEN, or
+  // PLEXUS_TOKEN_FILE: TokenFromEnvironment). Empty: no authentication.
   std::optional<std::string> token;
-  // With a secret, a client must complete the handshake this long after it
-  // connected, or it is disconnected (and logged).
+  // A client must prove itself this long after it connected, or it is
+  // disconnected (and logged): with a secret by completing the handshake,
+  // without one by sending a complete, valid store request (so that idle
+  // connections of strangers do not pile up; a client's connection stays up
+  // for the whole job once it has made its first request).
   std::chrono::milliseconds handshake_timeout{5000};
 };
 
@@ -202,7 +214,8 @@ Status StartTcpStoreServer(const std::string& bind_addr, uint16_t port,
 
 // --- Client knobs that the public ConnectTcpStore does not expose (tests use them).
 struct TcpStoreClientOptions {
-  // The job secret. Unset: PLEXUS_TOKEN from the environment. Empty: no authentication.
+  // The job secret. Unset: from the environment (PLEXUS_TOKEN, or PLEXUS_TOKEN_FILE:
+  // TokenFromEnvironment). Empty: no authentication.
   std::optional<std::string> token;
 };
 
@@ -214,7 +227,7 @@ Status ConnectTcpStoreWithOptions(const std::string& host, uint16_t port,
                                   const TcpStoreClientOptions& options,
                                   std::unique_ptr<RendezvousStore>* out);
 
-// PLEXUS_TOKEN from the environment ("" when unset).
-std::string TokenFromEnvironment();
+// The job secret from the environment (PLEXUS_TOKEN, or PLEXUS_TOKEN_FILE):
+// TokenFromEnvironment in job_token.hpp.
 
 }  // namespace plexus::store

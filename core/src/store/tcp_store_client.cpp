@@ -55,6 +55,13 @@ constexpr auto kBackoffMax = std::chrono::milliseconds(250);
 // One handshake may take at most this long (the server answers at once; a
 // peer that does not is not a Plexus store, or is wedged: try again).
 constexpr auto kHandshakeAttemptLimit = std::chrono::milliseconds(10000);
+// Without a secret the server drops a connection that has not sent a request
+// within its handshake_timeout (5 s by default: strangers' idle connections
+// must not pile up). A connection that has never carried a request and is
+// older than this, or that the server has closed, is therefore replaced before
+// the first request goes out on it (costing one connect), instead of failing
+// that request.
+constexpr auto kUnusedConnectionAge = std::chrono::milliseconds(1000);
 
 std::string ErrnoText(int err) {
   return std::string(std::strerror(err));
@@ -177,7 +184,8 @@ class TcpStoreClient final : public RendezvousStore {
         port_(port),
         endpoint_(Endpoint(host_, port)),
         secret_(std::move(secret)),
-        fd_(fd) {}
+        fd_(fd),
+        connected_at_(Clock::now()) {}
   ~TcpStoreClient() override { DropConnection(); }
 
   Status Set(const std::string& key, const Bytes& value,
@@ -264,6 +272,17 @@ class TcpStoreClient final : public RendezvousStore {
     fd_ = -1;
   }
 
+  // A connection without a secret that has not carried a request yet and that
+  // the server may have dropped meanwhile (see kUnusedConnectionAge). Nothing
+  // was sent on it, so replacing it cannot apply a request twice.
+  bool UnusedConnectionStale() const {
+    if (fd_ < 0 || used_ || secret_.present()) return false;
+    if (Clock::now() - connected_at_ >= kUnusedConnectionAge) return true;
+    // The server never sends first: readable (EOF, reset) means it closed.
+    pollfd p{fd_, POLLIN, 0};
+    return poll(&p, 1, 0) > 0;
+  }
+
   std::string Describe(Command command, const std::string& key) const {
     return std::string("store ") + CommandName(command) +
            (command == Command::kWait ? " starting at key " : " of key ") + QuoteKey(key) + " to " +
@@ -310,15 +329,20 @@ class TcpStoreClient final : public RendezvousStore {
     const bool has_timeout = command == Command::kGet || command == Command::kWait;
     try {
       if (has_timeout && left_ms != timeout_ms) s = encode(left_ms, &request);
+      if (s.ok() && UnusedConnectionStale()) DropConnection();
       if (s.ok() && fd_ < 0) {
         std::string error;
         bool refused = false;
         if (!ConnectAndAuthenticate(host_, port_, secret_, io_deadline, &fd_, &error, &refused)) {
           fd_ = -1;
           s = Status::Remote("lost the connection to the server and could not reconnect: " + error);
+        } else {
+          connected_at_ = Clock::now();
+          used_ = false;
         }
       }
       if (s.ok()) s = SendAll(request, io_deadline);
+      if (s.ok()) used_ = true;
       if (s.ok()) s = ReceiveReply(io_deadline, reply);
     } catch (const std::exception& e) {
       s = Status::System(std::string("out of memory: ") + e.what());
@@ -402,17 +426,16 @@ class TcpStoreClient final : public RendezvousStore {
   bool busy_ = false;                // a call owns fd_
   int fd_;  // used only by the call that set busy_; -1 after a failure until the next call
             // reconnects
+  // Also owned by the call that set busy_: when fd_ was connected, and whether
+  // a request has been sent on it.
+  Clock::time_point connected_at_;
+  bool used_ = false;
 };
 
 }  // namespace
 }  // namespace store
 
 namespace store {
-
-std::string TokenFromEnvironment() {
-  const char* token = std::getenv("PLEXUS_TOKEN");
-  return token != nullptr ? std::string(token) : std::string();
-}
 
 Status ConnectTcpStoreWithOptions(const std::string& host, uint16_t port,
                                   std::chrono::milliseconds timeout,
@@ -422,16 +445,22 @@ Status ConnectTcpStoreWithOptions(const std::string& host, uint16_t port,
   if (host.empty()) return Status::InvalidArgument("ConnectTcpStore: empty host");
   if (port == 0) return Status::InvalidArgument("ConnectTcpStore: port 0");
   const std::string endpoint = Endpoint(host, port);
+  std::string token;
+  if (options.token) {
+    token = *options.token;
+  } else if (Status s = TokenFromEnvironment(&token); !s.ok()) {
+    return Status(s.code(), "ConnectTcpStore: " + s.message());
+  }
   auth::Secret secret;
-  if (std::string error;
-      !auth::Secret::Derive(options.token ? *options.token : TokenFromEnvironment(),
-                            auth::Purpose::kStore, &secret, &error)) {
+  if (std::string error; !auth::Secret::Derive(token, auth::Purpose::kStore, &secret, &error)) {
     return Status::System("ConnectTcpStore: " + error);
   }
   if (!secret.present() && auth::FirstUnauthenticatedUse()) {
     LogLine(PLEXUS_LOG_WARN, "store",
             "PLEXUS_TOKEN is not set: the connection to the rendezvous store at " + endpoint +
-                " is not authenticated (plexus-run sets a job secret for every job)");
+                " is not authenticated; to turn authentication on, set PLEXUS_TOKEN, or "
+                "PLEXUS_TOKEN_FILE to a file holding the same secret, on every rank (plexus-run "
+                "sets one for every job)");
   }
   const auto deadline = DeadlineAfter(timeout);
   auto backoff = kBackoffStart;

@@ -23,17 +23,30 @@
 // not authenticated within handshake_timeout, fails the handshake, or sends
 // store frames without it is refused with one log line naming its address.
 //
+// Idle strangers. Until a client has proven itself (authenticated with the
+// secret; without a secret, sent its first complete, valid request) it is
+// "unproven": it is disconnected if still unproven handshake_timeout after it
+// connected, and at most kMaxUnprovenClients are kept at once (a new one
+// beyond that closes the oldest). A proven client may then stay idle for the
+// whole job. Accepting also stops short of the process's last kFdReserve
+// descriptors (left to the application and its backend) and pauses, without
+// polling the listener, when accept() fails (EMFILE), so a flood of
+// connections can neither exhaust the process's descriptors nor make the loop
+// spin on a listener it cannot accept from.
+//
 // A client is served one request at a time (a client library sends its next
 // request only after the reply), which bounds each client's memory to one
 // frame in and one reply out. A misbehaving client is disconnected with one
 // "plexus store:" line on stderr; nothing it sends can stop the loop.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -61,6 +74,30 @@ using Clock = std::chrono::steady_clock;
 // stays queued and poll() would report it forever; pause accepting this long.
 constexpr auto kAcceptPause = std::chrono::milliseconds(100);
 
+// At most this many clients may be unproven (connected, but not yet
+// authenticated, or without a secret not yet sent a valid request) at once. A
+// rank proves itself within a round trip or two of connecting, so in a real
+// job only a burst of ranks (re)connecting together is ever unproven, while a
+// scanner's or a flood's idle connections would otherwise each hold a
+// descriptor for handshake_timeout. 256 is far below the usual RLIMIT_NOFILE
+// of 1024 yet lets 256 ranks connect in the same instant; more simply wait a
+// moment in the kernel's accept queue (kEvictionGrace).
+constexpr size_t kMaxUnprovenClients = 256;
+// When a new connection would exceed kMaxUnprovenClients, the oldest unproven
+// client is closed, but only once it has been connected this long: a real
+// rank's first request is read within this (so a burst of ranks is not cut
+// down), and a flood cannot keep a new rank out, since idle connections age
+// past it and make room in accept order.
+constexpr auto kEvictionGrace = std::chrono::milliseconds(250);
+// Descriptors left to the rest of the process (the application, its backend's
+// sockets, files; a quarter of RLIMIT_NOFILE if that is less): a connection
+// accepted when fewer are free replaces the oldest unproven client, or is
+// closed at once when there is none, and accepting pauses (kAcceptPause).
+constexpr rlim_t kFdReserve = 64;
+// Bounded work per loop turn, so that a storm of connections cannot hold up
+// the requests of clients already connected.
+constexpr int kMaxAcceptsPerTurn = 256;
+
 void LogLine(const std::string& text) {
   // One fwrite per line so that lines from concurrent threads do not interleave.
   const std::string line = "plexus store: " + text + "\n";
@@ -69,6 +106,19 @@ void LogLine(const std::string& text) {
 
 std::string ErrnoText(int err) {
   return std::string(std::strerror(err));
+}
+
+// How many descriptors this process has open; -1 if that cannot be told
+// (no /proc, or not even a descriptor left to look).
+long CountOpenDescriptors() {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  long n = 0;
+  while (const dirent* e = readdir(dir)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(dir);
+  return n - 1;  // not the directory's own
 }
 
 std::string FormatAddress(const sockaddr_storage& addr) {
@@ -90,9 +140,13 @@ std::string FormatAddress(const sockaddr_storage& addr) {
 }
 
 struct Client {
-  int fd = -1;
+  int fd = -1;       // -1 once closed early (an evicted client)
   std::string peer;  // "ip:port", for log lines
   bool closed = false;
+  Clock::time_point accepted_at;
+  // Authenticated (with a secret) or sent a valid store request (without one):
+  // not subject to handshake_deadline or to eviction any more.
+  bool proven = false;
 
   // The frame being received. Sized kHeaderBytes until the header is validated,
   // then the whole frame. in_have bytes of it have arrived.
@@ -108,7 +162,7 @@ struct Client {
   bool authenticated = false;
   std::unique_ptr<auth::Responder> responder;
   uint64_t frames_seen = 0;
-  Clock::time_point handshake_deadline;  // when !authenticated
+  Clock::time_point handshake_deadline;  // when !proven
   // Send what is in `out`, then disconnect (a refusal that tells the peer why).
   bool close_after_output = false;
   bool refusal_logged = false;  // its refusal is in the log already
@@ -196,6 +250,14 @@ class TcpStoreServerImpl final : public TcpStoreServer {
   void WakeParked(Clock::time_point now);
   void ExpireDeadlines(Clock::time_point now);
   void Disconnect(Client& c, const std::string& reason);
+  void MarkProven(Client& c);
+  // The first unproven client in accept order; nullptr if none.
+  Client* OldestUnproven() const;
+  // Disconnects the oldest unproven client, if it has been connected for at
+  // least min_age, and closes its descriptor at once; returns whether it did.
+  bool EvictOldestUnproven(Clock::time_point now, Clock::duration min_age, const std::string& why);
+  // When the listener may be polled again (<= now: it may be).
+  Clock::time_point AcceptOpensAt() const;
   int PollTimeoutMs(Clock::time_point now) const;
 
   int listen_fd_;      // closed by Run() when the thread ends
@@ -214,6 +276,7 @@ class TcpStoreServerImpl final : public TcpStoreServer {
   void LogDisconnect(const std::string& text);
   std::unordered_map<std::string, Bytes> data_;
   Clock::time_point accept_resume_{};  // accepting is paused until then
+  size_t unproven_ = 0;                // clients not closed and not proven
 };
 
 void TcpStoreServerImpl::Run() {
@@ -228,6 +291,7 @@ void TcpStoreServerImpl::Run() {
     if (c->fd >= 0) close(c->fd);
   }
   clients_.clear();
+  unproven_ = 0;
   close(listen_fd_);
   listen_fd_ = -1;  // read again only by the destructor, after join()
 }
@@ -240,7 +304,7 @@ void TcpStoreServerImpl::RunLoop() {
     fds.clear();
     polled.clear();
     fds.push_back({wake_fd_, POLLIN, 0});
-    fds.push_back({listen_fd_, static_cast<short>(now >= accept_resume_ ? POLLIN : 0), 0});
+    fds.push_back({listen_fd_, static_cast<short>(AcceptOpensAt() <= now ? POLLIN : 0), 0});
     for (auto& c : clients_) {
       short events = 0;
       if (c->WantsRead()) events |= POLLIN;
@@ -295,7 +359,7 @@ void TcpStoreServerImpl::RunLoop() {
     }
     std::erase_if(clients_, [](const std::unique_ptr<Client>& c) {
       if (!c->closed) return false;
-      close(c->fd);
+      if (c->fd >= 0) close(c->fd);
       return true;
     });
   }
@@ -308,12 +372,12 @@ void TcpStoreServerImpl::LogDisconnect(const std::string& text) {
 int TcpStoreServerImpl::PollTimeoutMs(Clock::time_point now) const {
   Clock::time_point wake = now + std::chrono::seconds(60);
   if (auto at = disconnects_.FlushAt()) wake = std::min(wake, *at);
-  if (now < accept_resume_) wake = std::min(wake, accept_resume_);
+  if (const auto opens = AcceptOpensAt(); now < opens) wake = std::min(wake, opens);
   for (const auto& c : clients_) {
     if (c->Runnable()) return 0;
     if (c->parked) wake = std::min(wake, c->deadline);
     if (c->Stallable()) wake = std::min(wake, c->last_progress + options_.stall_timeout);
-    if (!c->authenticated && !c->closed && !c->close_after_output) {
+    if (!c->proven && !c->closed && !c->close_after_output) {
       wake = std::min(wake, c->handshake_deadline);
     }
   }
@@ -323,8 +387,61 @@ int TcpStoreServerImpl::PollTimeoutMs(Clock::time_point now) const {
   return static_cast<int>(std::clamp<int64_t>(ms, 0, 60000));
 }
 
+Client* TcpStoreServerImpl::OldestUnproven() const {
+  if (unproven_ == 0) return nullptr;
+  for (const auto& c : clients_) {  // in accept order
+    if (!c->closed && !c->proven) return c.get();
+  }
+  return nullptr;
+}
+
+Clock::time_point TcpStoreServerImpl::AcceptOpensAt() const {
+  Clock::time_point at = accept_resume_;
+  if (unproven_ >= kMaxUnprovenClients) {
+    // Full: a new client must wait until the oldest unproven one may be evicted
+    // (or until one proves itself, which makes the next turn poll again).
+    if (const Client* oldest = OldestUnproven()) {
+      at = std::max(at, oldest->accepted_at + kEvictionGrace);
+    }
+  }
+  return at;
+}
+
+bool TcpStoreServerImpl::EvictOldestUnproven(Clock::time_point now, Clock::duration min_age,
+                                             const std::string& why) {
+  Client* oldest = OldestUnproven();
+  if (oldest == nullptr || now - oldest->accepted_at < min_age) return false;
+  Disconnect(*oldest, (secret_.present() ? "refused: it has not authenticated with the job secret"
+                                         : "refused: it has not sent a request") +
+                          std::string(" yet, and ") + why);
+  // Closed now rather than at the end of the turn, so that the descriptor is
+  // free for the accept that follows. Safe: this turn's poll results are
+  // matched to clients by pointer, and a closed client's are skipped.
+  close(oldest->fd);
+  oldest->fd = -1;
+  return true;
+}
+
 void TcpStoreServerImpl::AcceptAll(Clock::time_point now) {
-  for (;;) {
+  rlimit nofile{};
+  const bool limited = getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY;
+  const rlim_t limit = limited ? nofile.rlim_cur : 0;
+  const rlim_t reserve = std::min(kFdReserve, limit / 4);
+  // The process's descriptors in use, counted once an accepted descriptor's
+  // number comes near the limit (descriptors are allocated lowest first, so
+  // accepting n means 0..n are all in use; below that nothing is counted),
+  // then kept up to date through this call.
+  bool counted = false;
+  rlim_t in_use = 0;
+  const std::string cap_text =
+      "there are " + std::to_string(kMaxUnprovenClients) + " such clients (the most kept at once)";
+  for (int turn = 0; turn < kMaxAcceptsPerTurn; ++turn) {
+    if (unproven_ >= kMaxUnprovenClients) {
+      if (!EvictOldestUnproven(now, kEvictionGrace, cap_text)) {
+        return;  // AcceptOpensAt() says when to try again
+      }
+      if (counted) --in_use;
+    }
     sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
     int fd =
@@ -333,9 +450,41 @@ void TcpStoreServerImpl::AcceptAll(Clock::time_point now) {
       const int err = errno;
       if (err == EAGAIN || err == EWOULDBLOCK) return;
       if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
-      // EMFILE/ENFILE/ENOBUFS/ENOMEM or worse: existing clients keep being served.
-      LogLine("accept failed: " + ErrnoText(err) + "; not accepting new clients for " +
-              std::to_string(kAcceptPause.count()) + " ms");
+      // Out of descriptors: the oldest unproven client gives way, however
+      // young (the process's descriptors come first).
+      if ((err == EMFILE || err == ENFILE) &&
+          EvictOldestUnproven(now, Clock::duration::zero(), "the process is out of descriptors")) {
+        counted = false;  // count again
+        continue;         // its descriptor is free now
+      }
+      // EMFILE/ENFILE/ENOBUFS/ENOMEM or worse: existing clients keep being
+      // served; the listener is not polled meanwhile, so this does not spin.
+      LogDisconnect("accept failed: " + ErrnoText(err) + "; not accepting new clients for " +
+                    std::to_string(kAcceptPause.count()) + " ms");
+      accept_resume_ = now + kAcceptPause;
+      return;
+    }
+    if (counted) {
+      ++in_use;
+    } else if (limited && rlim_t(fd) + 2 * reserve >= limit) {
+      const long n = CountOpenDescriptors();
+      in_use = n < 0 ? limit : rlim_t(n);
+      counted = true;
+    }
+    // Into the reserve: the oldest unproven clients give way, however young
+    // (they have had the longest to prove themselves); with none, the new one does.
+    while (counted && in_use + reserve > limit &&
+           EvictOldestUnproven(now, Clock::duration::zero(),
+                               "the process is running out of descriptors")) {
+      --in_use;
+    }
+    if (counted && in_use + reserve > limit) {
+      LogDisconnect("refusing client " + FormatAddress(addr) + ": the process has " +
+                    std::to_string(in_use) + " descriptors open of its RLIMIT_NOFILE " +
+                    std::to_string(limit) + ", and the last " + std::to_string(reserve) +
+                    " are kept for the rest of it; not accepting new clients for " +
+                    std::to_string(kAcceptPause.count()) + " ms");
+      close(fd);
       accept_resume_ = now + kAcceptPause;
       return;
     }
@@ -346,14 +495,18 @@ void TcpStoreServerImpl::AcceptAll(Clock::time_point now) {
       c->fd = fd;
       c->peer = FormatAddress(addr);
       c->last_progress = now;
+      c->accepted_at = now;
       c->authenticated = !secret_.present();
       c->handshake_deadline = now + options_.handshake_timeout;
       if (!secret_.present() && auth::FirstUnauthenticatedUse()) {
         plexus::LogLine(PLEXUS_LOG_WARN, "store",
                         "PLEXUS_TOKEN is not set: the rendezvous store serves clients without "
-                        "authentication (plexus-run sets a job secret for every job)");
+                        "authentication; to turn it on, set PLEXUS_TOKEN, or PLEXUS_TOKEN_FILE "
+                        "to a file holding the same secret, on every rank (plexus-run sets one "
+                        "for every job)");
       }
       clients_.push_back(std::move(c));
+      ++unproven_;
     } catch (const std::exception&) {
       LogLine("out of memory accepting a client from " + FormatAddress(addr));
       close(fd);
@@ -488,6 +641,8 @@ void TcpStoreServerImpl::ExecuteHandshake(Client& c, Clock::time_point now) {
     case auth::Responder::Outcome::kAccepted:
       c.authenticated = true;
       c.responder.reset();
+      // Without a secret anyone completes the handshake: only a request proves.
+      if (secret_.present()) MarkProven(c);
       return;
     case auth::Responder::Outcome::kRefused:
       c.responder.reset();
@@ -529,6 +684,7 @@ void TcpStoreServerImpl::Execute(Client& c, Clock::time_point now) {
       Disconnect(c, s.ok() ? "internal frame length mismatch" : s.message());
       return;
     }
+    MarkProven(c);  // a complete, valid request (with a secret: proven already)
     // Reset the frame buffer, releasing a large SET's memory.
     c.in = Bytes(kHeaderBytes);
     c.in_have = 0;
@@ -620,14 +776,24 @@ void TcpStoreServerImpl::ExpireDeadlines(Clock::time_point now) {
       QueueReply(c, PLEXUS_ERR_TIMEOUT, message, {}, now);
       continue;
     }
-    if (!c.authenticated && !c.close_after_output && now >= c.handshake_deadline) {
-      const auto ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(options_.handshake_timeout);
-      Disconnect(c, c.refusal_logged
-                        ? ""
-                        : "refused: it did not complete authentication with the job secret "
-                          "within " +
-                              std::to_string(ms.count()) + " ms");
+    if (!c.proven && !c.close_after_output && now >= c.handshake_deadline) {
+      const auto ms = std::to_string(
+          std::chrono::duration_cast<std::chrono::milliseconds>(options_.handshake_timeout)
+              .count());
+      std::string why;
+      if (c.refusal_logged) {
+        // said already
+      } else if (secret_.present()) {
+        why =
+            "refused: it did not complete authentication with the job secret within " + ms + " ms";
+      } else {
+        // An idle connection that is not a client (a scanner, a health check):
+        // kept, it would hold a descriptor for the whole job.
+        why = "refused: it did not send a complete request within " + ms + " ms of connecting" +
+              (c.in_have > 0 ? " (" + std::to_string(c.in_have) + " bytes of one arrived)"
+                             : " (it sent nothing)");
+      }
+      Disconnect(c, why);
       continue;
     }
     if (c.Stallable() && now - c.last_progress >= options_.stall_timeout) {
@@ -641,13 +807,21 @@ void TcpStoreServerImpl::ExpireDeadlines(Clock::time_point now) {
   }
 }
 
+void TcpStoreServerImpl::MarkProven(Client& c) {
+  if (c.proven) return;
+  c.proven = true;
+  --unproven_;
+}
+
 void TcpStoreServerImpl::Disconnect(Client& c, const std::string& reason) {
   if (c.closed) return;
   if (!reason.empty()) LogDisconnect("disconnecting client " + c.peer + ": " + reason);
   c.closed = true;
+  if (!c.proven) --unproven_;
   c.parked = false;
   // The fd is closed when the client is erased at the end of the loop turn, so
-  // that a descriptor number is never reused while still in this turn's poll set.
+  // that a descriptor number is never reused while still in this turn's poll set
+  // (EvictOldestUnproven closes it at once, and says why that is safe).
   // Free buffers now: a closed client must not hold 64 MiB until then.
   Bytes().swap(c.in);
   Bytes().swap(c.out);
@@ -724,10 +898,14 @@ Status StartTcpStoreServer(const std::string& bind_addr, uint16_t port,
   if (options.handshake_timeout.count() <= 0) {
     return Status::InvalidArgument("store server: handshake_timeout must be positive");
   }
+  std::string token;
+  if (options.token) {
+    token = *options.token;
+  } else if (Status s = TokenFromEnvironment(&token); !s.ok()) {
+    return Status(s.code(), "store server: " + s.message());
+  }
   auth::Secret secret;
-  if (std::string error;
-      !auth::Secret::Derive(options.token ? *options.token : TokenFromEnvironment(),
-                            auth::Purpose::kStore, &secret, &error)) {
+  if (std::string error; !auth::Secret::Derive(token, auth::Purpose::kStore, &secret, &error)) {
     return Status::System("store server: " + error);
   }
   int listen_fd = -1;
