@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -311,6 +312,58 @@ bool IsHex64(const std::string& s) {
                                        [](char c) { return std::isxdigit(c) && !std::isupper(c); });
 }
 
+// A port that was free a moment ago (bound to 127.0.0.1:0 and closed): for
+// --nnodes, where node 0's port must be known to every launcher in advance.
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// One job across "nodes" that are all this host: one plexus-run per node,
+// each in a TempDir of its own, all on 127.0.0.1:port with one token file.
+class MultiNode {
+ public:
+  MultiNode(int nnodes, const std::vector<std::string>& per_node_args,
+            const std::vector<std::string>& env = {"PLEXUS_TOKEN", "PLEXUS_TOKEN_FILE",
+                                                   "PLEXUS_TIMEOUT=30"})
+      : port_(FreePort()), dirs_(nnodes) {
+    token_ = (token_dir_.path() / "token").string();
+    {
+      std::ofstream out(token_);
+      out << "0123456789abcdef0123456789abcdef-multi-node-test\n";
+    }
+    ::chmod(token_.c_str(), 0600);
+    for (int k = 0; k < nnodes; ++k) {
+      std::vector<std::string> args = {
+          "--nnodes",      std::to_string(nnodes), "--node-rank",  std::to_string(k),
+          "--master-port", std::to_string(port_),  "--token-file", token_};
+      args.insert(args.end(), per_node_args.begin(), per_node_args.end());
+      launches_.push_back(std::make_unique<Launch>(args, dirs_[k], env));
+    }
+  }
+  Launch& node(int k) { return *launches_[k]; }
+  std::vector<Result> WaitAll(std::chrono::milliseconds limit) {
+    std::vector<Result> results;
+    for (auto& l : launches_) results.push_back(l->Wait(limit));
+    return results;
+  }
+
+ private:
+  int port_;
+  TempDir token_dir_;
+  std::string token_;
+  std::vector<TempDir> dirs_;
+  std::vector<std::unique_ptr<Launch>> launches_;
+};
+
 }  // namespace
 
 TEST_SUITE("plexus-run") {
@@ -543,6 +596,149 @@ TEST_SUITE("plexus-run") {
     }
   }
 
+  TEST_CASE("--nnodes: ranks are numbered node by node, LOCAL_* per node") {
+    MultiNode job(2, {"-n", "2", "sh", "-c", kPrintVariables});
+    auto results = job.WaitAll(30s);
+    std::set<std::string> tokens;
+    for (int k = 0; k < 2; ++k) {
+      const Result& r = results[k];
+      INFO("node " << k << " stdout:\n" << r.out << "\nstderr:\n" << r.err);
+      CHECK_FALSE(r.timed_out);
+      REQUIRE(r.exit_code == 0);
+      auto lines = Lines(r.out);
+      REQUIRE(lines.size() == 2);
+      for (const std::string& line : lines) {
+        const int rank = std::atoi(line.c_str() + 1);
+        auto f = Fields(line);
+        CAPTURE(line);
+        CHECK(rank / 2 == k);
+        CHECK(f["R"] == std::to_string(rank));
+        CHECK(f["PR"] == std::to_string(rank));
+        CHECK(f["LR"] == std::to_string(rank % 2));
+        CHECK(f["PLR"] == std::to_string(rank % 2));
+        CHECK(f["W"] == "4");
+        CHECK(f["LW"] == "2");
+        CHECK(f["PLW"] == "2");
+        CHECK(f["H"] == "1");
+        tokens.insert(f["T"]);
+      }
+    }
+    CHECK(tokens == std::set<std::string>{"0123456789abcdef0123456789abcdef-multi-node-test"});
+  }
+
+  TEST_CASE("--nnodes: a rank failing on one node stops every node, each naming it") {
+    MultiNode job(3, {"--grace", "1", "-n", "2", "sh", "-c",
+                      "if [ $RANK = 3 ]; then sleep 0.5; exit 3; fi; sleep 60"});
+    auto results = job.WaitAll(30s);
+    for (int k = 0; k < 3; ++k) {
+      const Result& r = results[k];
+      INFO("node " << k << " stderr:\n" << r.err);
+      CHECK_FALSE(r.timed_out);
+      CHECK(r.exit_code == 1);
+      CHECK(r.seconds < 15);
+      CHECK(Contains(r.err, "plexus-run: node 1: rank 3 (pid "));
+      CHECK(Contains(r.err, "exited with code 3"));
+      if (k != 1) CHECK(Contains(r.err, "stopped 2 ranks here on node " + std::to_string(k)));
+    }
+  }
+
+  TEST_CASE("--nnodes: a node's plexus-run killed: the others stop, naming it") {
+    MultiNode job(3, {"--grace", "1", "-n", "2", "sleep", "60"});
+    std::this_thread::sleep_for(1500ms);  // joined and running
+    REQUIRE(::kill(job.node(2).pid(), SIGKILL) == 0);
+    auto results = job.WaitAll(30s);
+    for (int k = 0; k < 2; ++k) {
+      const Result& r = results[k];
+      INFO("node " << k << " stderr:\n" << r.err);
+      CHECK_FALSE(r.timed_out);
+      CHECK(r.exit_code == 1);
+      CHECK(r.seconds < 15);
+      CHECK(Contains(r.err, "plexus-run: node 2 "));
+      CHECK(Contains(r.err, "stopped responding"));
+    }
+  }
+
+  TEST_CASE("--nnodes: node 0 killed takes the store: the others stop, naming node 0") {
+    MultiNode job(2, {"--grace", "1", "-n", "1", "sleep", "60"});
+    std::this_thread::sleep_for(1500ms);
+    REQUIRE(::kill(job.node(0).pid(), SIGKILL) == 0);
+    Result r = job.node(1).Wait(30s);
+    INFO("stderr:\n" << r.err);
+    CHECK_FALSE(r.timed_out);
+    CHECK(r.exit_code == 1);
+    CHECK(r.seconds < 15);
+    CHECK(Contains(r.err, "plexus-run: node 0 "));
+    CHECK(Contains(r.err, "is gone"));
+  }
+
+  TEST_CASE("--nnodes: every node must start the same number of ranks") {
+    MultiNode job(2, {"-n", "2", "true"});
+    auto results = job.WaitAll(30s);
+    CHECK(results[0].exit_code == 0);  // same -n: fine
+    CHECK(results[1].exit_code == 0);
+    const int port = FreePort();
+    TempDir token_dir, d0, d1;
+    const std::string token = (token_dir.path() / "token").string();
+    REQUIRE(Run({"--make-token", token}).exit_code == 0);
+    std::vector<std::string> env = {"PLEXUS_TOKEN", "PLEXUS_TOKEN_FILE=" + token,
+                                    "PLEXUS_TIMEOUT=30"};
+    Launch n0({"--nnodes", "2", "--master-port", std::to_string(port), "-n", "2", "true"}, d0, env);
+    Launch n1({"--nnodes", "2", "--node_rank", "1", "--master_port", std::to_string(port), "-n",
+               "3", "true"},
+              d1, env);
+    for (Launch* l : {&n0, &n1}) {
+      Result r = l->Wait(30s);
+      INFO("stderr:\n" << r.err);
+      CHECK(r.exit_code == 1);
+      CHECK(Contains(r.err, "every node must start the same number of ranks"));
+    }
+  }
+
+  TEST_CASE("--nnodes without a token, a port or a valid node rank is refused") {
+    Result no_token = Run({"--nnodes", "2", "--master-port", "29999", "-n", "1", "true"},
+                          {"PLEXUS_TOKEN", "PLEXUS_TOKEN_FILE"});
+    CHECK(no_token.exit_code == 2);
+    CHECK(Contains(no_token.err, "needs a job secret that every node shares"));
+    CHECK(Contains(no_token.err, "plexus-run --make-token"));
+    CHECK(Contains(no_token.err, "--token-file"));
+    for (const auto& args : std::vector<std::vector<std::string>>{
+             {"--nnodes", "2", "-n", "1", "true"},
+             {"--nnodes", "2", "--node-rank", "2", "--master-port", "29999", "-n", "1", "true"},
+             {"--node-rank", "1", "-n", "1", "true"},
+             {"--nnodes", "2", "--no-store", "--master-port", "29999", "-n", "1", "true"},
+             {"--nnodes", "0", "-n", "1", "true"}}) {
+      Result r = Run(args, {"PLEXUS_TOKEN=x"});
+      CHECK(r.exit_code == 2);
+      CHECK(Contains(r.err, "--help"));
+    }
+    TempDir dir;
+    const std::string missing = (dir.path() / "missing").string();
+    Result bad_file = Run({"--token-file", missing, "-n", "1", "true"});
+    CHECK(bad_file.exit_code == 2);
+    CHECK(Contains(bad_file.err, "cannot read --token-file '" + missing + "'"));
+  }
+
+  TEST_CASE("--make-token writes a fresh secret only its owner reads, never over a file") {
+    TempDir dir;
+    const std::string path = (dir.path() / "token").string();
+    Result r = Run({"--make-token", path});
+    CHECK(r.exit_code == 0);
+    std::string token = ReadFile(path);
+    REQUIRE(!token.empty());
+    CHECK(token.back() == '\n');
+    token.pop_back();
+    CHECK(IsHex64(token));
+    struct stat st {};
+    REQUIRE(::stat(path.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0600);
+    Result again = Run({"--make-token", path});
+    CHECK(again.exit_code != 0);
+    CHECK(ReadFile(path) == token + "\n");
+    // A one-host job takes it too.
+    auto ranks = VariablesOf3Ranks({"--token-file", path}, {"PLEXUS_TOKEN"});
+    for (auto& f : ranks) CHECK(f["T"] == token);
+  }
+
   TEST_CASE("--help lists every option and every variable; --version") {
     Result r = Run({"--help"});
     CHECK(r.exit_code == 0);
@@ -555,6 +751,10 @@ TEST_SUITE("plexus-run") {
                              "--no-prefix",
                              "--grace",
                              "--timeout",
+                             "--nnodes",
+                             "--node-rank",
+                             "--token-file",
+                             "--make-token",
                              "--help",
                              "--version",
                              "RANK",

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <mutex>
 
 #include "plexus/log.hpp"
@@ -70,6 +71,14 @@ Status GetJob(std::chrono::milliseconds timeout, std::shared_ptr<Job>* out) {
   if (!st.ok()) return st.WithContext("launch environment");
   const LaunchInfo& l = j->launch;
   SetLogRank(l.rank);
+  // PLEXUS_SOCKET_IFNAME names the interface backends listen on; checked
+  // first, so that a wrong name is reported before anything waits.
+  std::string ifname_address;
+  const char* ifname = std::getenv("PLEXUS_SOCKET_IFNAME");
+  if (ifname != nullptr && *ifname != '\0') {
+    st = InterfaceAddress(ifname, &ifname_address);
+    if (!st.ok()) return st.WithContext("rank " + std::to_string(l.rank));
+  }
   if (l.size == 1 && l.master_addr.empty()) {
     j->store = MakeInProcessStore();
   } else if (!HasRendezvous(l)) {
@@ -89,13 +98,16 @@ Status GetJob(std::chrono::milliseconds timeout, std::shared_ptr<Job>* out) {
                             "rendezvous store at " + l.master_addr + ":" +
                             std::to_string(l.master_port));
     }
-    j->local_address = LocalAddressTowards(l.master_addr, l.master_port);
+    j->local_address =
+        ifname_address.empty() ? LocalAddressTowards(l.master_addr, l.master_port) : ifname_address;
     st = RollCall(l, *j->store, timeout);
     if (!st.ok()) return st;
   }
-  LogLine(PLEXUS_LOG_DEBUG, "plexus",
-          "rank " + std::to_string(l.rank) + " of " + std::to_string(l.size) + " from " + l.source +
-              ", local address '" + j->local_address + "'");
+  LogLine(
+      PLEXUS_LOG_DEBUG, "plexus",
+      "rank " + std::to_string(l.rank) + " of " + std::to_string(l.size) + " from " + l.source +
+          ", local address '" + j->local_address + "'" +
+          (ifname_address.empty() ? "" : std::string(" (PLEXUS_SOCKET_IFNAME=") + ifname + ")"));
   job = j;
   *out = job;
   return Status::Ok();

@@ -1,7 +1,16 @@
 #include "plexus/launch_env.hpp"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
+#include <utility>
+#include <vector>
 
 namespace plexus {
 namespace {
@@ -110,6 +119,53 @@ std::string NoRendezvousMessage(const LaunchInfo& info) {
   return "rank " + std::to_string(info.rank) + " of " + std::to_string(info.size) + " (from " +
          info.source + ") has no rendezvous point: set MASTER_ADDR and MASTER_PORT (or " +
          "PLEXUS_MASTER_ADDR/PLEXUS_MASTER_PORT), or launch with plexus-run";
+}
+
+Status InterfaceAddress(const std::string& ifname, std::string* address) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) {
+    return Status::System(std::string("PLEXUS_SOCKET_IFNAME: getifaddrs: ") + std::strerror(errno));
+  }
+  // Every interface with what it has, in the kernel's order: "lo (127.0.0.1)".
+  std::vector<std::pair<std::string, std::string>> seen;
+  bool exists = false;
+  std::string found;
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_name == nullptr) continue;
+    const std::string name = a->ifa_name;
+    std::string ipv4;
+    if (a->ifa_addr != nullptr && a->ifa_addr->sa_family == AF_INET) {
+      char text[INET_ADDRSTRLEN] = {};
+      const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+      if (inet_ntop(AF_INET, &in->sin_addr, text, sizeof text) != nullptr) ipv4 = text;
+    }
+    if (name == ifname) {
+      exists = true;
+      if (found.empty()) found = ipv4;
+    }
+    auto it =
+        std::find_if(seen.begin(), seen.end(), [&](const auto& s) { return s.first == name; });
+    if (it == seen.end()) {
+      seen.emplace_back(name, ipv4);
+    } else if (it->second.empty()) {
+      it->second = ipv4;
+    }
+  }
+  freeifaddrs(list);
+  if (!found.empty()) {
+    *address = found;
+    return Status::Ok();
+  }
+  std::string there;
+  for (const auto& [name, ipv4] : seen) {
+    if (!there.empty()) there += ", ";
+    there += name + (ipv4.empty() ? " (no IPv4)" : " (" + ipv4 + ")");
+  }
+  if (there.empty()) there = "none";
+  return Status::InvalidArgument(
+      "PLEXUS_SOCKET_IFNAME='" + ifname +
+      "': " + (exists ? "that interface has no IPv4 address" : "there is no such interface here") +
+      "; the interfaces here are: " + there);
 }
 
 }  // namespace plexus

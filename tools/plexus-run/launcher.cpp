@@ -77,7 +77,15 @@ class Launcher {
   int Run();
 
  private:
-  enum class Cause { kNone, kRankFailed, kInterrupted, kTimeout, kCannotExecute, kInternal };
+  enum class Cause {
+    kNone,
+    kRankFailed,
+    kInterrupted,
+    kTimeout,
+    kCannotExecute,
+    kInternal,
+    kRemote,  // the job failed on another node (--nnodes)
+  };
 
   struct Stream {
     int fd = -1;
@@ -107,7 +115,11 @@ class Launcher {
   bool AllExited() const;
   void ReapAll();
   int Report();
+  void PrintLocal(const std::string& line);
   std::string StallSummary() const;
+  std::string RankName(int index) const;
+  std::string NodePrefix() const;
+  void PublishFailure();
 
   const LaunchConfig& config_;
   std::string program_path_;
@@ -128,6 +140,7 @@ class Launcher {
   int failed_rank_ = -1;
   int cause_errno_ = 0;
   std::string internal_error_;
+  std::string remote_line_;   // Cause::kRemote: what failed elsewhere
   int interrupt_signal_ = 0;  // first SIGINT/SIGTERM/SIGHUP received
   int stopped_count_ = 0;     // ranks still running when the job was stopped
   int sigkilled_count_ = 0;   // of those, how many outlived the grace period
@@ -197,7 +210,11 @@ bool Launcher::SpawnAll() {
   for (size_t i = 0; i < config_.rank_env.size(); ++i) {
     // Built with append(): g++ 12 -O3 flags `"[" + std::string` with a bogus -Wrestrict.
     std::string prefix;
-    if (config_.prefix_output) prefix.append("[").append(std::to_string(i)).append("] ");
+    if (config_.prefix_output) {
+      prefix.append("[")
+          .append(std::to_string(config_.first_rank + static_cast<int>(i)))
+          .append("] ");
+    }
     ranks_.push_back(Rank{.out = {-1, OutputPrefixer(prefix, STDOUT_FILENO)},
                           .err = {-1, OutputPrefixer(prefix, STDERR_FILENO)}});
     // A rank that could not start stays in ranks_ with pid -1, marked exited.
@@ -301,7 +318,7 @@ bool Launcher::AllExited() const {
 
 void Launcher::Loop() {
   std::vector<pollfd> fds;
-  std::vector<Stream*> streams;  // streams[i] belongs to fds[i + 1]
+  std::vector<Stream*> streams;  // streams[i] belongs to fds[i + 2]
   bool check_exits = true;
   while (true) {
     if (check_exits) CheckExits();
@@ -314,6 +331,9 @@ void Launcher::Loop() {
     fds.clear();
     streams.clear();
     fds.push_back({watcher_.fd(), POLLIN, 0});
+    // Only until the job is stopping: the descriptor stays readable.
+    const bool watch_remote = config_.remote_failure_fd >= 0 && !stopping_;
+    fds.push_back({watch_remote ? config_.remote_failure_fd : -1, POLLIN, 0});
     for (Rank& r : ranks_) {
       for (Stream* s : {&r.out, &r.err}) {
         if (s->fd < 0) continue;
@@ -355,8 +375,13 @@ void Launcher::Loop() {
       if (watcher_.Take(SIGCHLD) > 0) check_exits = true;
       HandleSignals();
     }
-    for (size_t i = 1; i < fds.size(); ++i) {
-      if (fds[i].revents != 0) ReadStream(streams[i - 1]);
+    if (fds[1].revents != 0 && !stopping_) {
+      remote_line_ = config_.remote_failure ? config_.remote_failure() : "";
+      if (remote_line_.empty()) remote_line_ = "another node failed";
+      BeginStop(Cause::kRemote, SIGTERM);
+    }
+    for (size_t i = 2; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) ReadStream(streams[i - 2]);
     }
   }
   for (Rank& r : ranks_) {
@@ -442,6 +467,59 @@ void Launcher::BeginStop(Cause cause, int sig) {
   // failed collective and blur whom the others waited for. SIGKILL at the end
   // of the grace period ends it.
   SignalRanks(sig);
+  if (cause != Cause::kRemote) PublishFailure();
+}
+
+std::string Launcher::RankName(int index) const {
+  std::string name = config_.node_rank >= 0 ? NodePrefix() : "";
+  return name.append("rank ").append(std::to_string(config_.first_rank + index));
+}
+
+// "node 1: " when the job spans nodes, "" on one host.
+std::string Launcher::NodePrefix() const {
+  if (config_.node_rank < 0) return "";
+  return "node " + std::to_string(config_.node_rank) + ": ";
+}
+
+// Tells the other nodes (--nnodes) why this one stopped its ranks.
+void Launcher::PublishFailure() {
+  if (!config_.publish_failure) return;
+  FailureKind kind = FailureKind::kLauncher;
+  std::string line;
+  switch (cause_) {
+    case Cause::kRankFailed: {
+      const Rank& r = ranks_[failed_rank_];
+      kind = r.how == CLD_EXITED ? FailureKind::kExit : FailureKind::kSignal;
+      line = RankName(failed_rank_) + " (pid " + std::to_string(r.pid) + ") " +
+             DescribeExit(r.how, r.value);
+      // Ranks that timed out leave word of whom they waited for before they
+      // exit: name that rank (perhaps on another node) rather than this one.
+      std::string stall = StallSummary();
+      if (!stall.empty()) {
+        kind = FailureKind::kStalled;
+        line = stall + "; the first to exit: " + line;
+      }
+      break;
+    }
+    case Cause::kInterrupted:
+      line = NodePrefix() + "plexus-run received " + SignalName(interrupt_signal_);
+      break;
+    case Cause::kTimeout:
+      line =
+          NodePrefix() + "job timed out after " + FormatSeconds(config_.timeout) + " (--timeout)";
+      break;
+    case Cause::kCannotExecute:
+      line = NodePrefix() + "cannot execute '" + config_.argv.front() +
+             "': " + std::strerror(cause_errno_);
+      break;
+    case Cause::kInternal:
+      line = NodePrefix() + internal_error_;
+      break;
+    case Cause::kNone:
+    case Cause::kRemote:
+      return;
+  }
+  config_.publish_failure(kind, line);
 }
 
 void Launcher::SignalRanks(int sig) {
@@ -471,6 +549,20 @@ void Launcher::ReapAll() {
   }
 }
 
+// Prints the report of a failure seen here; across nodes, the job-wide first
+// failure comes first when it was another node's.
+void Launcher::PrintLocal(const std::string& line) {
+  const std::string root = config_.settle_failure ? config_.settle_failure() : "";
+  if (root.empty()) {
+    PrintError(line);
+  } else {
+    const std::string prefix = NodePrefix();
+    const bool ours = line.compare(0, prefix.size(), prefix) == 0;
+    PrintError(root + "; on node " + std::to_string(config_.node_rank) + ", " +
+               (ours ? line.substr(prefix.size()) : line));
+  }
+}
+
 int Launcher::Report() {
   // " (2 got SIGKILL)" when the grace period ran out (or a second Ctrl-C came).
   const std::string killed_note =
@@ -485,7 +577,7 @@ int Launcher::Report() {
       const Rank& r = ranks_[failed_rank_];
       std::string line = StallSummary();
       if (!line.empty()) line += "; the first to exit: ";
-      line += "rank " + std::to_string(failed_rank_) + " (pid " + std::to_string(r.pid) + ") " +
+      line += RankName(failed_rank_) + " (pid " + std::to_string(r.pid) + ") " +
               DescribeExit(r.how, r.value);
       if (stopped_count_ == 1 && ranks_.size() == 2) {
         line += "; stopped the other rank" + killed_note;
@@ -494,28 +586,34 @@ int Launcher::Report() {
       } else if (stopped_count_ > 0) {
         line += "; stopped the " + stopped + " still running";
       }
-      PrintError(line);
+      PrintLocal(line);
       code = kExitRankFailed;
       break;
     }
     case Cause::kInterrupted:
-      PrintError("received " + SignalName(interrupt_signal_) +
+      PrintLocal(NodePrefix() + "received " + SignalName(interrupt_signal_) +
                  (stopped.empty() ? "" : "; stopped " + stopped));
       code = kExitRankFailed;
       break;
     case Cause::kTimeout:
-      PrintError("job timed out after " + FormatSeconds(config_.timeout) + " (--timeout)" +
-                 (stopped.empty() ? "" : "; stopped " + stopped));
+      PrintLocal(NodePrefix() + "job timed out after " + FormatSeconds(config_.timeout) +
+                 " (--timeout)" + (stopped.empty() ? "" : "; stopped " + stopped));
       code = kExitTimeout;
       break;
     case Cause::kCannotExecute:
-      PrintError("cannot execute '" + config_.argv.front() + "' (rank " +
-                 std::to_string(failed_rank_) + "): " + std::strerror(cause_errno_) +
-                 (stopped.empty() ? "" : "; stopped " + stopped));
+      PrintLocal(NodePrefix() + "cannot execute '" + config_.argv.front() + "' (rank " +
+                 std::to_string(config_.first_rank + failed_rank_) + "): " +
+                 std::strerror(cause_errno_) + (stopped.empty() ? "" : "; stopped " + stopped));
       code = kExitCannotExecute;
       break;
     case Cause::kInternal:
-      PrintError(internal_error_ + (stopped.empty() ? "" : "; stopped " + stopped));
+      PrintLocal(NodePrefix() + internal_error_ + (stopped.empty() ? "" : "; stopped " + stopped));
+      code = kExitRankFailed;
+      break;
+    case Cause::kRemote:
+      PrintError(remote_line_ + (stopped.empty() ? ""
+                                                 : "; stopped " + stopped + " here on node " +
+                                                       std::to_string(config_.node_rank)));
       code = kExitRankFailed;
       break;
   }
@@ -528,12 +626,22 @@ int Launcher::Report() {
 // "rank 1 stopped making progress (ranks 0 and 2 timed out waiting for it in
 // allreduce, collective 4 on plexus/0; it was stopped by SIGSTOP)", from the
 // ranks' stall lines and the stopped states seen; "" when neither names a rank.
+//
+// Ranks are job-wide: across nodes (--nnodes) the lines cover every rank of
+// the job, and the rank blamed may run on another node; ranks_[i] is rank
+// first_rank + i.
 std::string Launcher::StallSummary() const {
-  const int n = static_cast<int>(ranks_.size());
+  std::vector<std::string> lines;
+  if (config_.read_stall_lines) lines = config_.read_stall_lines();
+  const int first = config_.first_rank;
+  const int n = std::max(static_cast<int>(lines.size()), first + static_cast<int>(ranks_.size()));
+  auto stopped_by = [&](int b) {
+    return b >= first && b - first < static_cast<int>(ranks_.size()) ? ranks_[b - first].stopped_by
+                                                                     : 0;
+  };
   std::vector<std::vector<int>> waiters(n);  // waiters[b]: ranks that timed out waiting for b
   std::string where;                         // "allreduce, collective 4 on plexus/0"
-  if (config_.read_stall_lines) {
-    const std::vector<std::string> lines = config_.read_stall_lines();
+  {
     for (int r = 0; r < n && r < static_cast<int>(lines.size()); ++r) {
       std::istringstream in(lines[r]);
       std::string comm, seq, what;
@@ -554,7 +662,7 @@ std::string Launcher::StallSummary() const {
   };
   std::vector<int> blamed;
   for (int b = 0; b < n; ++b) {
-    if (!waiters[b].empty() || ranks_[b].stopped_by != 0) blamed.push_back(b);
+    if (!waiters[b].empty() || stopped_by(b) != 0) blamed.push_back(b);
   }
   if (blamed.empty()) return "";
   std::string text = list(blamed) + " stopped making progress (";
@@ -566,10 +674,10 @@ std::string Launcher::StallSummary() const {
               (blamed.size() == 1 ? std::string("it") : "rank " + std::to_string(b)) + " in " +
               where;
     }
-    if (ranks_[b].stopped_by != 0) {
+    if (stopped_by(b) != 0) {
       if (!about.empty()) about += "; ";
       about += (blamed.size() == 1 ? std::string("it") : "rank " + std::to_string(b)) +
-               " was stopped by " + SignalName(ranks_[b].stopped_by);
+               " was stopped by " + SignalName(stopped_by(b));
     }
     if (!details.empty()) details += "; ";
     details += about;

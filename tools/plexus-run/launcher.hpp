@@ -37,6 +37,16 @@ inline constexpr int kExitTimeout = 124;        // --timeout expired (like timeo
 inline constexpr int kExitCannotExecute = 127;  // prog not found / not executable (like sh)
 inline constexpr int kExitSignalBase = 128;     // + the signal that interrupted plexus-run
 
+// What kind of failure stopped a job, as told to the launchers on other
+// hosts (node_group.hpp); lower is closer to the cause.
+enum class FailureKind : int {
+  kLauncher = 0,  // plexus-run itself: a signal it got, --timeout, prog not executable, internal
+  kNodeLost = 1,  // a node's launcher went silent, or the store went away
+  kStalled = 2,   // ranks timed out waiting for a rank that stopped making progress
+  kSignal = 3,    // a rank was killed by a signal
+  kExit = 4,      // a rank exited non-zero
+};
+
 struct LaunchConfig {
   std::vector<std::string> argv;                   // prog and its arguments; argv[0] is prog
   std::vector<std::vector<std::string>> rank_env;  // "NAME=value" lists, one per rank
@@ -47,6 +57,21 @@ struct LaunchConfig {
   // "<communicator> <seq> <collective> <rank waited for> ..." as
   // core/src/stall_report.hpp writes it. Unset: no store to ask.
   std::function<std::vector<std::string>()> read_stall_lines;
+
+  // Across hosts (plexus-run --nnodes); the defaults mean one host, and then
+  // every message is as it has always been.
+  int first_rank = 0;  // the job-wide rank of rank_env[0]; prefixes and messages use job-wide ranks
+  int node_rank = -1;  // this host's node rank; -1: one host (no "node K" in messages)
+  // Readable once the job failed on another node: the ranks here are then
+  // stopped and remote_failure() is reported. -1: none.
+  int remote_failure_fd = -1;
+  std::function<std::string()> remote_failure;
+  // Called once, when this node stops its ranks for a cause of its own (a rank
+  // failed, a signal, --timeout, ...), with the line to tell the other nodes.
+  std::function<void(FailureKind, const std::string&)> publish_failure;
+  // After such a stop, once the ranks here are reaped: the job-wide first
+  // failure when it was another node's, "" when it was this node's own.
+  std::function<std::string()> settle_failure;
 };
 
 // Runs one job to its end and returns plexus-run's exit code: kExitOk when

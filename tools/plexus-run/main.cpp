@@ -3,19 +3,26 @@
 // hosts the rendezvous store they meet at, prefixes their output with the rank
 // and stops the job when one rank fails (launcher).
 //
+// Across hosts (--nnodes N --node-rank K), one plexus-run runs on each host;
+// node 0's hosts the store, and the launchers learn of each other's failures
+// through it (node_group).
+//
 // This file holds the command line, --help, and the order of things: token,
-// store, environments, job.
+// store, node group, environments, job.
 #include <fcntl.h>
 #include <getopt.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +31,7 @@
 #include <vector>
 
 #include "launcher.hpp"
+#include "node_group.hpp"
 #include "plexus/rendezvous_store.hpp"
 #include "rank_environment.hpp"
 #include "stall_report.hpp"
@@ -40,9 +48,15 @@ namespace {
 // Two pipes per rank must fit under the usual 1024-descriptor limit with room
 // to spare; a bigger job on one host is almost certainly a typo.
 constexpr int kMaxRanks = 4096;
+constexpr int kMaxNodes = 65536;
+// A token file is one line; anything this big is the wrong file.
+constexpr size_t kMaxTokenFileBytes = 64 * 1024;
 
 struct Options {
   int nproc = 0;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string token_file;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: whatever the OS picks
   bool host_store = true;
@@ -81,6 +95,9 @@ std::string Wrap(const std::string& text, size_t indent) {
 void PrintHelp() {
   std::string text =
       "Usage: plexus-run -n N [options] prog [args...]\n"
+      "       plexus-run --nnodes M --node-rank K --master-addr HOST --master-port PORT\n"
+      "                  --token-file FILE -n N [options] prog [args...]\n"
+      "       plexus-run --make-token FILE\n"
       "\n"
       "Starts N copies of prog on this host (like torchrun --no-python). plexus-run\n"
       "hosts the rendezvous store the ranks meet at, prefixes every line they print\n"
@@ -90,14 +107,23 @@ void PrintHelp() {
       "progress: frozen, stuck outside Plexus, or never posted it).\n"
       "\n"
       "Options:\n"
-      "  -n, --nproc N           number of ranks to start, 1.." +
+      "  -n, --nproc N           number of ranks on this host, 1.." +
       std::to_string(kMaxRanks) +
       " (required)\n"
       "      --nproc-per-node N  same as --nproc (torchrun's name; --nproc_per_node too)\n"
-      "      --master-addr ADDR  address the store listens on and ranks connect to\n"
-      "                          (default 127.0.0.1; --master_addr too)\n"
+      "      --nnodes M          number of hosts (nodes) in the job, each running one\n"
+      "                          plexus-run with the same -n (default 1)\n"
+      "      --node-rank K       this host's place, 0..M-1 (default 0; --node_rank too);\n"
+      "                          node 0 hosts the store\n"
+      "      --master-addr ADDR  address the store listens on and ranks connect to:\n"
+      "                          with --nnodes, node 0's address as the other nodes\n"
+      "                          reach it (default 127.0.0.1; --master_addr too)\n"
       "      --master-port PORT  port of the store (default 0: a free port chosen by\n"
-      "                          the OS; --master_port too)\n"
+      "                          the OS; required with --nnodes; --master_port too)\n"
+      "      --token-file FILE   the job secret, shared by every node (default: a fresh\n"
+      "                          one, or PLEXUS_TOKEN, or with --nnodes the file\n"
+      "                          PLEXUS_TOKEN_FILE names)\n"
+      "      --make-token FILE   write a fresh job secret to FILE (mode 600) and exit\n"
       "      --no-store          do not host the store; only pick a free port for it\n"
       "                          (PLEXUS_STORE_HOSTED=0: rank 0 hosts it)\n"
       "      --no-prefix         no \"[rank] \" prefix: ranks write straight to\n"
@@ -114,6 +140,23 @@ void PrintHelp() {
       "(a second one sends SIGKILL). Rank 0 reads plexus-run's stdin unless it is a\n"
       "terminal; the other ranks read /dev/null.\n"
       "\n"
+      "More than one host: run one plexus-run on each, with the same --nnodes,\n"
+      "--master-addr, --master-port, -n and token, and --node-rank 0, 1, ... Ranks\n"
+      "are numbered node by node (RANK = K * N + LOCAL_RANK) and prefixed with RANK.\n"
+      "The job secret never goes on a command line: make it once, copy it to every\n"
+      "host (or keep it on a shared file system) and name it with --token-file.\n"
+      "Example, 3 hosts of 2 ranks each, node 0 at 10.0.0.1:\n"
+      "  plexus-run --make-token ~/.plexus-token   # then copy it to the other hosts\n"
+      "  plexus-run --nnodes 3 --node-rank 0 --master-addr 10.0.0.1 \\\n"
+      "      --master-port 29400 --token-file ~/.plexus-token -n 2 ./train  # host 0\n"
+      "  ... the same with --node-rank 1 on host 1 and --node-rank 2 on host 2\n"
+      "Every plexus-run waits (up to PLEXUS_TIMEOUT, default 300 s) for all nodes to\n"
+      "join before starting its ranks. When a rank fails, or a node's plexus-run\n"
+      "is killed or its host or network goes down (nothing heard from it for 5 s),\n"
+      "every plexus-run stops its ranks and exits 1, each naming the node and rank\n"
+      "that failed first. If node 0 goes, the store goes with it and the others\n"
+      "stop too. A node whose ranks finished waits until every node's have.\n"
+      "\n"
       "Variables set for every rank (the rest of the environment, NCCL_*, UCX_*\n"
       "and OMPI_* included, is passed through unchanged):\n";
   for (const VariableDoc& v : RankVariables()) {
@@ -126,6 +169,8 @@ void PrintHelp() {
       "Exit status:\n"
       "  0      every rank exited with 0\n"
       "  1      a rank exited non-zero or was killed by a signal (others were stopped)\n"
+      "         or, with --nnodes, a rank or a node failed elsewhere, or nodes could\n"
+      "         not join\n"
       "  2      bad command line\n"
       "  124    --timeout expired\n"
       "  127    prog could not be executed\n"
@@ -167,6 +212,74 @@ std::chrono::milliseconds ParseSeconds(const char* option, const char* text) {
   return std::chrono::milliseconds(static_cast<long long>(std::llround(value * 1000)));
 }
 
+// --make-token FILE: a fresh secret in a new file only its owner may read.
+int MakeTokenFile(const char* path) {
+  std::string token, error;
+  if (!MakeJobToken(&token, &error)) {
+    std::fprintf(stderr, "plexus-run: cannot make a job token: %s\n", error.c_str());
+    return kExitRankFailed;
+  }
+  int fd = ::open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    std::fprintf(stderr, "plexus-run: cannot create '%s': %s%s\n", path, std::strerror(errno),
+                 errno == EEXIST ? " (a token file is never overwritten)" : "");
+    return kExitRankFailed;
+  }
+  token += "\n";
+  bool ok = ::write(fd, token.data(), token.size()) == static_cast<ssize_t>(token.size());
+  ok = ::close(fd) == 0 && ok;
+  if (!ok) {
+    std::fprintf(stderr, "plexus-run: cannot write '%s': %s\n", path, std::strerror(errno));
+    ::unlink(path);
+    return kExitRankFailed;
+  }
+  std::printf(
+      "plexus-run: wrote a new job secret to %s (mode 600); copy it to every node and give it "
+      "with --token-file %s\n",
+      path, path);
+  return kExitOk;
+}
+
+// The job secret in path: the file's contents without trailing whitespace.
+bool ReadTokenFile(const std::string& path, const char* what, std::string* token,
+                   std::string* error) {
+  const std::string name = std::string(what) + " '" + path + "'";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
+    *error = "cannot read " + name + ": " + std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    return false;
+  }
+  if (!S_ISREG(st.st_mode) || static_cast<size_t>(st.st_size) > kMaxTokenFileBytes) {
+    ::close(fd);
+    *error = name + (S_ISREG(st.st_mode) ? " is too large for a job secret" : " is not a file");
+    return false;
+  }
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  text.resize(got);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  if (text.empty() || text.find('\0') != std::string::npos ||
+      text.find('\n') != std::string::npos) {
+    *error = name + " does not hold a job secret (one line, e.g. made by plexus-run --make-token)";
+    return false;
+  }
+  if ((st.st_mode & 077) != 0) {
+    std::fprintf(stderr, "plexus-run: warning: %s may be read by other users (chmod 600 it)\n",
+                 name.c_str());
+  }
+  *token = text;
+  return true;
+}
+
 Options ParseArgs(int argc, char** argv) {
   enum : int {
     kMasterAddr = 1000,
@@ -175,6 +288,10 @@ Options ParseArgs(int argc, char** argv) {
     kNoPrefix,
     kGrace,
     kTimeout,
+    kNnodes,
+    kNodeRank,
+    kTokenFile,
+    kMakeToken,
   };
   static const option kLongOptions[] = {
       {"nproc", required_argument, nullptr, 'n'},
@@ -188,6 +305,11 @@ Options ParseArgs(int argc, char** argv) {
       {"no-prefix", no_argument, nullptr, kNoPrefix},
       {"grace", required_argument, nullptr, kGrace},
       {"timeout", required_argument, nullptr, kTimeout},
+      {"nnodes", required_argument, nullptr, kNnodes},
+      {"node-rank", required_argument, nullptr, kNodeRank},
+      {"node_rank", required_argument, nullptr, kNodeRank},
+      {"token-file", required_argument, nullptr, kTokenFile},
+      {"make-token", required_argument, nullptr, kMakeToken},
       {"help", no_argument, nullptr, 'h'},
       {"version", no_argument, nullptr, 'V'},
       {nullptr, 0, nullptr, 0},
@@ -225,6 +347,18 @@ Options ParseArgs(int argc, char** argv) {
       case kTimeout:
         opts.timeout = ParseSeconds("--timeout", optarg);
         break;
+      case kNnodes:
+        opts.nnodes = static_cast<int>(ParseInt(name.c_str(), optarg, 1, kMaxNodes));
+        break;
+      case kNodeRank:
+        opts.node_rank = static_cast<int>(ParseInt(name.c_str(), optarg, 0, kMaxNodes - 1));
+        break;
+      case kTokenFile:
+        if (*optarg == '\0') UsageError("--token-file needs a file name");
+        opts.token_file = optarg;
+        break;
+      case kMakeToken:
+        std::exit(MakeTokenFile(optarg));
       case 'h':
         PrintHelp();
         std::exit(kExitOk);
@@ -241,6 +375,21 @@ Options ParseArgs(int argc, char** argv) {
     }
   }
   if (opts.nproc == 0) UsageError("missing -n N (the number of ranks)");
+  if (opts.node_rank >= opts.nnodes) {
+    UsageError("--node-rank " + std::to_string(opts.node_rank) + " is not below --nnodes " +
+               std::to_string(opts.nnodes));
+  }
+  if (opts.nnodes > 1 && opts.master_port == 0) {
+    UsageError("--nnodes " + std::to_string(opts.nnodes) +
+               " needs --master-port PORT: the port node 0 serves the store on, the same on "
+               "every node");
+  }
+  if (opts.nnodes > 1 && !opts.host_store) {
+    UsageError("--no-store works on one host only (with --nnodes, node 0 hosts the store)");
+  }
+  if (static_cast<long long>(opts.nnodes) * opts.nproc > INT32_MAX) {
+    UsageError("--nnodes x -n is too many ranks");
+  }
   if (optind >= argc) UsageError("missing the program to run");
   opts.argv.assign(argv + optind, argv + argc);
   return opts;
@@ -294,19 +443,60 @@ bool PickFreePort(const std::string& addr, uint16_t* port, std::string* error) {
   return found;
 }
 
+// How long launchers wait for each other to join: PLEXUS_TIMEOUT seconds
+// (default 300), like every other wait of the job.
+std::chrono::milliseconds JoinTimeout() {
+  const char* v = std::getenv("PLEXUS_TIMEOUT");
+  if (v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    double seconds = std::strtod(v, &end);
+    if (end != v && *end == '\0' && std::isfinite(seconds) && seconds > 0 && seconds < 1e7) {
+      return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+    }
+  }
+  return std::chrono::seconds(300);
+}
+
 int Main(int argc, char** argv) {
   EnsureStandardFds();
   Options opts = ParseArgs(argc, argv);
 
   JobInfo job;
-  job.world_size = opts.nproc;
+  job.world_size = opts.nnodes * opts.nproc;
+  job.local_world_size = opts.nproc;
+  job.node_rank = opts.node_rank;
   job.master_addr = opts.master_addr;
   job.store_hosted = opts.host_store;
   // A token given by the caller (an outer launcher, a multi-host script) is
   // the job's secret; otherwise every job gets a fresh one.
   const char* given_token = std::getenv("PLEXUS_TOKEN");
-  if (given_token != nullptr && *given_token != '\0') {
+  const char* token_file_var = std::getenv("PLEXUS_TOKEN_FILE");
+  const bool multi = opts.nnodes > 1;
+  if (!opts.token_file.empty() || (multi && (given_token == nullptr || *given_token == '\0') &&
+                                   token_file_var != nullptr && *token_file_var != '\0')) {
+    // Across hosts every node needs the same secret, which is why a file
+    // (or PLEXUS_TOKEN) is required there; on one host a fresh one would do,
+    // but --token-file is honoured all the same.
+    const bool option = !opts.token_file.empty();
+    std::string error;
+    if (!ReadTokenFile(option ? opts.token_file : token_file_var,
+                       option ? "--token-file" : "PLEXUS_TOKEN_FILE", &job.token, &error)) {
+      std::fprintf(stderr, "plexus-run: %s\n", error.c_str());
+      return kExitUsage;
+    }
+    ::setenv("PLEXUS_TOKEN", job.token.c_str(), 1);  // for our store server and client
+  } else if (given_token != nullptr && *given_token != '\0') {
     job.token = given_token;
+  } else if (multi) {
+    std::fprintf(stderr,
+                 "plexus-run: --nnodes %d needs a job secret that every node shares, and it "
+                 "never goes on a command line. Make one and copy it to every node, e.g.\n"
+                 "  plexus-run --make-token ~/.plexus-token\n"
+                 "  scp -p ~/.plexus-token otherhost:   # (or keep it on a shared file system)\n"
+                 "then give --token-file ~/.plexus-token to plexus-run on every node (or set "
+                 "PLEXUS_TOKEN_FILE).\n",
+                 opts.nnodes);
+    return kExitUsage;
   } else if (std::string error; !MakeJobToken(&job.token, &error)) {
     std::fprintf(stderr, "plexus-run: cannot make a job token: %s\n", error.c_str());
     return kExitRankFailed;
@@ -320,7 +510,7 @@ int Main(int argc, char** argv) {
   // The store is up before any rank starts, so ranks only ever connect; its
   // port is free by construction, no bind-close-rebind race.
   std::unique_ptr<TcpStoreServer> server;
-  if (opts.host_store) {
+  if (opts.host_store && opts.node_rank == 0) {
     Status status =
         TcpStoreServer::Start(opts.master_addr, static_cast<uint16_t>(opts.master_port), &server);
     if (!status.ok() || server == nullptr) {
@@ -331,10 +521,28 @@ int Main(int argc, char** argv) {
     }
     job.master_port = server->port();
   } else if (opts.master_port != 0) {
-    job.master_port = static_cast<uint16_t>(opts.master_port);
+    job.master_port = static_cast<uint16_t>(opts.master_port);  // also: node K > 0
   } else if (std::string error; !PickFreePort(opts.master_addr, &job.master_port, &error)) {
     std::fprintf(stderr, "plexus-run: cannot pick a free port: %s\n", error.c_str());
     return kExitRankFailed;
+  }
+
+  // Across hosts: every launcher joins the others before any rank starts.
+  std::unique_ptr<NodeGroup> group;
+  if (multi) {
+    NodeGroupConfig gc;
+    gc.nnodes = opts.nnodes;
+    gc.node_rank = opts.node_rank;
+    gc.nproc = opts.nproc;
+    gc.master_addr = opts.master_addr;
+    gc.master_port = job.master_port;
+    gc.join_timeout = JoinTimeout();
+    std::string error;
+    if (!NodeGroup::Join(gc, &group, &error)) {
+      std::fprintf(stderr, "plexus-run: node %d: %s\n", opts.node_rank, error.c_str());
+      if (server) server->Stop();
+      return kExitRankFailed;
+    }
   }
 
   std::vector<std::string> base_env;
@@ -349,13 +557,13 @@ int Main(int argc, char** argv) {
     config.rank_env.push_back(BuildRankEnvironment(base_env, job, rank));
   }
 
-  if (server) {
+  if (server || group) {
     // Ranks whose collective timed out leave a line in the store saying whom
     // they waited for; the report then blames the rank that stopped making
     // progress, not the first one to exit.
     const std::string addr = opts.master_addr;
     const uint16_t port = job.master_port;
-    const int nproc = opts.nproc;
+    const int nproc = job.world_size;  // every rank of the job, on every node
     config.read_stall_lines = [addr, port, nproc] {
       std::vector<std::string> lines(nproc);
       std::unique_ptr<RendezvousStore> client;
@@ -370,8 +578,33 @@ int Main(int argc, char** argv) {
     };
   }
 
+  if (group) {
+    NodeGroup* g = group.get();
+    config.first_rank = opts.node_rank * opts.nproc;
+    config.node_rank = opts.node_rank;
+    config.remote_failure_fd = g->wake_fd();
+    config.remote_failure = [g] { return g->Failure(); };
+    config.publish_failure = [g](FailureKind kind, const std::string& line) {
+      g->ReportLocalFailure(kind, line);
+    };
+    config.settle_failure = [g] { return g->SettleFailure(); };
+    g->Start();
+  }
+
   std::fflush(stdout);  // nothing of ours may be buffered across the ranks' output
   int code = RunJob(config);
+  if (group) {
+    if (code == kExitOk) {
+      // The ranks here are done; the job is not until every node's are.
+      std::string failure = group->FinishOk();
+      if (!failure.empty()) {
+        std::fprintf(stderr, "plexus-run: %s; the %d rank%s on node %d had finished\n",
+                     failure.c_str(), opts.nproc, opts.nproc == 1 ? "" : "s", opts.node_rank);
+        code = kExitRankFailed;
+      }
+    }
+    group->Leave(code == kExitOk);
+  }
   if (server) server->Stop();
   return code;
 }

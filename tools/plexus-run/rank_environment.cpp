@@ -10,10 +10,10 @@ namespace plexus::run {
 namespace {
 
 constexpr VariableDoc kVariables[] = {
-    {"RANK", "this rank, 0..WORLD_SIZE-1"},
-    {"WORLD_SIZE", "number of ranks (-n)"},
-    {"LOCAL_RANK", "rank on this host (equal to RANK: one host)"},
-    {"LOCAL_WORLD_SIZE", "ranks on this host (equal to WORLD_SIZE)"},
+    {"RANK", "this rank, 0..WORLD_SIZE-1: --node-rank * -n + LOCAL_RANK"},
+    {"WORLD_SIZE", "number of ranks in the job: --nnodes * -n"},
+    {"LOCAL_RANK", "rank on this host, 0..LOCAL_WORLD_SIZE-1 (equal to RANK on one host)"},
+    {"LOCAL_WORLD_SIZE", "ranks on this host: -n (equal to WORLD_SIZE on one host)"},
     {"MASTER_ADDR", "address of the rendezvous store (--master-addr)"},
     {"MASTER_PORT", "port of the rendezvous store"},
     {"PLEXUS_RANK", "same as RANK"},
@@ -26,7 +26,7 @@ constexpr VariableDoc kVariables[] = {
      "1: plexus-run serves the store, ranks only connect; 0 with --no-store (rank 0 hosts it)"},
     {"PLEXUS_TOKEN",
      "job secret authenticating store and TCP peers: 64 hex digits from getrandom(), "
-     "or the caller's PLEXUS_TOKEN if set and non-empty"},
+     "or the caller's PLEXUS_TOKEN if set and non-empty, or what --token-file holds"},
 };
 
 bool IsOurs(std::string_view entry) {
@@ -74,15 +74,18 @@ std::vector<std::string> BuildRankEnvironment(const std::vector<std::string>& ba
     // shell must not leave two definitions for getenv() to pick from.
     if (!IsOurs(entry)) env.push_back(entry);
   }
-  const std::string r = std::to_string(rank);
+  const int local_size = job.local_world_size > 0 ? job.local_world_size : job.world_size;
+  const std::string r = std::to_string(job.node_rank * local_size + rank);
   const std::string n = std::to_string(job.world_size);
+  const std::string lr = std::to_string(rank);
+  const std::string ln = std::to_string(local_size);
   const std::string port = std::to_string(job.master_port);
   for (const char* prefix : {"", "PLEXUS_"}) {
     const std::string p = prefix;
     env.push_back(p + "RANK=" + r);
     env.push_back(p + "WORLD_SIZE=" + n);
-    env.push_back(p + "LOCAL_RANK=" + r);
-    env.push_back(p + "LOCAL_WORLD_SIZE=" + n);
+    env.push_back(p + "LOCAL_RANK=" + lr);
+    env.push_back(p + "LOCAL_WORLD_SIZE=" + ln);
     env.push_back(p + "MASTER_ADDR=" + job.master_addr);
     env.push_back(p + "MASTER_PORT=" + port);
   }

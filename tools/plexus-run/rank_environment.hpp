@@ -13,7 +13,9 @@
 namespace plexus::run {
 
 struct JobInfo {
-  int world_size = 0;
+  int world_size = 0;        // ranks in the whole job
+  int local_world_size = 0;  // ranks on this host (-n); 0: world_size (one host)
+  int node_rank = 0;         // this host's node rank (--node-rank)
   std::string master_addr;
   uint16_t master_port = 0;
   bool store_hosted = true;  // the launcher serves the store; ranks only connect
@@ -33,8 +35,9 @@ std::span<const VariableDoc> RankVariables();
 bool MakeJobToken(std::string* token, std::string* error);
 
 // base holds "NAME=value" entries (the launcher's environ). Returns base with
-// every RankVariables() entry replaced by this rank's value. Single-host
-// launcher, so LOCAL_RANK == RANK and LOCAL_WORLD_SIZE == WORLD_SIZE.
+// every RankVariables() entry replaced by the values of the rank-th rank on
+// this host: RANK = node_rank * local_world_size + rank, LOCAL_RANK = rank
+// (on one host both are rank).
 std::vector<std::string> BuildRankEnvironment(const std::vector<std::string>& base,
                                               const JobInfo& job, int rank);
 

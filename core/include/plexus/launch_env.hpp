@@ -46,4 +46,12 @@ bool HasRendezvous(const LaunchInfo& info);
 // What to tell a user whose job needs a rendezvous point and has none.
 std::string NoRendezvousMessage(const LaunchInfo& info);
 
+// PLEXUS_SOCKET_IFNAME (like NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME): the
+// name of the network interface whose IPv4 address this process's backends
+// listen on and give to their peers, instead of the address that reaches the
+// master. Fills *address with that interface's first IPv4 address. An
+// interface that does not exist, or has no IPv4 address, is INVALID_ARGUMENT
+// naming the interfaces there are (and their addresses).
+Status InterfaceAddress(const std::string& ifname, std::string* address);
+
 }  // namespace plexus

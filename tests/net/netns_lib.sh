@@ -1,0 +1,127 @@
+# Network-namespace hosts for tests, sourced by the tests in this directory.
+#
+# netns_setup N makes N "hosts": network namespaces <prefix>h0..h<N-1>, each
+# with lo and one eth0 whose other end is a port of bridge br0 in a namespace
+# of its own (<prefix>sw), and a private address 10.A.B.(k+1)/24. Nothing is
+# added to the root namespace, so the tests' traffic never leaves the
+# namespaces and only addresses made here are ever contacted. The prefix holds
+# the shell's pid ("pxn12345"), so parallel tests never share a name; each
+# has its own bridge, so they cannot collide on addresses either, and the
+# subnet is picked among ones the root namespace does not use (the hosts see
+# only their own, but a reader of `ip addr` should not be confused).
+#
+# Everything is removed on exit, whatever the exit (trap): the processes left
+# in these namespaces (ours: nothing else runs there) are killed, then the
+# namespaces, which takes their interfaces with them.
+#
+# Where namespaces cannot be made (not root, no `ip`, no permission inside a
+# container) netns_setup exits 77, which meson counts as skipped, with a reason.
+
+NETNS_PREFIX="pxn$$"
+NETNS_SWITCH=""
+NETNS_HOSTS=()   # namespace of host k
+NETNS_ADDRS=()   # its address
+NETNS_PIDS=()    # processes the test started, killed on exit
+NETNS_TMP=""
+
+netns_skip() {
+  echo "skipped: $*"
+  exit 77
+}
+
+netns_cleanup() {
+  local p ns
+  for p in "${NETNS_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  for ns in "${NETNS_HOSTS[@]}" "$NETNS_SWITCH"; do
+    [ -n "$ns" ] || continue
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+    ip netns del "$ns" 2>/dev/null
+  done
+  [ -n "$NETNS_TMP" ] && rm -rf "$NETNS_TMP"
+  return 0
+}
+
+# 10.A.B: A from 231 up, the first that no address or route of the root
+# namespace uses; B from our pid.
+netns_pick_subnet() {
+  local a used
+  used=$( (ip -4 -o addr show; ip -4 route show) 2>/dev/null)
+  for a in 231 232 233 234 235 236 237 238 239; do
+    if ! grep -Eq "(^|[^0-9.])10\.$a\." <<<"$used"; then
+      echo "10.$a.$(($$ % 250 + 1))"
+      return 0
+    fi
+  done
+  return 1
+}
+
+netns_setup() {
+  local n=$1 k ns subnet err
+  command -v ip >/dev/null 2>&1 || netns_skip "no 'ip' command (iproute2)"
+  [ "$(id -u)" = 0 ] || netns_skip "network namespaces need root (uid $(id -u))"
+  subnet=$(netns_pick_subnet) || netns_skip "10.231-239.x.x are all in use here"
+  NETNS_TMP=$(mktemp -d "${TMPDIR:-/tmp}/plexus-netns.XXXXXX") || exit 1
+  trap netns_cleanup EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  NETNS_SWITCH="${NETNS_PREFIX}sw"
+  if ! err=$(ip netns add "$NETNS_SWITCH" 2>&1); then
+    NETNS_SWITCH=""
+    netns_skip "'ip netns add' is not allowed here: $err"
+  fi
+  if ! err=$(ip -n "$NETNS_SWITCH" link add br0 type bridge 2>&1); then
+    netns_skip "cannot make a bridge in a namespace: $err"
+  fi
+  ip -n "$NETNS_SWITCH" link set br0 up || return 1
+  for ((k = 0; k < n; ++k)); do
+    ns="${NETNS_PREFIX}h$k"
+    ip netns add "$ns" || return 1
+    NETNS_HOSTS+=("$ns")
+    NETNS_ADDRS+=("$subnet.$((k + 1))")
+    if ! err=$(ip -n "$NETNS_SWITCH" link add "p$k" type veth peer name eth0 netns "$ns" 2>&1); then
+      netns_skip "cannot make a veth pair: $err"
+    fi
+    ip -n "$NETNS_SWITCH" link set "p$k" master br0 up || return 1
+    ip -n "$ns" addr add "$subnet.$((k + 1))/24" dev eth0 || return 1
+    ip -n "$ns" link set eth0 up || return 1
+    ip -n "$ns" link set lo up || return 1
+  done
+  echo "hosts: ${NETNS_HOSTS[*]} at ${NETNS_ADDRS[*]} (bridge in $NETNS_SWITCH)"
+}
+
+# netns_wait SECONDS PID...: waits until every PID has exited or SECONDS have
+# passed; sets NETNS_RC[pid] to each exit status (or "hung") and NETNS_AT[pid]
+# to the seconds it took. Never waits longer.
+declare -A NETNS_RC NETNS_AT
+netns_wait() {
+  local limit=$1 start now p rc pending
+  shift
+  start=$(date +%s.%N)
+  while :; do
+    pending=0
+    for p in "$@"; do
+      [ -n "${NETNS_RC[$p]:-}" ] && continue
+      if kill -0 "$p" 2>/dev/null && [ "$(ps -o stat= -p "$p" 2>/dev/null | cut -c1)" != Z ]; then
+        pending=1
+        continue
+      fi
+      wait "$p"
+      rc=$?
+      NETNS_RC[$p]=$rc
+      NETNS_AT[$p]=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    done
+    [ $pending = 0 ] && return 0
+    now=$(date +%s.%N)
+    if awk -v a="$start" -v b="$now" -v l="$limit" 'BEGIN { exit !(b - a >= l) }'; then
+      for p in "$@"; do
+        if [ -z "${NETNS_RC[$p]:-}" ]; then
+          NETNS_RC[$p]=hung
+          NETNS_AT[$p]=$limit
+          kill -KILL "$p" 2>/dev/null
+        fi
+      done
+      return 1
+    fi
+    sleep 0.1
+  done
+}

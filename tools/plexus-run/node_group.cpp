@@ -1,0 +1,450 @@
+#include "node_group.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <sstream>
+
+namespace plexus::run {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr auto kBeatPeriod = 200ms;
+constexpr auto kCallTimeout = 1000ms;  // for SET and ADD; a GET that polls gets 0
+constexpr auto kJoinPoll = 200ms;
+
+const std::string kPrefix = "plexus/launch/";
+
+std::string Key(const std::string& name) {
+  return kPrefix + name;
+}
+std::string Key(const std::string& name, int64_t index) {
+  return kPrefix + name + "/" + std::to_string(index);
+}
+
+Bytes ToBytes(const std::string& s) {
+  return Bytes(s.begin(), s.end());
+}
+std::string ToString(const Bytes& b) {
+  return std::string(b.begin(), b.end());
+}
+
+// "nproc=2 nnodes=3 host=a" → {nproc: 2, nnodes: 3, host: a}
+std::map<std::string, std::string> ParseFields(const std::string& text) {
+  std::map<std::string, std::string> fields;
+  std::istringstream in(text);
+  for (std::string word; in >> word;) {
+    size_t eq = word.find('=');
+    if (eq != std::string::npos) fields[word.substr(0, eq)] = word.substr(eq + 1);
+  }
+  return fields;
+}
+
+std::string HostName() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "?";
+  std::string host = name;
+  // One word, so that it survives the "key=value ..." format.
+  std::replace_if(
+      host.begin(), host.end(), [](char c) { return c == ' ' || c == '='; }, '_');
+  return host;
+}
+
+std::string ListNodes(const std::vector<int>& nodes) {
+  std::string text = nodes.size() == 1 ? "node " : "nodes ";
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (i > 0) text += i + 1 == nodes.size() ? " and " : ", ";
+    text += std::to_string(nodes[i]);
+  }
+  return text;
+}
+
+std::string Seconds(std::chrono::milliseconds ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g s", static_cast<double>(ms.count()) / 1000.0);
+  return buf;
+}
+
+}  // namespace
+
+bool NodeGroup::Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* out,
+                     std::string* error) {
+  const std::string where = config.master_addr + ":" + std::to_string(config.master_port);
+  const std::string me = "node " + std::to_string(config.node_rank);
+  std::unique_ptr<RendezvousStore> store;
+  Status st = ConnectTcpStore(config.master_addr, config.master_port, config.join_timeout, &store);
+  if (!st.ok()) {
+    *error = me + " cannot reach the rendezvous store of node 0 at " + where + ": " +
+             st.ToString() +
+             " (is plexus-run --node-rank 0 running there, with the same --master-addr, "
+             "--master-port and token?)";
+    return false;
+  }
+  int64_t claims = 0;
+  st = store->Add(Key("claim", config.node_rank), 1, &claims, kCallTimeout);
+  if (st.ok() && claims > 1) {
+    const std::string line = "two launchers were started with --node-rank " +
+                             std::to_string(config.node_rank) + " (give each node its own, 0.." +
+                             std::to_string(config.nnodes - 1) + ")";
+    (void)store->Set(Key("failed"), ToBytes(line), kCallTimeout);
+    *error = line;
+    return false;
+  }
+  if (st.ok()) {
+    const std::string info = "nproc=" + std::to_string(config.nproc) +
+                             " nnodes=" + std::to_string(config.nnodes) + " host=" + HostName();
+    st = store->Set(Key("node", config.node_rank), ToBytes(info), kCallTimeout);
+  }
+  if (!st.ok()) {
+    *error = me + " cannot register with the rendezvous store at " + where + ": " + st.ToString();
+    return false;
+  }
+
+  std::vector<std::string> infos(config.nnodes);
+  const auto deadline = Clock::now() + config.join_timeout;
+  bool failing = false;  // the store has not answered since failing_since
+  Clock::time_point failing_since{};
+  while (true) {
+    std::vector<int> missing;
+    bool store_ok = true;
+    for (int j = 0; j < config.nnodes; ++j) {
+      if (!infos[j].empty()) continue;
+      Bytes value;
+      Status got = store->Get(Key("node", j), &value, 0ms);
+      if (got.ok() && !value.empty()) {
+        infos[j] = ToString(value);
+      } else {
+        missing.push_back(j);
+        // TIMEOUT: not there yet. Anything else: the store did not answer.
+        if (got.code() != PLEXUS_ERR_TIMEOUT) {
+          store_ok = false;
+          st = got;
+        }
+      }
+    }
+    if (missing.empty()) break;
+    if (store_ok) {
+      failing = false;
+    } else if (!failing) {
+      failing = true;
+      failing_since = Clock::now();
+    } else if (Clock::now() - failing_since >= config.lost_after) {
+      *error = me + " lost the rendezvous store at " + where +
+               " while waiting for the other nodes (node 0 stopped?): " + st.ToString();
+      return false;
+    }
+    Bytes failed;
+    if (store->Get(Key("failed"), &failed, 0ms).ok()) {
+      *error = ToString(failed);
+      return false;
+    }
+    if (Clock::now() >= deadline) {
+      *error = ListNodes(missing) + (missing.size() == 1 ? " has" : " have") +
+               " not joined within " + Seconds(config.join_timeout) +
+               " (PLEXUS_TIMEOUT): start plexus-run --nnodes " + std::to_string(config.nnodes) +
+               " --node-rank K there, with the same --master-addr " + config.master_addr +
+               ", --master-port " + std::to_string(config.master_port) + ", -n and token";
+      return false;
+    }
+    std::this_thread::sleep_for(kJoinPoll);
+  }
+
+  auto group = std::unique_ptr<NodeGroup>(new NodeGroup(config, std::move(store)));
+  // Every launcher sees the same infos and so comes to the same verdict; it
+  // is also written to the store for any that is still waiting, and node 0,
+  // whose store goes when it returns, gives them a moment to read it.
+  auto refuse = [&](const std::string& line) {
+    *error = line;
+    (void)group->store_->Set(Key("failed"), ToBytes(line), kCallTimeout);
+    if (config.node_rank == 0) std::this_thread::sleep_for(5 * kJoinPoll);
+    return false;
+  };
+  for (int j = 0; j < config.nnodes; ++j) {
+    auto fields = ParseFields(infos[j]);
+    group->hosts_[j] = fields["host"];
+    if (fields["nnodes"] != std::to_string(config.nnodes)) {
+      return refuse("node " + std::to_string(j) + " was started with --nnodes " + fields["nnodes"] +
+                    " but node " + std::to_string(config.node_rank) + " with --nnodes " +
+                    std::to_string(config.nnodes) + ": every node must be given the same");
+    }
+    if (fields["nproc"] != std::to_string(config.nproc)) {
+      const int a = std::min(j, config.node_rank), b = std::max(j, config.node_rank);
+      const int na = a == j ? std::atoi(fields["nproc"].c_str()) : config.nproc;
+      const int nb = b == j ? std::atoi(fields["nproc"].c_str()) : config.nproc;
+      return refuse("node " + std::to_string(a) + " was started with -n " + std::to_string(na) +
+                    " but node " + std::to_string(b) + " with -n " + std::to_string(nb) +
+                    ": every node must start the same number of ranks");
+    }
+  }
+  *out = std::move(group);
+  return true;
+}
+
+NodeGroup::NodeGroup(const NodeGroupConfig& config, std::unique_ptr<RendezvousStore> store)
+    : config_(config), store_(std::move(store)), hosts_(config.nnodes) {
+  int fds[2] = {-1, -1};
+  if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0) {
+    wake_read_ = fds[0];
+    wake_write_ = fds[1];
+  }
+  const auto now = Clock::now();
+  beat_.assign(config.nnodes, -1);
+  beat_changed_.assign(config.nnodes, now);
+  beats_since_report_.assign(config.nnodes, 0);
+  done_.assign(config.nnodes, "");
+  lost_.assign(config.nnodes, false);
+}
+
+NodeGroup::~NodeGroup() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (wake_read_ >= 0) ::close(wake_read_);
+  if (wake_write_ >= 0) ::close(wake_write_);
+}
+
+std::string NodeGroup::NodeName(int node) const {
+  std::string name = "node " + std::to_string(node);
+  if (node >= 0 && node < static_cast<int>(hosts_.size()) && !hosts_[node].empty()) {
+    name += " (" + hosts_[node] + ")";
+  }
+  return name;
+}
+
+void NodeGroup::Start() {
+  const auto now = Clock::now();
+  std::fill(beat_changed_.begin(), beat_changed_.end(), now);
+  thread_ = std::thread([this] { Loop(); });
+}
+
+std::string NodeGroup::Failure() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return verdict_;
+}
+
+void NodeGroup::SetVerdict(const std::string& line) {
+  if (!verdict_.empty()) return;
+  verdict_ = line;
+  const char byte = 1;
+  (void)!::write(wake_write_, &byte, 1);
+  cv_.notify_all();
+}
+
+void NodeGroup::ReportLocalFailure(FailureKind kind, const std::string& line) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!pending_line_.empty()) return;
+    pending_kind_ = static_cast<int>(kind);
+    pending_line_ = line;
+    pending_sent_ = false;
+  }
+  cv_.notify_all();
+}
+
+std::string NodeGroup::SettleFailure() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait_for(lock, config_.lost_after + 2 * kCallTimeout, [&] { return !verdict_.empty(); });
+  if (verdict_.empty() || verdict_ == pending_line_) return "";
+  return verdict_;
+}
+
+std::string NodeGroup::FinishOk() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_value_ = "ok";
+  cv_.notify_all();
+  // No time limit: other nodes may well run on for hours. Their launchers
+  // beat meanwhile, and a lost one or a lost store ends this wait.
+  cv_.wait(lock, [&] { return all_done_ || !verdict_.empty(); });
+  return all_done_ ? "" : verdict_;
+}
+
+void NodeGroup::Leave(bool ok) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (done_value_.empty()) done_value_ = ok ? "ok" : "failed";
+  cv_.notify_all();
+  // Whatever this node reported must reach the store before it goes.
+  cv_.wait_for(lock, 2 * kCallTimeout + kBeatPeriod, [&] { return pending_sent_ && done_sent_; });
+  lock.unlock();
+  if (config_.node_rank != 0) {
+    int64_t left = 0;
+    (void)store_->Add(Key("left"), 1, &left, kCallTimeout);
+  } else {
+    // The store goes with this process: wait until every launcher that is
+    // still alive has read what it needs.
+    lock.lock();
+    cv_.wait_for(lock, config_.lost_after + kCallTimeout, [&] {
+      int live = 0;
+      for (int j = 1; j < config_.nnodes; ++j) live += lost_[j] ? 0 : 1;
+      return left_ >= live;
+    });
+    lock.unlock();
+  }
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void NodeGroup::Loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stop_) {
+    lock.unlock();
+    Round();
+    lock.lock();
+    // Woken early for a local report or the end, so that they go out at once.
+    cv_.wait_for(lock, kBeatPeriod,
+                 [&] { return stop_ || !pending_sent_ || (!done_value_.empty() && !done_sent_); });
+  }
+}
+
+void NodeGroup::Round() {
+  const auto now = Clock::now();
+  const int me = config_.node_rank;
+  int64_t beats = 0;
+  Status st = store_->Add(Key("beat", me), 1, &beats, kCallTimeout);
+
+  std::string line, done;
+  int kind = 0;
+  bool finished_ok = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!pending_sent_) {
+      line = pending_line_;
+      kind = pending_kind_;
+    }
+    if (!done_sent_) done = done_value_;
+    finished_ok = done_value_ == "ok" && !all_done_;
+  }
+  if (st.ok() && !line.empty()) {
+    int64_t seq = 0;
+    st = store_->Add(Key("reports"), 1, &seq, kCallTimeout);
+    if (st.ok()) {
+      st =
+          store_->Set(Key("report", seq), ToBytes(std::to_string(kind) + " " + line), kCallTimeout);
+    }
+  }
+  if (st.ok() && !done.empty()) st = store_->Set(Key("done", me), ToBytes(done), kCallTimeout);
+
+  Bytes failed, all_done;
+  const bool got_failed = st.ok() && store_->Get(Key("failed"), &failed, 0ms).ok();
+  const bool got_all_done =
+      st.ok() && me != 0 && finished_ok && store_->Get(Key("all_done"), &all_done, 0ms).ok();
+  if (st.ok() && me == 0) Arbitrate(now);
+
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (st.ok()) {
+    store_failing_since_.reset();
+    if (!line.empty()) pending_sent_ = true;
+    if (!done.empty()) done_sent_ = true;
+    if (got_failed) SetVerdict(ToString(failed));
+    if (got_all_done) all_done_ = true;
+    if (got_failed || got_all_done) cv_.notify_all();
+    if (!line.empty() || !done.empty()) cv_.notify_all();
+    return;
+  }
+  if (!store_failing_since_) store_failing_since_ = now;
+  store_error_ = st.ToString();
+  if (me != 0 && now - *store_failing_since_ >= config_.lost_after) {
+    SetVerdict(NodeName(0) + " is gone: its launcher, which hosts the rendezvous store at " +
+               config_.master_addr + ":" + std::to_string(config_.master_port) +
+               ", has not answered for " + Seconds(config_.lost_after) +
+               " (it was killed, or its host or the network is down; last error: " + store_error_ +
+               ")");
+  }
+}
+
+// Node 0's thread: watches beats and reports, and writes the verdict.
+void NodeGroup::Arbitrate(Clock::time_point now) {
+  for (int j = 1; j < config_.nnodes; ++j) {
+    if (done_[j].empty()) {
+      Bytes value;
+      if (store_->Get(Key("done", j), &value, 0ms).ok()) done_[j] = ToString(value);
+    }
+    int64_t beat = 0;
+    if (store_->Add(Key("beat", j), 0, &beat, kCallTimeout).ok() && beat != beat_[j]) {
+      beat_[j] = beat;
+      beat_changed_[j] = now;
+      ++beats_since_report_[j];
+    }
+    if (!lost_[j] && done_[j].empty() && now - beat_changed_[j] >= config_.lost_after) {
+      lost_[j] = true;
+      candidates_.push_back({static_cast<int>(FailureKind::kNodeLost), -1,
+                             NodeName(j) + " stopped responding: its launcher has not been " +
+                                 "heard from for " + Seconds(config_.lost_after) +
+                                 " (it was killed, or its host or the network is down)"});
+    }
+  }
+  int64_t reports = 0;
+  if (store_->Add(Key("reports"), 0, &reports, kCallTimeout).ok()) {
+    for (; reports_read_ < reports; ++reports_read_) {
+      Bytes value;
+      if (!store_->Get(Key("report", reports_read_ + 1), &value, kCallTimeout).ok()) break;
+      std::string text = ToString(value);
+      size_t space = text.find(' ');
+      candidates_.push_back({std::atoi(text.substr(0, space).c_str()), reports_read_ + 1,
+                             space == std::string::npos ? text : text.substr(space + 1)});
+      if (!first_report_) {
+        first_report_ = now;
+        std::fill(beats_since_report_.begin(), beats_since_report_.end(), 0);
+      }
+    }
+  }
+  int64_t left = 0;
+  if (store_->Add(Key("left"), 0, &left, kCallTimeout).ok()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    left_ = left;
+    cv_.notify_all();
+  }
+
+  bool decided;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    decided = !verdict_.empty();
+  }
+  if (!decided && !candidates_.empty()) {
+    // Decide once every other launcher that is still running has been heard
+    // from twice since the first report (so all reports caused by one event
+    // are in), or at once when a node is lost.
+    bool ready = std::any_of(lost_.begin(), lost_.end(), [](bool l) { return l; });
+    if (!ready) {
+      ready = true;
+      for (int j = 1; j < config_.nnodes; ++j) {
+        if (done_[j].empty() && beats_since_report_[j] < 2) ready = false;
+      }
+    }
+    if (ready) {
+      const Candidate& best = *std::min_element(
+          candidates_.begin(), candidates_.end(), [](const Candidate& a, const Candidate& b) {
+            return a.kind != b.kind ? a.kind < b.kind : a.seq < b.seq;
+          });
+      (void)store_->Set(Key("failed"), ToBytes(best.line), kCallTimeout);
+      std::lock_guard<std::mutex> lock(mutex_);
+      SetVerdict(best.line);
+    }
+  }
+
+  bool all_ok = true;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    all_ok = done_value_ == "ok" && verdict_.empty() && !all_done_;
+  }
+  for (int j = 1; j < config_.nnodes && all_ok; ++j) all_ok = done_[j] == "ok";
+  if (all_ok && store_->Set(Key("all_done"), ToBytes("1"), kCallTimeout).ok()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    all_done_ = true;
+    cv_.notify_all();
+  }
+}
+
+}  // namespace plexus::run

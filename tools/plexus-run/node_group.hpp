@@ -1,0 +1,148 @@
+// NodeGroup: the launchers of one job across hosts (plexus-run --nnodes N)
+// and what they tell each other through the rendezvous store.
+//
+// One plexus-run runs on each host ("node"); node 0's hosts the store. Every
+// launcher holds a store client of its own and uses keys under
+// "plexus/launch/" (the ranks' keys never start so):
+//
+//   claim/K     counter: a second launcher with --node-rank K sees 2 and stops the job
+//   node/K      "nproc=2 nnodes=3 host=NAME": node K has joined, and with what
+//   beat/K      counter, +1 every kBeatPeriod while node K's launcher is alive
+//   reports     counter; report/S: the S-th local failure some launcher saw,
+//               "<kind> <line>" (kind: FailureKind, lower = closer to the root cause)
+//   failed      the job-wide verdict: the line every launcher reports
+//   done/K      "ok" or "failed": node K's ranks have ended (its beats may stop)
+//   all_done    "1": every node's ranks exited 0 (set by node 0)
+//   left        counter: launchers that need the store no longer
+//
+// Node 0's launcher is the arbiter. It watches the other launchers' beats: a
+// node that is not done and whose beat has not moved for lost_after is lost
+// (its launcher was killed, or its host or link is down). When a failure is
+// reported it waits until every other live launcher has beaten twice more, or
+// one is found lost, so that a rank that merely exited because a peer
+// vanished is not blamed for it; then it writes "failed" with the report of
+// the lowest kind (the earliest among equals). The other launchers poll
+// "failed"; a launcher whose store calls fail for lost_after declares node 0
+// (and the store with it) gone. Node 0 keeps serving the store at the end
+// until every live launcher has left, so that none of them mistakes the end
+// for node 0's death.
+//
+// Thread safety: one helper thread does the beats and polls; the public
+// methods are called from the launcher's main thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "launcher.hpp"
+#include "plexus/rendezvous_store.hpp"
+
+namespace plexus::run {
+
+struct NodeGroupConfig {
+  int nnodes = 1;
+  int node_rank = 0;
+  int nproc = 1;
+  std::string master_addr;
+  uint16_t master_port = 0;
+  std::chrono::milliseconds join_timeout{300000};  // every node must have joined by then
+  std::chrono::milliseconds lost_after{5000};      // silence that makes a node lost
+};
+
+class NodeGroup {
+ public:
+  // Connects to the store (node 0 must have started it already on its host),
+  // claims node_rank, publishes this node and waits until all nnodes have
+  // joined with the same nproc and nnodes. Returns false with *error set (a
+  // whole sentence) otherwise.
+  static bool Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* out,
+                   std::string* error);
+
+  ~NodeGroup();
+
+  // Starts the helper thread (beats, polls, and on node 0 the arbiter).
+  void Start();
+
+  // Readable (level-triggered) once the job-wide verdict is known: poll it.
+  int wake_fd() const { return wake_read_; }
+
+  // The job-wide verdict, "" while there is none.
+  std::string Failure();
+
+  // A local failure, to be reported (once; later calls are ignored). Does
+  // not block: the helper thread sends it.
+  void ReportLocalFailure(FailureKind kind, const std::string& line);
+
+  // After a local failure, once the local ranks are gone: waits (at most
+  // lost_after + a moment) for the verdict; returns it when it is another
+  // failure than the one reported here, "" when it is ours or none came.
+  std::string SettleFailure();
+
+  // After every local rank exited 0: marks this node done and waits until all
+  // nodes are (returns "") or the job failed elsewhere (returns the verdict).
+  std::string FinishOk();
+
+  // Last call: marks this node done (ok or not), says it has left, and on
+  // node 0 waits (bounded) until the other live launchers have left too.
+  // Stops the helper thread.
+  void Leave(bool ok);
+
+  // The host name each node gave when it joined ("" where unknown).
+  const std::vector<std::string>& hosts() const { return hosts_; }
+
+ private:
+  NodeGroup(const NodeGroupConfig& config, std::unique_ptr<RendezvousStore> store);
+  void Loop();
+  void Round();
+  void Arbitrate(std::chrono::steady_clock::time_point now);
+  void SetVerdict(const std::string& line);  // holds mutex_
+  std::string NodeName(int node) const;
+
+  using Clock = std::chrono::steady_clock;
+  struct Candidate {
+    int kind;
+    int64_t seq;
+    std::string line;
+  };
+
+  const NodeGroupConfig config_;
+  std::unique_ptr<RendezvousStore> store_;
+  std::vector<std::string> hosts_;
+  std::thread thread_;
+  int wake_read_ = -1;
+  int wake_write_ = -1;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::string verdict_;
+  bool all_done_ = false;
+  bool pending_sent_ = true;  // false while a local report waits to be sent
+  int pending_kind_ = 0;
+  std::string pending_line_;
+  std::string reported_line_;  // what this node reported, once sent
+  std::string done_value_;     // this node's done/K, once set
+  bool done_sent_ = false;
+  std::optional<Clock::time_point> store_failing_since_;
+  std::string store_error_;
+
+  // Arbiter state (node 0's thread only).
+  std::vector<int64_t> beat_;
+  std::vector<Clock::time_point> beat_changed_;
+  std::vector<int> beats_since_report_;
+  std::vector<std::string> done_;
+  std::vector<bool> lost_;
+  int64_t reports_read_ = 0;
+  std::vector<Candidate> candidates_;
+  std::optional<Clock::time_point> first_report_;
+  int64_t left_ = 0;
+};
+
+}  // namespace plexus::run
