@@ -44,6 +44,27 @@ void WriteFile(const std::string& path, const std::string& text) {
   }
 }
 
+// 4 MiB allreduces in a loop; `victim` raises sig in the middle of the 4th
+// (after posting it). Returns 1 if the loop ever ends: the others must fail.
+int LoopUntilSignal(plexus::Communicator& comm, uint32_t victim, int sig, const char* what) {
+  const uint32_t rank = comm.rank();
+  std::vector<float> v(size_t(1) << 20, 1.0f);
+  for (int iter = 0; iter < 1000; ++iter) {
+    plexus::Work w = comm.allreduce(std::span(v));
+    if (rank == victim && iter == 3) {
+      std::fprintf(stderr, "rank %u: raising %s in the middle of allreduce %d\n", rank,
+                   sig == SIGKILL ? "SIGKILL" : "SIGSTOP", iter);
+      std::fflush(stderr);
+      raise(sig);
+    }
+    w.wait();
+    std::fill(v.begin(), v.end(), 1.0f);
+  }
+  std::fprintf(stderr, "rank %u: 1000 allreduces completed although rank %u %s\n", rank, victim,
+               what);
+  return 1;
+}
+
 int Run(plexus::Communicator& comm, const std::string& mode) {
   const uint32_t rank = comm.rank();
   if (mode == "allreduce") {
@@ -59,36 +80,8 @@ int Run(plexus::Communicator& comm, const std::string& mode) {
     }
     return 0;
   }
-  if (mode == "kill") {
-    std::vector<float> v(size_t(1) << 20, 1.0f);  // 4 MiB
-    for (int iter = 0; iter < 1000; ++iter) {
-      plexus::Work w = comm.allreduce(std::span(v));
-      if (rank == 2 && iter == 3) {
-        std::fprintf(stderr, "rank 2: raising SIGKILL in the middle of allreduce %d\n", iter);
-        std::fflush(stderr);
-        raise(SIGKILL);
-      }
-      w.wait();
-      std::fill(v.begin(), v.end(), 1.0f);
-    }
-    std::fprintf(stderr, "rank %u: 1000 allreduces completed although rank 2 died\n", rank);
-    return 1;
-  }
-  if (mode == "freeze") {
-    std::vector<float> v(size_t(1) << 20, 1.0f);  // 4 MiB
-    for (int iter = 0; iter < 1000; ++iter) {
-      plexus::Work w = comm.allreduce(std::span(v));
-      if (rank == 1 && iter == 3) {
-        std::fprintf(stderr, "rank 1: raising SIGSTOP in the middle of allreduce %d\n", iter);
-        std::fflush(stderr);
-        raise(SIGSTOP);
-      }
-      w.wait();
-      std::fill(v.begin(), v.end(), 1.0f);
-    }
-    std::fprintf(stderr, "rank %u: 1000 allreduces completed although rank 1 froze\n", rank);
-    return 1;
-  }
+  if (mode == "kill") return LoopUntilSignal(comm, 2, SIGKILL, "died");
+  if (mode == "freeze") return LoopUntilSignal(comm, 1, SIGSTOP, "froze");
   if (mode == "late") {
     if (rank == 1) {
       std::this_thread::sleep_for(comm.timeout() * 5 / 2);
@@ -119,8 +112,9 @@ int Run(plexus::Communicator& comm, const std::string& mode) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr,
-                 "usage: fault_rank OUT_DIR allreduce|kill|freeze|late|mismatch-count|mismatch-kind\n");
+    std::fprintf(
+        stderr,
+        "usage: fault_rank OUT_DIR allreduce|kill|freeze|late|mismatch-count|mismatch-kind\n");
     return 2;
   }
   signal(SIGTERM, SIG_IGN);
