@@ -305,10 +305,11 @@ void Communicator::CheckSpan(bool ok, const char* what) {
 }
 
 Work Communicator::Start(const Status& posted, plexus_request* req, const char* what,
-                         bool collective) {
+                         detail::PostedOp* collective) {
   if (!posted.ok()) throw Error(posted.code(), state().backend->name(), posted.message());
-  const uint64_t seq = collective ? ++state().collectives_posted : 0;
-  return Work(state_, req, what, seq);
+  if (!collective) return Work(state_, req, what, detail::PostedOp{});
+  collective->seq = ++state().collectives_posted;
+  return Work(state_, req, what, *collective);
 }
 
 namespace {
@@ -343,7 +344,9 @@ Status CheckBytes(const char* what, uint64_t count, DType dtype, uint64_t blocks
 // all ranks. guard must be held for the whole post.
 Status Prepare(detail::CommState& s, const detail::PostingGuard& guard, const char* what,
                plexus_collective_t coll, uint64_t count, DType dtype, plexus_reduce_op_t op,
-               uint32_t root, uint64_t blocks) {
+               uint32_t root, uint64_t blocks, detail::PostedOp* posted) {
+  *posted = detail::PostedOp{
+      0, count, coll, coll == PLEXUS_COLL_BARRIER ? 0u : uint32_t(Code(dtype)), op, root};
   Status st = guard.status();
   if (st.ok()) st = CheckBytes(what, count, dtype, blocks);
   if (st.ok() && s.debug_detail) {
@@ -370,73 +373,82 @@ Work Communicator::allreduce(const void* send, void* recv, uint64_t count, DType
                              const plexus_placement* where) {
   auto& s = state();
   plexus_request* req = nullptr;
+  detail::PostedOp posted;
   detail::PostingGuard guard(s);
-  Status st = Prepare(s, guard, "allreduce", PLEXUS_COLL_ALLREDUCE, count, dtype, Code(op), 0, 1);
+  Status st =
+      Prepare(s, guard, "allreduce", PLEXUS_COLL_ALLREDUCE, count, dtype, Code(op), 0, 1, &posted);
   if (st.ok()) {
     st = s.backend->Allreduce(s.comm, send, recv, count, Code(dtype), Code(op), where, &req);
   }
-  return Start(st, req, "allreduce", true);
+  return Start(st, req, "allreduce", &posted);
 }
 
 Work Communicator::broadcast(void* buf, uint64_t count, DType dtype, uint32_t root,
                              const plexus_placement* where) {
   auto& s = state();
   plexus_request* req = nullptr;
+  detail::PostedOp posted;
   detail::PostingGuard guard(s);
   Status st = CheckRank(root, s.size, "broadcast root");
   if (st.ok()) {
-    st = Prepare(s, guard, "broadcast", PLEXUS_COLL_BROADCAST, count, dtype, 0, root, 1);
+    st = Prepare(s, guard, "broadcast", PLEXUS_COLL_BROADCAST, count, dtype, 0, root, 1, &posted);
   }
   if (st.ok()) st = s.backend->Broadcast(s.comm, buf, count, Code(dtype), root, where, &req);
-  return Start(st, req, "broadcast", true);
+  return Start(st, req, "broadcast", &posted);
 }
 
 Work Communicator::reduce(const void* send, void* recv, uint64_t count, DType dtype, ReduceOp op,
                           uint32_t root, const plexus_placement* where) {
   auto& s = state();
   plexus_request* req = nullptr;
+  detail::PostedOp posted;
   detail::PostingGuard guard(s);
   Status st = CheckRank(root, s.size, "reduce root");
   if (st.ok()) {
-    st = Prepare(s, guard, "reduce", PLEXUS_COLL_REDUCE, count, dtype, Code(op), root, 1);
+    st = Prepare(s, guard, "reduce", PLEXUS_COLL_REDUCE, count, dtype, Code(op), root, 1, &posted);
   }
   if (st.ok()) {
     st = s.backend->Reduce(s.comm, send, recv, count, Code(dtype), Code(op), root, where, &req);
   }
-  return Start(st, req, "reduce", true);
+  return Start(st, req, "reduce", &posted);
 }
 
 Work Communicator::allgather(const void* send, void* recv, uint64_t count, DType dtype,
                              const plexus_placement* where) {
   auto& s = state();
   plexus_request* req = nullptr;
+  detail::PostedOp posted;
   detail::PostingGuard guard(s);
-  Status st = Prepare(s, guard, "allgather", PLEXUS_COLL_ALLGATHER, count, dtype, 0, 0, s.size);
+  Status st =
+      Prepare(s, guard, "allgather", PLEXUS_COLL_ALLGATHER, count, dtype, 0, 0, s.size, &posted);
   if (st.ok()) st = s.backend->Allgather(s.comm, send, recv, count, Code(dtype), where, &req);
-  return Start(st, req, "allgather", true);
+  return Start(st, req, "allgather", &posted);
 }
 
 Work Communicator::reduce_scatter(const void* send, void* recv, uint64_t count, DType dtype,
                                   ReduceOp op, const plexus_placement* where) {
   auto& s = state();
   plexus_request* req = nullptr;
+  detail::PostedOp posted;
   detail::PostingGuard guard(s);
   Status st = Prepare(s, guard, "reduce_scatter", PLEXUS_COLL_REDUCE_SCATTER, count, dtype,
-                      Code(op), 0, s.size);
+                      Code(op), 0, s.size, &posted);
   if (st.ok()) {
     st = s.backend->ReduceScatter(s.comm, send, recv, count, Code(dtype), Code(op), where, &req);
   }
-  return Start(st, req, "reduce_scatter", true);
+  return Start(st, req, "reduce_scatter", &posted);
 }
 
 Work Communicator::alltoall(const void* send, void* recv, uint64_t count, DType dtype,
                             const plexus_placement* where) {
   auto& s = state();
   plexus_request* req = nullptr;
+  detail::PostedOp posted;
   detail::PostingGuard guard(s);
-  Status st = Prepare(s, guard, "alltoall", PLEXUS_COLL_ALLTOALL, count, dtype, 0, 0, s.size);
+  Status st =
+      Prepare(s, guard, "alltoall", PLEXUS_COLL_ALLTOALL, count, dtype, 0, 0, s.size, &posted);
   if (st.ok()) st = s.backend->Alltoall(s.comm, send, recv, count, Code(dtype), where, &req);
-  return Start(st, req, "alltoall", true);
+  return Start(st, req, "alltoall", &posted);
 }
 
 Work Communicator::send(const void* buf, uint64_t count, DType dtype, uint32_t peer,
@@ -448,7 +460,7 @@ Work Communicator::send(const void* buf, uint64_t count, DType dtype, uint32_t p
   if (st.ok()) st = CheckRank(peer, s.size, "send peer");
   if (st.ok()) st = CheckBytes("send", count, dtype, 1);
   if (st.ok()) st = s.backend->Send(s.comm, buf, count, Code(dtype), peer, where, &req);
-  return Start(st, req, "send", false);
+  return Start(st, req, "send", nullptr);
 }
 
 Work Communicator::recv(void* buf, uint64_t count, DType dtype, uint32_t peer,
@@ -460,16 +472,18 @@ Work Communicator::recv(void* buf, uint64_t count, DType dtype, uint32_t peer,
   if (st.ok()) st = CheckRank(peer, s.size, "recv peer");
   if (st.ok()) st = CheckBytes("recv", count, dtype, 1);
   if (st.ok()) st = s.backend->Recv(s.comm, buf, count, Code(dtype), peer, where, &req);
-  return Start(st, req, "recv", false);
+  return Start(st, req, "recv", nullptr);
 }
 
 Work Communicator::barrier() {
   auto& s = state();
   plexus_request* req = nullptr;
+  detail::PostedOp posted;
   detail::PostingGuard guard(s);
-  Status st = Prepare(s, guard, "barrier", PLEXUS_COLL_BARRIER, 0, DType::Float32, 0, 0, 1);
+  Status st =
+      Prepare(s, guard, "barrier", PLEXUS_COLL_BARRIER, 0, DType::Float32, 0, 0, 1, &posted);
   if (st.ok()) st = s.backend->Barrier(s.comm, &req);
-  return Start(st, req, "barrier", true);
+  return Start(st, req, "barrier", &posted);
 }
 
 void Communicator::abort() {

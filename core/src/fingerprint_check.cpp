@@ -10,9 +10,8 @@
 #include "plexus/log.hpp"
 
 namespace plexus::detail {
-namespace {
 
-std::string Describe(const Fingerprint& f) {
+std::string DescribeFingerprint(const Fingerprint& f) {
   std::string s = algos::CollectiveName(f.coll);
   s += "(#" + std::to_string(f.seq);
   if (f.coll != PLEXUS_COLL_BARRIER) s += ", count " + std::to_string(f.count);
@@ -24,19 +23,16 @@ std::string Describe(const Fingerprint& f) {
   return s + ")";
 }
 
-bool Same(const Fingerprint& a, const Fingerprint& b) {
+bool SameFingerprint(const Fingerprint& a, const Fingerprint& b) {
   return a.seq == b.seq && a.count == b.count && a.coll == b.coll && a.dtype == b.dtype &&
          a.op == b.op && a.root == b.root;
 }
 
-// "rank 1", "ranks 1, 2".
 std::string RankList(const std::vector<uint32_t>& ranks) {
   std::string s = ranks.size() == 1 ? "rank " : "ranks ";
   for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
   return s;
 }
-
-}  // namespace
 
 bool DetailDebugEnabled() {
   static const bool enabled = [] {
@@ -81,10 +77,12 @@ Status CheckFingerprints(CommState& s, Fingerprint mine) {
   plexus_request* req = nullptr;
   Status st = s.backend->Allgather(s.comm, &mine, all.data(), sizeof mine, PLEXUS_DTYPE_UINT8,
                                    nullptr, &req);
-  if (!st.ok()) return st.WithContext("PLEXUS_DEBUG=detail: comparing " + Describe(mine));
+  if (!st.ok())
+    return st.WithContext("PLEXUS_DEBUG=detail: comparing " + DescribeFingerprint(mine));
   const int32_t rc = s.backend->Wait(req, s.timeout.count());
   if (rc != PLEXUS_OK) {
-    st = s.backend->Describe(s.comm, rc, "PLEXUS_DEBUG=detail: comparing " + Describe(mine));
+    st = s.backend->Describe(s.comm, rc,
+                             "PLEXUS_DEBUG=detail: comparing " + DescribeFingerprint(mine));
     if (rc == PLEXUS_ERR_TIMEOUT) {
       s.AdoptOrphan(req);  // still running: freed once it completes
     } else {
@@ -98,26 +96,27 @@ Status CheckFingerprints(CommState& s, Fingerprint mine) {
   // the ranks that agree with rank 0, and each group that does not.
   std::vector<uint32_t> differ;
   for (uint32_t r = 0; r < s.size; ++r) {
-    if (!Same(all[r], all[0])) differ.push_back(r);
+    if (!SameFingerprint(all[r], all[0])) differ.push_back(r);
   }
   if (differ.empty()) return Status::Ok();
   std::vector<uint32_t> agree;
   for (uint32_t r = 0; r < s.size; ++r) {
-    if (Same(all[r], all[0])) agree.push_back(r);
+    if (SameFingerprint(all[r], all[0])) agree.push_back(r);
   }
   std::string text = "collectives differ across ranks on " + s.name +
-                     " (PLEXUS_DEBUG=detail): " + RankList(agree) + " posted " + Describe(all[0]);
+                     " (PLEXUS_DEBUG=detail): " + RankList(agree) + " posted " +
+                     DescribeFingerprint(all[0]);
   std::vector<bool> told(s.size, false);
   for (uint32_t r : differ) {
     if (told[r]) continue;
     std::vector<uint32_t> group;
     for (uint32_t q : differ) {
-      if (!told[q] && Same(all[q], all[r])) {
+      if (!told[q] && SameFingerprint(all[q], all[r])) {
         group.push_back(q);
         told[q] = true;
       }
     }
-    text += "; " + RankList(group) + " posted " + Describe(all[r]);
+    text += "; " + RankList(group) + " posted " + DescribeFingerprint(all[r]);
   }
   text += "; this rank is " + std::to_string(s.rank) + ". Nothing was posted.";
   return Status(PLEXUS_ERR_INVALID_USAGE, text);

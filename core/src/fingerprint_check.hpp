@@ -14,6 +14,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "comm_state.hpp"
 #include "plexus/status.hpp"
@@ -32,6 +34,13 @@ struct Fingerprint {
   uint32_t reserved = 0;
 };
 static_assert(sizeof(Fingerprint) == 40);
+
+// "reduce(#3, count 8, float32, sum, root 0)".
+std::string DescribeFingerprint(const Fingerprint& f);
+// Whether two ranks post the same collective (everything but the rank).
+bool SameFingerprint(const Fingerprint& a, const Fingerprint& b);
+// "rank 1", "ranks 1, 2".
+std::string RankList(const std::vector<uint32_t>& ranks);
 
 // True when PLEXUS_DEBUG is "detail" (read once per process).
 bool DetailDebugEnabled();

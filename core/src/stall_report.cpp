@@ -2,10 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <exception>
+#include <map>
+#include <sstream>
 #include <vector>
 
 #include "comm_state.hpp"
+#include "fingerprint_check.hpp"
+#include "plexus/algos/dtype.hpp"
 
 namespace plexus::detail {
 namespace {
@@ -21,88 +26,224 @@ milliseconds Grace(milliseconds timeout) {
   return std::clamp(timeout / 5, milliseconds(200), milliseconds(2000));
 }
 
+// After another kind of failure (usually a peer's, relayed), how long to look
+// for marks of ranks that posted something else: they time out first.
+constexpr milliseconds kRelayedGrace{300};
+
 // Store calls made after a failure must not add a timeout of their own.
 constexpr milliseconds kStoreCallLimit{1000};
 
-std::string RankList(const std::vector<uint32_t>& ranks) {
-  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (i > 0) text += i + 1 == ranks.size() ? " and " : ", ";
-    text += std::to_string(ranks[i]);
+// Job-wide key of rank's stall line: "<communicator> <seq> <collective>".
+std::string LineKey(uint32_t rank) {
+  return "plexus/stalled/" + std::to_string(rank);
+}
+
+// Key of rank's mark of collective #seq (from 0) on comm: its Fingerprint.
+std::string MarkKey(const std::string& comm, uint64_t seq, uint32_t rank) {
+  return comm + "/stalled/" + std::to_string(seq) + "/" + std::to_string(rank);
+}
+
+bool CanTell(const CommState& comm, const PostedOp& op) {
+  return comm.size > 1 && op.seq != 0 && comm.job && comm.job->has_rendezvous && comm.job->store;
+}
+
+Fingerprint FingerprintOf(const CommState& comm, const PostedOp& op) {
+  Fingerprint f;
+  f.seq = op.seq - 1;  // counted from 0 in messages, as the backends and detail mode do
+  f.count = op.count;
+  f.coll = op.coll;
+  f.dtype = op.dtype;
+  f.op = op.op;
+  f.root = op.root;
+  f.rank = comm.rank;
+  return f;
+}
+
+bool Mark(CommState& comm, const Fingerprint& f) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&f);
+  return comm.job->store
+      ->Set(MarkKey(comm.name, f.seq, comm.rank), Bytes(p, p + sizeof f), kStoreCallLimit)
+      .ok();
+}
+
+// Rank r's mark, waiting up to `wait`: 1 found, 0 absent, -1 the store failed.
+int ReadMark(RendezvousStore& store, const std::string& comm, uint64_t seq, uint32_t r,
+             milliseconds wait, Fingerprint* out) {
+  Bytes mark;
+  const Status st = store.Get(MarkKey(comm, seq, r), &mark, wait);
+  if (st.code() == PLEXUS_ERR_TIMEOUT) return 0;
+  if (!st.ok()) return -1;
+  *out = Fingerprint{};
+  if (mark.size() == sizeof *out) std::memcpy(out, mark.data(), sizeof *out);
+  out->rank = r;
+  return 1;
+}
+
+// "rank 0 posted X, ranks 1, 2 posted Y": the marks grouped by what they say.
+std::string Groups(const std::vector<Fingerprint>& marks) {
+  std::string text;
+  std::vector<bool> told(marks.size(), false);
+  for (size_t i = 0; i < marks.size(); ++i) {
+    if (told[i]) continue;
+    std::vector<uint32_t> group;
+    for (size_t j = i; j < marks.size(); ++j) {
+      if (!told[j] && SameFingerprint(marks[j], marks[i])) {
+        group.push_back(marks[j].rank);
+        told[j] = true;
+      }
+    }
+    text +=
+        (text.empty() ? "" : ", ") + RankList(group) + " posted " + DescribeFingerprint(marks[i]);
   }
   return text;
 }
 
-}  // namespace
-
-std::string StallKey(uint32_t rank) {
-  return "plexus/stalled/" + std::to_string(rank);
-}
-
-namespace {
-
-bool CanTell(const CommState& comm, uint64_t seq) {
-  return comm.size > 1 && seq != 0 && comm.job && comm.job->has_rendezvous && comm.job->store;
-}
-
-std::string MarkPrefix(const CommState& comm, uint64_t seq) {
-  return comm.name + "/stalled/" + std::to_string(seq) + "/";
-}
-
-bool Mark(CommState& comm, uint64_t seq) {
-  return comm.job->store
-      ->Set(MarkPrefix(comm, seq) + std::to_string(comm.rank), Bytes{1}, kStoreCallLimit)
-      .ok();
-}
-
-}  // namespace
-
-void MarkReached(CommState& comm, uint64_t seq) try {
-  if (CanTell(comm, seq)) (void)Mark(comm, seq);
-} catch (const std::exception&) {
-}
-
-std::string ReportStall(CommState& comm, uint64_t seq, const char* what) try {
-  if (!CanTell(comm, seq) || !Mark(comm, seq)) return "";
-  RendezvousStore& store = *comm.job->store;
-  const std::string prefix = MarkPrefix(comm, seq);
-
-  const auto deadline = Clock::now() + Grace(comm.timeout);
-  std::vector<uint32_t> waiting, missing;
+// The marks of the other ranks within `wait` (one deadline for all).
+struct Marks {
+  std::vector<uint32_t> same, missing;
+  std::vector<Fingerprint> differing;
+  bool ok = true;
+};
+Marks Collect(CommState& comm, const Fingerprint& mine, milliseconds wait) {
+  Marks m;
+  const auto deadline = Clock::now() + wait;
   for (uint32_t r = 0; r < comm.size; ++r) {
     if (r == comm.rank) continue;
     const auto left = std::max(milliseconds(0),
                                std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
-    Bytes mark;
-    const Status st = store.Get(prefix + std::to_string(r), &mark, left);
-    if (st.ok()) {
-      waiting.push_back(r);
-    } else if (st.code() == PLEXUS_ERR_TIMEOUT) {
-      missing.push_back(r);
+    Fingerprint theirs;
+    const int found = ReadMark(*comm.job->store, comm.name, mine.seq, r, left, &theirs);
+    if (found < 0) {
+      m.ok = false;
+      return m;
+    }
+    if (found == 0) {
+      m.missing.push_back(r);
+    } else if (SameFingerprint(theirs, mine)) {
+      m.same.push_back(r);
     } else {
-      return "";  // the store itself failed: it cannot tell
+      m.differing.push_back(theirs);
     }
   }
+  return m;
+}
 
-  std::string line = comm.name + " " + std::to_string(seq) + " " + what;
-  for (uint32_t r : missing) line += " " + std::to_string(r);
-  (void)store.Set(StallKey(comm.rank), Bytes(line.begin(), line.end()), kStoreCallLimit);
+// This rank's stall line, for plexus-run: which collective it failed in.
+void WriteLine(CommState& comm, const Fingerprint& mine, const PostedOp& op) {
+  const std::string line =
+      comm.name + " " + std::to_string(mine.seq) + " " + algos::CollectiveName(op.coll);
+  (void)comm.job->store->Set(LineKey(comm.rank), Bytes(line.begin(), line.end()), kStoreCallLimit);
+}
 
+std::string Differ(const CommState& comm, const Fingerprint& mine,
+                   const std::vector<Fingerprint>& differing) {
+  return "the ranks posted different collectives on " + comm.name + ": this rank (" +
+         std::to_string(comm.rank) + ") posted " + DescribeFingerprint(mine) + ", " +
+         Groups(differing);
+}
+
+}  // namespace
+
+std::string MarkReached(CommState& comm, const PostedOp& op) try {
+  if (!CanTell(comm, op)) return "";
+  const Fingerprint mine = FingerprintOf(comm, op);
+  if (!Mark(comm, mine)) return "";
+  const Marks m = Collect(comm, mine, kRelayedGrace);
+  if (!m.ok || m.differing.empty()) return "";
+  WriteLine(comm, mine, op);  // so that plexus-run says it too
+  return Differ(comm, mine, m.differing);
+} catch (const std::exception&) {
+  return "";
+}
+
+std::string ReportStall(CommState& comm, const PostedOp& op) try {
+  if (!CanTell(comm, op)) return "";
+  const Fingerprint mine = FingerprintOf(comm, op);
+  if (!Mark(comm, mine)) return "";
+  // The line first: plexus-run may stop this rank during the grace below,
+  // and works out whom it waited for from the marks.
+  WriteLine(comm, mine, op);
+
+  const Marks m = Collect(comm, mine, Grace(comm.timeout));
+  if (!m.ok) return "";
+  const std::string posted = DescribeFingerprint(mine);
+  std::vector<std::string> parts;
+  if (!m.differing.empty()) parts.push_back(Differ(comm, mine, m.differing));
+  // When ranks disagree that is the cause; a rank without a mark may then
+  // simply have completed its version (a reduce's leaf sends and is done).
+  if (!m.missing.empty() && m.differing.empty()) {
+    parts.push_back(RankList(m.missing) + (m.missing.size() == 1 ? " has" : " have") +
+                    " not reached " + posted + " on " + comm.name +
+                    " or stopped making progress (frozen, dead, or busy outside Plexus)");
+  }
+  if (parts.empty()) {
+    return "every rank reached " + posted + " on " + comm.name +
+           " and timed out in it (a slow or broken network, or the backend)";
+  }
+  if (!m.same.empty()) parts.push_back(RankList(m.same) + " reached it too");
   std::string text;
-  if (!missing.empty()) {
-    text = RankList(missing) + (missing.size() == 1 ? " has" : " have") + " not reached this " +
-           what + " (collective " + std::to_string(seq) + " on " + comm.name +
-           ") or stopped making progress (frozen, dead, or busy outside Plexus)";
-  } else {
-    text = "every rank reached this " + std::string(what) + " (collective " + std::to_string(seq) +
-           " on " + comm.name + ") and timed out in it (a slow or broken network, or the backend)";
-  }
-  if (!missing.empty() && !waiting.empty()) {
-    text += "; " + RankList(waiting) + " reached it too";
-  }
+  for (const std::string& p : parts) text += (text.empty() ? "" : "; ") + p;
   return text;
 } catch (const std::exception&) {
   return "";  // a diagnosis must never replace the error it explains
+}
+
+namespace {
+
+struct Line {
+  std::string comm, coll;
+  uint64_t seq = 0;
+};
+
+std::map<uint32_t, Line> ReadLines(RendezvousStore& store, uint32_t world_size) {
+  std::map<uint32_t, Line> lines;
+  for (uint32_t r = 0; r < world_size; ++r) {
+    Bytes value;
+    if (!store.Get(LineKey(r), &value, milliseconds(0)).ok()) continue;
+    std::istringstream in(std::string(value.begin(), value.end()));
+    Line l;
+    if (in >> l.comm >> l.seq >> l.coll) lines[r] = l;
+  }
+  return lines;
+}
+
+}  // namespace
+
+std::vector<std::string> StallLines(RendezvousStore& store, uint32_t world_size) try {
+  std::vector<std::string> out(world_size);
+  for (const auto& [rank, l] : ReadLines(store, world_size)) {
+    std::string text = l.comm + " " + std::to_string(l.seq) + " " + l.coll;
+    for (uint32_t r = 0; r < world_size; ++r) {
+      Fingerprint f;
+      if (r == rank || ReadMark(store, l.comm, l.seq, r, milliseconds(0), &f) != 0 ||
+          ReadMark(store, l.comm, l.seq + 1, r, milliseconds(0), &f) != 0) {
+        continue;
+      }
+      text += " " + std::to_string(r);
+    }
+    out[rank] = text;
+  }
+  return out;
+} catch (const std::exception&) {
+  return {};
+}
+
+std::string StallMismatch(RendezvousStore& store, uint32_t world_size) try {
+  for (const auto& [rank, l] : ReadLines(store, world_size)) {
+    std::vector<Fingerprint> marks;
+    for (uint32_t r = 0; r < world_size; ++r) {
+      Fingerprint f;
+      if (ReadMark(store, l.comm, l.seq, r, milliseconds(0), &f) == 1) marks.push_back(f);
+    }
+    for (const Fingerprint& f : marks) {
+      if (!SameFingerprint(f, marks.front())) {
+        return "the ranks posted different collectives on " + l.comm + ": " + Groups(marks);
+      }
+    }
+  }
+  return "";
+} catch (const std::exception&) {
+  return "";
 }
 
 }  // namespace plexus::detail

@@ -2,13 +2,15 @@
 //
 // A backend can only say which peer sent nothing to this rank; the rank that
 // stopped making progress (frozen by SIGSTOP, stuck in a loop outside Plexus,
-// or never posting this collective) may be further away. So, on a timeout,
-// every rank that timed out marks "I reached collective #seq and timed out" in
-// the rendezvous store, waits a short grace for the others' marks, and names
-// the ranks that never marked it: those did not reach the collective or
-// stopped. It also leaves one job-wide line per rank
-// ("plexus/stalled/<rank>") that plexus-run reads to blame the rank that
-// stopped, not merely the first one to exit.
+// or never posting this collective) may be further away, and ranks that
+// posted different collectives may simply wait for each other with nothing on
+// the wire (a reduce with root 0 on one rank and root 1 on the others). So, on
+// a timeout, every rank that timed out marks "I reached collective #seq, and
+// posted it as <fingerprint>" in the rendezvous store, waits a short grace for
+// the others' marks, and names the ranks that never marked it (they did not
+// reach it, or stopped) and those that posted something else. It also leaves
+// one job-wide line per rank ("plexus/stalled/<rank>") that plexus-run reads
+// to blame the rank that stopped, not merely the first one to exit.
 //
 // Costs nothing until a timeout; after one, at most the grace (see .cpp)
 // plus a few store round trips.
@@ -16,26 +18,40 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "plexus/rendezvous_store.hpp"
+#include "plexus/work.hpp"
 
 namespace plexus::detail {
 
 struct CommState;
 
-// Job-wide key of rank's stall line; its value is
-//   "<communicator> <seq> <what> <rank waited for> ..." (space-separated).
-std::string StallKey(uint32_t rank);
-
-// Marks collective #seq as reached (and failed) by this rank, so that ranks
+// Marks collective `op` as reached (and failed) by this rank, so that ranks
 // timing out in it do not blame this one: for failures other than a timeout,
-// e.g. a peer's failure relayed by the backend. Never throws; BLOCKS up to 1 s.
-void MarkReached(CommState& comm, uint64_t seq);
+// e.g. a peer's failure relayed by the backend. Returns a sentence naming
+// ranks that posted a different collective, if their marks come within a
+// moment, else "". Never throws; BLOCKS up to about 1 s.
+std::string MarkReached(CommState& comm, const PostedOp& op);
 
-// Marks collective #seq (the seq-th collective posted on this communicator,
-// counted from 1) as timed out on this rank and returns a sentence naming the
-// ranks that have not marked it, e.g. "rank 1 did not reach it or stopped
-// making progress; rank 2 timed out in it too", or "" when the store cannot
-// tell (world size 1, no rendezvous store, store unreachable). Never throws.
-// BLOCKS up to the grace period plus the store's round trips.
-std::string ReportStall(CommState& comm, uint64_t seq, const char* what);
+// Marks collective `op` as timed out on this rank and returns a sentence
+// naming the ranks that have not marked it and those that posted a different
+// collective, e.g. "rank 1 has not reached allreduce(#3, ...) on plexus/0 or
+// stopped making progress ...; rank 2 reached it too", or "" when the store
+// cannot tell (world size 1, no rendezvous store, store unreachable). Never
+// throws. BLOCKS up to the grace period plus the store's round trips.
+std::string ReportStall(CommState& comm, const PostedOp& op);
+
+// For plexus-run, once the ranks are gone: one line per rank of the job that
+// timed out in a collective ("" for the others),
+//   "<communicator> <seq> <collective> <rank it waited for> ...",
+// the ranks waited for being those that never marked that collective (nor
+// the next one, which a rank that completed it would have reached).
+std::vector<std::string> StallLines(RendezvousStore& store, uint32_t world_size);
+
+// For plexus-run: when ranks that timed out posted different collectives,
+// "ranks 1, 2 posted reduce(#0, count 8, float32, sum, root 1), rank 0 posted
+// reduce(#0, ..., root 0) on plexus/0"; else "".
+std::string StallMismatch(RendezvousStore& store, uint32_t world_size);
 
 }  // namespace plexus::detail

@@ -9,14 +9,14 @@
 namespace plexus {
 
 Work::Work(std::shared_ptr<detail::CommState> comm, plexus_request* request, const char* what,
-           uint64_t seq)
-    : comm_(std::move(comm)), request_(request), what_(what), seq_(seq) {}
+           const detail::PostedOp& posted)
+    : comm_(std::move(comm)), request_(request), what_(what), posted_(posted) {}
 
 Work::Work(Work&& other) noexcept
     : comm_(std::move(other.comm_)),
       request_(std::exchange(other.request_, nullptr)),
       what_(other.what_),
-      seq_(other.seq_) {}
+      posted_(other.posted_) {}
 
 Work& Work::operator=(Work&& other) noexcept {
   if (this != &other) {
@@ -36,7 +36,7 @@ Work::~Work() {
 }
 
 std::string Work::StallReport() {
-  const std::string report = detail::ReportStall(*comm_, seq_, what_);
+  const std::string report = detail::ReportStall(*comm_, posted_);
   return report.empty() ? "" : ": " + report;
 }
 
@@ -56,7 +56,10 @@ void Work::Finish(int32_t code) {
   if (code == PLEXUS_ERR_TIMEOUT) {
     message += StallReport();
   } else {
-    detail::MarkReached(*comm_, seq_);  // so that ranks timing out here do not blame this one
+    // Marked so that ranks timing out here do not blame this one; a rank
+    // that posted something else may be why this failed.
+    const std::string differ = detail::MarkReached(*comm_, posted_);
+    if (!differ.empty()) message += " (" + differ + ")";
   }
   throw Error(st.code(), comm_->backend->name(), message);
 }

@@ -2,7 +2,7 @@
 # Failure tests of a running job, through the real launcher, on the backend
 # PLEXUS_BACKEND names (default tcp; tests/ucx runs them on ucx):
 #
-#   failure_test.sh kill|freeze|mismatch-count|mismatch-kind PLEXUS_RUN FAULT_RANK
+#   failure_test.sh kill|freeze|mismatch-root|mismatch-count|mismatch-kind PLEXUS_RUN FAULT_RANK
 #
 # kill: 3 ranks loop 4 MiB allreduces and rank 2 SIGKILLs itself mid-allreduce.
 #   Every survivor must get a plexus::Error naming rank 2 within PLEXUS_TIMEOUT,
@@ -10,6 +10,10 @@
 # freeze: like kill, but rank 1 stops itself with SIGSTOP (a hung rank). The
 #   survivors' errors and plexus-run's report must name rank 1, the rank that
 #   stopped making progress, not a healthy rank that merely exited first.
+# mismatch-root: 3 ranks reduce, rank 0 to root 0 and the others to root 1;
+#   nothing reaches the wire that could disagree, so they time out: some rank's
+#   error and plexus-run's report must say the ranks posted different
+#   collectives, naming both roots.
 # mismatch-count / mismatch-kind: 2 ranks call different collectives (count
 #   1000 vs 1001; allreduce vs broadcast). BOTH ranks must get an error that
 #   names both sides.
@@ -33,7 +37,7 @@ fail() {
 }
 
 case "$mode" in
-  kill | freeze) nproc=3 ;;
+  kill | freeze | mismatch-root) nproc=3 ;;
   mismatch-count | mismatch-kind) nproc=2 ;;
   *) echo "unknown mode $mode" >&2; exit 2 ;;
 esac
@@ -95,6 +99,13 @@ case "$mode" in
       fail "plexus-run does not report rank 1 as the rank that stopped making progress"
     grep -q "stopped by SIGSTOP" "$out/job.log" ||
       fail "plexus-run does not say rank 1 was stopped by SIGSTOP"
+    ;;
+  mismatch-root)
+    for r in 0 1 2; do show "$r"; done
+    cat "$out"/rank*.err 2>/dev/null | grep -q "posted different collectives.*root [01].*root [01]" ||
+      fail "no rank's error says the ranks posted different collectives with roots 0 and 1"
+    grep -q "plexus-run: the ranks posted different collectives on plexus/0: .*root 0.*root 1" \
+      "$out/job.log" || fail "plexus-run does not say the ranks posted different roots"
     ;;
   mismatch-count | mismatch-kind)
     if [ "$mode" = mismatch-count ]; then

@@ -9,6 +9,8 @@
 //                   others must get an error.
 //   late            rank 1 sleeps 2.5 x PLEXUS_TIMEOUT before its allreduce, so
 //                   rank 0's times out (and rank 1's after it).
+//   mismatch-root   rank 0 reduces to root 0, every other rank to root 1: with
+//                   nothing on the wire to disagree about, they time out.
 //   mismatch-count  rank 0 allreduces 1000 elements, every other rank 1001.
 //   mismatch-kind   rank 0 allreduces, every other rank broadcasts (same count).
 //   freeze          like kill, but rank 1 stops itself with SIGSTOP in the
@@ -90,6 +92,13 @@ int Run(plexus::Communicator& comm, const std::string& mode) {
     comm.allreduce(std::span(v)).wait();
     return 0;
   }
+  if (mode == "mismatch-root") {
+    std::vector<float> v(1000, 1.0f);
+    comm.reduce(v.data(), v.data(), v.size(), plexus::DType::Float32, plexus::ReduceOp::Sum,
+                rank == 0 ? 0 : 1)
+        .wait();
+    return 0;
+  }
   if (mode == "mismatch-count") {
     std::vector<float> v(rank == 0 ? 1000 : 1001, 1.0f);
     comm.allreduce(std::span(v)).wait();
@@ -112,9 +121,9 @@ int Run(plexus::Communicator& comm, const std::string& mode) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(
-        stderr,
-        "usage: fault_rank OUT_DIR allreduce|kill|freeze|late|mismatch-count|mismatch-kind\n");
+    std::fprintf(stderr,
+                 "usage: fault_rank OUT_DIR "
+                 "allreduce|kill|freeze|late|mismatch-root|mismatch-count|mismatch-kind\n");
     return 2;
   }
   signal(SIGTERM, SIG_IGN);

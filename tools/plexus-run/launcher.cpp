@@ -624,13 +624,17 @@ int Launcher::Report() {
 }
 
 // "rank 1 stopped making progress (ranks 0 and 2 timed out waiting for it in
-// allreduce, collective 4 on plexus/0; it was stopped by SIGSTOP)", from the
+// allreduce #3 on plexus/0; it was stopped by SIGSTOP)", from the
 // ranks' stall lines and the stopped states seen; "" when neither names a rank.
 //
 // Ranks are job-wide: across nodes (--nnodes) the lines cover every rank of
 // the job, and the rank blamed may run on another node; ranks_[i] is rank
 // first_rank + i.
 std::string Launcher::StallSummary() const {
+  if (config_.read_stall_mismatch) {
+    std::string mismatch = config_.read_stall_mismatch();
+    if (!mismatch.empty()) return mismatch;
+  }
   std::vector<std::string> lines;
   if (config_.read_stall_lines) lines = config_.read_stall_lines();
   const int first = config_.first_rank;
@@ -640,13 +644,13 @@ std::string Launcher::StallSummary() const {
                                                                      : 0;
   };
   std::vector<std::vector<int>> waiters(n);  // waiters[b]: ranks that timed out waiting for b
-  std::string where;                         // "allreduce, collective 4 on plexus/0"
+  std::string where;                         // "allreduce #3 on plexus/0"
   {
     for (int r = 0; r < n && r < static_cast<int>(lines.size()); ++r) {
       std::istringstream in(lines[r]);
       std::string comm, seq, what;
       if (!(in >> comm >> seq >> what)) continue;
-      if (where.empty()) where = what + ", collective " + seq + " on " + comm;
+      if (where.empty()) where = what + " #" + seq + " on " + comm;
       for (int b; in >> b;) {
         if (b >= 0 && b < n && b != r) waiters[b].push_back(r);
       }

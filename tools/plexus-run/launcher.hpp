@@ -57,6 +57,9 @@ struct LaunchConfig {
   // "<communicator> <seq> <collective> <rank waited for> ..." as
   // core/src/stall_report.hpp writes it. Unset: no store to ask.
   std::function<std::vector<std::string>()> read_stall_lines;
+  // After a rank failed: "" or a sentence saying that ranks which timed out
+  // posted different collectives (core/src/stall_report.hpp, StallMismatch).
+  std::function<std::string()> read_stall_mismatch;
 
   // Across hosts (plexus-run --nnodes); the defaults mean one host, and then
   // every message is as it has always been.
@@ -81,7 +84,7 @@ struct LaunchConfig {
 //   plexus-run: rank 2 (pid 1234) exited with code 3; stopped the other 3 ranks
 // or, when ranks timed out waiting for one that stopped making progress,
 //   plexus-run: rank 1 stopped making progress (ranks 0 and 2 timed out waiting
-//   for it in allreduce, collective 4 on plexus/0; it was stopped by SIGSTOP);
+//   for it in allreduce #3 on plexus/0; it was stopped by SIGSTOP);
 //   the first to exit: rank 0 (pid 1234) exited with code 3; stopped ...
 // Blocks until every rank has been reaped. Installs signal handlers for its
 // duration (SIGCHLD, and SIGINT/SIGTERM/SIGHUP unless they are ignored, which

@@ -558,23 +558,25 @@ int Main(int argc, char** argv) {
   }
 
   if (server || group) {
-    // Ranks whose collective timed out leave a line in the store saying whom
-    // they waited for; the report then blames the rank that stopped making
-    // progress, not the first one to exit.
+    // Ranks whose collective timed out leave a line and a mark in the store
+    // (core/src/stall_report.hpp); from them the report blames the rank that
+    // stopped making progress, not the first one to exit, or says that the
+    // ranks posted different collectives.
     const std::string addr = opts.master_addr;
     const uint16_t port = job.master_port;
     const int nproc = job.world_size;  // every rank of the job, on every node
-    config.read_stall_lines = [addr, port, nproc] {
-      std::vector<std::string> lines(nproc);
+    auto connect = [addr, port] {
       std::unique_ptr<RendezvousStore> client;
-      if (!ConnectTcpStore(addr, port, std::chrono::seconds(2), &client).ok()) return lines;
-      for (int r = 0; r < nproc; ++r) {
-        Bytes value;
-        if (client->Get(detail::StallKey(uint32_t(r)), &value, std::chrono::milliseconds(0)).ok()) {
-          lines[r].assign(value.begin(), value.end());
-        }
-      }
-      return lines;
+      if (!ConnectTcpStore(addr, port, std::chrono::seconds(2), &client).ok()) client.reset();
+      return client;
+    };
+    config.read_stall_lines = [connect, nproc] {
+      auto client = connect();
+      return client ? detail::StallLines(*client, uint32_t(nproc)) : std::vector<std::string>();
+    };
+    config.read_stall_mismatch = [connect, nproc] {
+      auto client = connect();
+      return client ? detail::StallMismatch(*client, uint32_t(nproc)) : std::string();
     };
   }
 

@@ -145,8 +145,10 @@ class Communicator {
  private:
   explicit Communicator(std::shared_ptr<detail::CommState> state);
   static void CheckSpan(bool ok, const char* what);
-  // collective: counts it in the communicator's sequence (for stall reports).
-  Work Start(const Status& posted, plexus_request* req, const char* what, bool collective);
+  // collective: what was posted, counted here in the communicator's sequence
+  // (for stall reports); nullptr for send/recv.
+  Work Start(const Status& posted, plexus_request* req, const char* what,
+             detail::PostedOp* collective);
   detail::CommState& state() const;
 
   std::shared_ptr<detail::CommState> state_;

@@ -17,7 +17,17 @@ namespace plexus {
 
 namespace detail {
 struct CommState;
-}
+// A posted collective, as the stall report describes it: its place in the
+// communicator's sequence (from 1; 0: not a collective) and its signature.
+struct PostedOp {
+  uint64_t seq = 0;
+  uint64_t count = 0;
+  uint32_t coll = 0;
+  uint32_t dtype = 0;
+  uint32_t op = 0;
+  uint32_t root = 0;
+};
+}  // namespace detail
 
 class Work {
  public:
@@ -44,7 +54,7 @@ class Work {
  private:
   friend class Communicator;
   Work(std::shared_ptr<detail::CommState> comm, plexus_request* request, const char* what,
-       uint64_t seq);
+       const detail::PostedOp& posted);
   void Finish(int32_t code);  // frees the request; throws on failure
   // On a timeout of a collective: which ranks it waited for, from the store.
   std::string StallReport();
@@ -52,7 +62,7 @@ class Work {
   std::shared_ptr<detail::CommState> comm_;
   plexus_request* request_ = nullptr;
   const char* what_ = "";
-  uint64_t seq_ = 0;  // its place among the communicator's collectives (from 1); 0: not one
+  detail::PostedOp posted_;  // posted_.seq == 0: not a collective
 };
 
 }  // namespace plexus
