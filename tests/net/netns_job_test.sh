@@ -8,6 +8,30 @@
 #     results bit for bit); each rank's local address is its host's eth0
 #     address (node 2 gets it from PLEXUS_SOCKET_IFNAME=eth0, the others from
 #     the route to the master).
+#   netns_job_test.sh collectives-ucx PLEXUS_RUN PROG [ARGS...]
+#     The same on the ucx backend with UCX_TLS=tcp (skipped when
+#     libplexus-ucx.so is not built: NET_UCX_PLUGIN names the file looked for).
+#   netns_job_test.sh loss PLEXUS_RUN PROG [ARGS...]
+#     The battery on tcp with packets dropped at the bridge's ports (towards
+#     every host): `tc netem loss 5%` where sch_netem exists; where it does not,
+#     a token bucket (tbf) with a queue too short for TCP's bursts drops them
+#     instead (tail drop), or the test is skipped when tc cannot do either. The
+#     job slows but every check passes; the packets dropped are counted (tc -s)
+#     and must be more than none.
+#   netns_job_test.sh linkdown PLEXUS_RUN NET_LOOP_RANK [ELEMENTS]
+#     net_loop_rank's allreduce loop; once it runs, node 1's eth0 is set down.
+#     Every rank on nodes 0 and 2 must report an error naming rank 2 or 3
+#     (node 1's) within PLEXUS_TIMEOUT + 5 s of the cut, every launcher must
+#     exit non-zero (nodes 0 and 2 naming node 1), nothing may hang or be left.
+#     Two known gaps are printed as "KNOWN GAP" and fail only with
+#     NET_STRICT=1: a survivor whose error is a peer's failure passed on
+#     (REMOTE) names that peer, not ranks 2 and 3; a stall report may list
+#     healthy ranks already in the next collective beside them.
+#   netns_job_test.sh blip PLEXUS_RUN NET_LOOP_RANK [ELEMENTS]
+#     The same loop; node 1's eth0 goes down for 1 s and comes back. TCP
+#     retransmits: the loop goes on (PLEXUS_TIMEOUT 30 s, well above the
+#     blip), then is told to stop; every launcher exits 0, every rank did the
+#     same number of allreduces, every result right.
 #   netns_job_test.sh kill PLEXUS_RUN PROG [ARGS...]
 #     PROG runs for long; once the ranks are connected, node 1's plexus-run is
 #     SIGKILLed. Nodes 0 and 2 must exit non-zero within PLEXUS_TIMEOUT + 10 s,
@@ -32,6 +56,18 @@ nodes=3
 nproc=2
 port=29400
 timeout_s=10 # PLEXUS_TIMEOUT for the ranks
+backend=tcp
+run_opts=()  # more plexus-run options
+case $mode in
+collectives-ucx)
+  backend=ucx
+  [ -f "${NET_UCX_PLUGIN:-}" ] ||
+    netns_skip "libplexus-ucx.so is not built (${NET_UCX_PLUGIN:-no path given}): UCX not found, or -Ducx=disabled"
+  ;;
+linkdown) run_opts=(--grace 20) ;;
+blip) timeout_s=30 ;;
+loss) timeout_s=60 ;; # well above TCP's retransmission backoff under loss
+esac
 
 netns_setup $nodes || { echo "FAIL: setting up the namespaces"; exit 1; }
 "$run" --make-token "$NETNS_TMP/token" >/dev/null || { echo "FAIL: --make-token"; exit 1; }
@@ -40,9 +76,9 @@ launchers=()
 start_node() { # k env...
   local k=$1
   shift
-  ip netns exec "${NETNS_HOSTS[$k]}" env PLEXUS_BACKEND=tcp PLEXUS_TIMEOUT=$timeout_s "$@" \
+  ip netns exec "${NETNS_HOSTS[$k]}" env PLEXUS_BACKEND=$backend PLEXUS_TIMEOUT=$timeout_s "$@" \
     "$run" --nnodes $nodes --node-rank "$k" --master-addr "${NETNS_ADDRS[0]}" \
-    --master-port $port --token-file "$NETNS_TMP/token" -n $nproc "${prog[@]}" \
+    --master-port $port --token-file "$NETNS_TMP/token" -n $nproc "${run_opts[@]}" "${prog[@]}" \
     >"$NETNS_TMP/out.$k" 2>"$NETNS_TMP/err.$k" &
   launchers[$k]=$!
   NETNS_PIDS+=($!)
@@ -63,28 +99,183 @@ check() { # condition message
   if eval "$1"; then echo "ok: $2"; else echo "FAIL: $2"; fail=1; fi
 }
 
-case $mode in
-collectives)
-  prog=("$@")
+# The collective battery on 3 x 2 ranks (modes collectives, collectives-ucx,
+# loss): every launcher exits 0, every rank passed every check; on tcp, each
+# rank's local address is its host's.
+battery() { # seconds
+  local limit=$1 k l r
   for ((k = 0; k < nodes; ++k)); do
     if [ $k = 2 ]; then
-      start_node $k PLEXUS_LOG_LEVEL=debug PLEXUS_SOCKET_IFNAME=eth0
+      start_node $k PLEXUS_LOG_LEVEL=debug PLEXUS_SOCKET_IFNAME=eth0 "${node_env[@]}"
     else
-      start_node $k PLEXUS_LOG_LEVEL=debug
+      start_node $k PLEXUS_LOG_LEVEL=debug "${node_env[@]}"
     fi
   done
-  netns_wait 240 "${launchers[@]}"
+  netns_wait "$limit" "${launchers[@]}"
   show
   for ((k = 0; k < nodes; ++k)); do
-    check "[ '${NETNS_RC[${launchers[$k]}]}' = 0 ]" "node $k's plexus-run exited 0"
+    check "[ '${NETNS_RC[${launchers[$k]}]}' = 0 ]" \
+      "node $k's plexus-run exited 0 (${NETNS_RC[${launchers[$k]}]}, after ${NETNS_AT[${launchers[$k]}]} s)"
     for ((l = 0; l < nproc; ++l)); do
       r=$((k * nproc + l))
-      check "grep -Eq '^\[$r\] rank $r of $((nodes * nproc)) \(tcp\): [1-9][0-9]* checks passed, 0 failed' '$NETNS_TMP/out.$k'" \
+      check "grep -Eq '^\[$r\] rank $r of $((nodes * nproc)) \($backend\): [1-9][0-9]* checks passed, 0 failed' '$NETNS_TMP/out.$k'" \
         "rank $r (node $k) passed every check"
+      if [ $backend = ucx ]; then
+        check "grep -q '^\[$r\] .*rank $r of $((nodes * nproc)): peers reached over tcp/eth0' '$NETNS_TMP/err.$k'" \
+          "rank $r reached its peers over tcp/eth0"
+      fi
+      [ $backend = tcp ] || continue
       check "grep -q '^\[$r\] .*rank $r of $((nodes * nproc)) .*local address .${NETNS_ADDRS[$k]}.' '$NETNS_TMP/err.$k'" \
         "rank $r's local address is ${NETNS_ADDRS[$k]}"
     done
   done
+}
+
+# Waits (up to $1 s) until net_loop_rank's rank 0 has done $2 iterations;
+# prints how many it has done.
+progress() {
+  cat "$NETNS_TMP/loop/progress" 2>/dev/null || echo 0
+}
+wait_progress() { # seconds iterations
+  local deadline=$((SECONDS + $1))
+  while (($(progress) < $2)); do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.1
+  done
+}
+
+node_env=()
+case $mode in
+collectives)
+  prog=("$@")
+  battery 240
+  ;;
+collectives-ucx)
+  prog=("$@")
+  node_env=(UCX_TLS=tcp)
+  battery 240
+  ;;
+loss)
+  prog=("$@")
+  sw=$NETNS_SWITCH
+  how=""
+  if err=$(tc -n "$sw" qdisc add dev p0 root netem loss 5% 2>&1); then
+    how="netem loss 5%"
+    for ((k = 1; k < nodes; ++k)); do tc -n "$sw" qdisc add dev "p$k" root netem loss 5% || exit 1; done
+  else
+    echo "tc netem is not available here ($err): packets are dropped by a token bucket instead"
+    tbf=(tbf rate 1gbit burst 64kb limit 96kb)
+    if err=$(tc -n "$sw" qdisc add dev p0 root "${tbf[@]}" 2>&1); then
+      how="${tbf[*]} (tail drop when TCP's bursts overflow the queue)"
+      for ((k = 1; k < nodes; ++k)); do tc -n "$sw" qdisc add dev "p$k" root "${tbf[@]}" || exit 1; done
+    else
+      netns_skip "tc can neither add netem nor tbf here: $err"
+    fi
+  fi
+  echo "on the bridge's ports p0..p$((nodes - 1)) (towards each host): $how"
+  battery 240
+  sent=0 dropped=0
+  for ((k = 0; k < nodes; ++k)); do
+    line=$(tc -s -n "$sw" qdisc show dev "p$k" | grep -m1 'Sent')
+    echo "p$k: $line"
+    s=$(sed -E 's/.* ([0-9]+) pkt.*/\1/' <<<"$line")
+    d=$(sed -E 's/.*dropped ([0-9]+).*/\1/' <<<"$line")
+    sent=$((sent + s)) dropped=$((dropped + d))
+  done
+  echo "packets dropped at the bridge: $dropped of $((sent + dropped))" \
+    "($(awk -v d=$dropped -v t=$((sent + dropped)) 'BEGIN { printf "%.2f", t ? 100 * d / t : 0 }') %)"
+  check "[ $dropped -gt 0 ]" "packets were dropped ($dropped), and the battery still passed"
+  ;;
+linkdown | blip)
+  mkdir -p "$NETNS_TMP/loop"
+  prog=("$1" "$NETNS_TMP/loop" "${@:2}")
+  for ((k = 0; k < nodes; ++k)); do start_node $k; done
+  if ! wait_progress 60 3; then
+    netns_wait 1 "${launchers[@]}"
+    show
+    echo "FAIL: the allreduce loop did not get going within 60 s"
+    exit 1
+  fi
+  before=$(progress)
+  cut=$(date +%s.%N)
+  ip -n "${NETNS_HOSTS[1]}" link set eth0 down || { echo "FAIL: cannot set eth0 down"; exit 1; }
+  echo "node 1's eth0 set down after $before allreduces"
+  if [ $mode = blip ]; then
+    sleep 1
+    during=$(progress)
+    ip -n "${NETNS_HOSTS[1]}" link set eth0 up || { echo "FAIL: cannot set eth0 up"; exit 1; }
+    up=$(date +%s.%N)
+    echo "node 1's eth0 up again after $(awk -v a="$cut" -v b="$up" 'BEGIN { printf "%.1f", b - a }') s"
+    wait_progress 30 $((during + 1))
+    echo "the loop moved on $(awk -v a="$up" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s after the link came up"
+    check "[ $during -le $((before + 1)) ]" \
+      "the blip stopped the loop ($before allreduces before it, $during at its end)"
+    ok_after=0
+    wait_progress 60 $((before + 20)) && ok_after=1
+    after=$(progress)
+    touch "$NETNS_TMP/loop/stop"
+    netns_wait 60 "${launchers[@]}"
+    show
+    check "[ $ok_after = 1 ]" "the loop went on after the blip ($before allreduces before, $after when told to stop)"
+    for ((k = 0; k < nodes; ++k)); do
+      p=${launchers[$k]}
+      check "[ '${NETNS_RC[$p]}' = 0 ]" "node $k's plexus-run exited 0 (${NETNS_RC[$p]}, after ${NETNS_AT[$p]} s)"
+    done
+    n0=$(cat "$NETNS_TMP/loop/rank0.ok" 2>/dev/null)
+    for ((r = 0; r < nodes * nproc; ++r)); do
+      check "[ -f '$NETNS_TMP/loop/rank$r.ok' ] && [ \"\$(cat '$NETNS_TMP/loop/rank$r.ok')\" = '$n0' ]" \
+        "rank $r did $n0 allreduces, every result right"
+    done
+    check "! ls '$NETNS_TMP/loop/'*.err '$NETNS_TMP/loop/'*.bad >/dev/null 2>&1" "no rank reported an error"
+  else
+    limit=$((timeout_s + 20 + 15)) # PLEXUS_TIMEOUT + --grace + start-up and teardown
+    netns_wait $limit "${launchers[@]}"
+    show
+    for ((r = 0; r < nodes * nproc; ++r)); do
+      f=$NETNS_TMP/loop/rank$r.err
+      [ -f "$f" ] && echo "rank $r reported $(awk -v c="$cut" '{ printf "%.1f s after the cut:", $1 - c; $1 = ""; print }' "$f")"
+    done
+    # The survivors that time out themselves name node 1's ranks (the stall
+    # report: "ranks 2, 3 have not reached ..."). A survivor whose error is
+    # a peer's failure passed on (REMOTE: "rank 0 failed: ...") names that
+    # peer and what it waited for, not node 1's ranks: issue 15 asks for them,
+    # so that is reported as a known gap, and a failure with NET_STRICT=1.
+    names='ranks? ([0-9]+(, | and ))*[23]((, | and )[0-9]+)* ha(s|ve) not reached'
+    for r in 0 1 4 5; do
+      f=$NETNS_TMP/loop/rank$r.err
+      if [ -f "$f" ] && ! grep -Eq "$names" "$f" && grep -q 'REMOTE: .*rank [0-9]* failed' "$f" &&
+        [ "${NET_STRICT:-0}" != 1 ]; then
+        echo "KNOWN GAP (issue 15): rank $r's error is a peer's failure passed on;" \
+          "it names rank $(sed -E 's/.*REMOTE: .*rank ([0-9]+) failed.*/\1/' "$f") (failed), not node 1's ranks 2, 3"
+        check "grep -Eq 'REMOTE: .*rank (0|1|4|5) failed: rank (0|1|4|5) made no progress' '$f'" \
+          "rank $r reported the failure of another survivor, which timed out"
+      else
+        check "[ -f '$f' ] && grep -Eq '$names' '$f'" \
+          "rank $r reported an error naming rank 2 or 3 (node 1's) as not having reached the allreduce"
+        # Ranks ahead of this one (in the next collective) have "not reached"
+        # this one either: the list may hold healthy ranks too.
+        list=$(grep -Eo "$names" "$f" 2>/dev/null | head -n 1 | sed -E 's/ ha(s|ve) not reached//')
+        if [ -n "$list" ] && [ "$list" != "ranks 2, 3" ] && [ "$list" != "ranks 2 and 3" ]; then
+          if [ "${NET_STRICT:-0}" = 1 ]; then
+            check false "rank $r names node 1's ranks alone (it says: $list have not reached it)"
+          else
+            echo "KNOWN GAP (issue 15): rank $r's stall report names healthy ranks too: '$list' (ranks ahead, in the next collective, count as not having reached this one)"
+          fi
+        fi
+      fi
+      check "[ -f '$f' ] && awk -v c=$cut -v l=$((timeout_s + 5)) '{ exit !(\$1 - c <= l) }' '$f'" \
+        "rank $r reported within PLEXUS_TIMEOUT + 5 s ($((timeout_s + 5)) s) of the cut"
+    done
+    for ((k = 0; k < nodes; ++k)); do
+      p=${launchers[$k]}
+      check "[ '${NETNS_RC[$p]}' != hung ] && [ '${NETNS_RC[$p]}' != 0 ]" \
+        "node $k's plexus-run exited non-zero (${NETNS_RC[$p]}) within $limit s (${NETNS_AT[$p]} s)"
+      check "[ -z \"\$(ip netns pids ${NETNS_HOSTS[$k]})\" ]" "nothing left running on node $k"
+    done
+    for k in 0 2; do
+      check "grep -q '^plexus-run: node 1 ' '$NETNS_TMP/err.$k'" "node $k's plexus-run names node 1"
+    done
+  fi
   ;;
 kill)
   prog=("$@")

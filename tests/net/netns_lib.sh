@@ -125,3 +125,43 @@ netns_wait() {
     sleep 0.1
   done
 }
+
+# netns_mpirun_setup SLOTS: Open MPI's mpirun across the hosts, its rsh
+# launcher pointed at `ip netns exec` instead of ssh. Writes an agent script
+# ("AGENT HOST COMMAND...": runs the shell command line COMMAND, as ssh would
+# pass it, in the namespace of the host whose address is HOST; every call is
+# logged to $NETNS_TMP/agent.log) and a hostfile (the hosts' addresses, SLOTS
+# slots each), and sets NETNS_MPIRUN_OPTS to the mpirun options that use them,
+# with MPI's and Open MPI's own traffic on eth0 by TCP (btl tcp,self: ranks on
+# one host use TCP too, for all namespaces share the hostname Open MPI takes
+# for "same node"). Run mpirun in host 0's namespace (netns_in_host0).
+NETNS_MPIRUN_OPTS=()
+netns_mpirun_setup() {
+  local slots=$1 k agent=$NETNS_TMP/netns-rsh hostfile=$NETNS_TMP/hostfile
+  : >"$hostfile"
+  {
+    echo '#!/bin/sh'
+    echo 'host=$1; shift'
+    echo 'case $host in'
+    for ((k = 0; k < ${#NETNS_HOSTS[@]}; ++k)); do
+      echo "${NETNS_ADDRS[$k]}) ns=${NETNS_HOSTS[$k]} ;;"
+      echo "${NETNS_ADDRS[$k]} slots=$slots" >>"$hostfile"
+    done
+    echo '*) echo "netns-rsh: unknown host $host" >&2; exit 255 ;;'
+    echo 'esac'
+    echo "echo \"\$host -> \$ns: \$*\" >>'$NETNS_TMP/agent.log'"
+    echo 'exec ip netns exec "$ns" /bin/sh -c "$*"'
+  } >"$agent"
+  chmod +x "$agent"
+  NETNS_MPIRUN_OPTS=(--allow-run-as-root --oversubscribe --bind-to none --hostfile "$hostfile"
+    --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1
+    --mca oob_tcp_if_include eth0 --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include eth0)
+}
+
+# netns_in_host0 SECONDS COMMAND...: COMMAND in host 0's namespace, killed
+# (timeout(1)) after SECONDS.
+netns_in_host0() {
+  local limit=$1
+  shift
+  ip netns exec "${NETNS_HOSTS[0]}" timeout -k 5 "$limit" "$@"
+}
