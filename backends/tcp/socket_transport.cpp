@@ -1,6 +1,7 @@
 #include "socket_transport.hpp"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -34,11 +35,12 @@ void Drain(int fd) {
 }  // namespace
 
 SocketTransport::SocketTransport(uint32_t rank, uint32_t size, std::vector<int> peer_fds,
-                                 int64_t timeout_ms)
+                                 int64_t timeout_ms, int64_t spin_us)
     : rank_(rank),
       size_(size),
       fds_(std::move(peer_fds)),
       timeout_ms_(timeout_ms),
+      spin_(std::chrono::microseconds(spin_us)),
       sendq_(size),
       recvq_(size) {
   abort_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -79,6 +81,7 @@ void SocketTransport::Abort() {
 }
 
 void SocketTransport::Wake() {
+  woken_.store(true);
   const uint64_t one = 1;
   if (wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof one);
 }
@@ -271,6 +274,21 @@ algos::Status SocketTransport::Drive(const std::function<bool()>& done) {
       last_progress = now;
       continue;  // something moved: try again before sleeping
     }
+    if (now - last_progress < spin_) {
+      // The answer may be microseconds away: retry rather than sleep, but
+      // return to a caller that has new work as a sleeping Drive would.
+      if (woken_.exchange(false)) {
+        Drain(wake_fd_);
+        return {};
+      }
+      // Past the few microseconds an answer takes when the peer has a CPU
+      // of its own, let any thread that waits for this CPU run first: it
+      // may be the peer (two ranks on one core), which the spin would
+      // otherwise hold up for the whole spin. With nothing else to run,
+      // sched_yield returns at once.
+      if (now - last_progress > kYieldAfter) sched_yield();
+      continue;
+    }
     const int64_t idle_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(now - last_progress).count();
     if (idle_ms >= timeout_ms_) {
@@ -287,6 +305,7 @@ algos::Status SocketTransport::Drive(const std::function<bool()>& done) {
     if (n < 0 && errno != EINTR) return {PLEXUS_ERR_SYSTEM, Errno("epoll_wait", errno)};
     for (int i = 0; i < n; ++i) {
       if (events[i].data.u32 == kWakeKey) {
+        woken_.store(false);
         Drain(wake_fd_);
         return {};
       }

@@ -63,7 +63,9 @@ class TcpComm {
   // line and nothing is running, runs it on the calling thread instead of
   // handing it to the worker and back, which saves two thread switches per
   // operation (the latency of small collectives). Returns at once otherwise.
+  // Only operations of at most kInlineMaxBytes (count x element size).
   void RunInlineIfNext(plexus_request* req);
+  static constexpr uint64_t kInlineMaxBytes = 64 << 10;
 
   void Abort();
   void SetError(const std::string& message);
@@ -100,8 +102,9 @@ class TcpComm {
   std::vector<uint64_t> sends_to_;  // per peer: point-to-point sequence numbers
   std::vector<uint64_t> recvs_from_;
   bool stopping_ = false;
-  bool running_ = false;  // an operation is executing (worker or inline)
-  algos::Status broken_;  // first failure; OK while healthy
+  bool running_ = false;      // an operation is executing (worker or inline)
+  bool running_p2p_ = false;  // ... and it is RunP2P, which takes in later posts
+  algos::Status broken_;      // first failure; OK while healthy
   std::string last_error_;
   std::thread worker_;
 };

@@ -5,11 +5,13 @@
 // trusts it), turns each call into an OpBody for the communicator's worker,
 // and makes sure no C++ exception leaves through the ABI.
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "mesh_connect.hpp"
 #include "plexus/algos/collectives.hpp"
@@ -29,6 +31,12 @@ enum class Algo { kAuto, kRing, kRecursiveDoubling };
 // Below this many bytes recursive doubling's log2(size) latency wins over the
 // ring's 2(size-1) steps; measured with plexus-bench on loopback.
 constexpr uint64_t kRecursiveDoublingMaxBytes = 64 << 10;
+// PLEXUS_TCP_SPIN_US: how long a rank retries its sockets before it sleeps.
+// A small allreduce's answer comes back over loopback in 5-10 us; sleeping
+// and being woken costs about as much again. Off by default when there are
+// more ranks than CPUs, where most spins would wait for a peer that needs
+// this CPU (the spin yields the CPU after 10 us, but still costs the tries).
+constexpr int64_t kDefaultSpinUs = 50;
 }  // namespace plexus::tcp
 
 struct plexus_comm {
@@ -154,8 +162,21 @@ int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
         return st.code;
       }
     }
+    int64_t spin_us = config->size <= std::thread::hardware_concurrency() ? kDefaultSpinUs : 0;
+    if (const std::string v = algos::CommSetting(ctx->host, *config, "PLEXUS_TCP_SPIN_US");
+        !v.empty()) {
+      char* end = nullptr;
+      const long long us = std::strtoll(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end != '\0' || us < 0 || us > 1000000) {
+        WriteError(
+            error_buf, error_len,
+            "tcp: PLEXUS_TCP_SPIN_US='" + v + "' is not a number of microseconds (0-1000000)");
+        return PLEXUS_ERR_INVALID_ARGUMENT;
+      }
+      spin_us = us;
+    }
     auto transport = std::make_unique<SocketTransport>(config->rank, config->size, std::move(fds),
-                                                       config->timeout_ms);
+                                                       config->timeout_ms, spin_us);
     Algo algo = Algo::kAuto;
     if (const std::string v = algos::CommSetting(ctx->host, *config, "PLEXUS_TCP_ALGO");
         !v.empty()) {
@@ -214,7 +235,9 @@ int32_t Test(plexus_request* req) {
 int32_t Wait(plexus_request* req, int64_t timeout_ms) {
   if (!req) return PLEXUS_ERR_INVALID_ARGUMENT;
   if (timeout_ms < 0) timeout_ms = req->default_timeout_ms;
-  if (timeout_ms > 0 && req->comm) req->comm->RunInlineIfNext(req);
+  // An operation run on this thread cannot be left when the wait's own time
+  // is up, so only a wait as long as the operation's deadline runs it here.
+  if (timeout_ms >= req->default_timeout_ms && req->comm) req->comm->RunInlineIfNext(req);
   std::unique_lock<std::mutex> lock(req->mutex);
   const bool done = req->done_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),
                                           [&] { return req->status != PLEXUS_IN_PROGRESS; });
