@@ -1,6 +1,7 @@
 #include "stall_report.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -117,8 +118,12 @@ Marks Collect(CommState& comm, const Fingerprint& mine, milliseconds wait) {
       m.ok = false;
       return m;
     }
-    if (found == 0) {
+    // A rank that already marked the next collective got past this one.
+    if (found == 0 &&
+        ReadMark(*comm.job->store, comm.name, mine.seq + 1, r, milliseconds(0), &theirs) != 1) {
       m.missing.push_back(r);
+    } else if (found == 0) {
+      m.same.push_back(r);
     } else if (SameFingerprint(theirs, mine)) {
       m.same.push_back(r);
     } else {
@@ -144,14 +149,31 @@ std::string Differ(const CommState& comm, const Fingerprint& mine,
 
 }  // namespace
 
-std::string MarkReached(CommState& comm, const PostedOp& op) try {
+std::string MarkReached(CommState& comm, const PostedOp& op, const std::string& error) try {
   if (!CanTell(comm, op)) return "";
   const Fingerprint mine = FingerprintOf(comm, op);
   if (!Mark(comm, mine)) return "";
   const Marks m = Collect(comm, mine, kRelayedGrace);
-  if (!m.ok || m.differing.empty()) return "";
-  WriteLine(comm, mine, op);  // so that plexus-run says it too
-  return Differ(comm, mine, m.differing);
+  if (!m.ok) return "";
+  if (!m.differing.empty()) {
+    WriteLine(comm, mine, op);  // so that plexus-run says it too
+    return Differ(comm, mine, m.differing);
+  }
+  // A failure passed on from peer to peer names the peer that passed it; the
+  // ranks that never reached the collective are the likelier cause (a link
+  // down, a frozen rank). Named unless the error names them already.
+  std::vector<uint32_t> unnamed;
+  for (uint32_t r : m.missing) {
+    const std::string name = "rank " + std::to_string(r);
+    const size_t at = error.find(name);
+    const bool named = at != std::string::npos &&
+                       (at + name.size() == error.size() || !std::isdigit(error[at + name.size()]));
+    if (!named) unnamed.push_back(r);
+  }
+  if (unnamed.empty()) return "";
+  return RankList(m.missing) + (m.missing.size() == 1 ? " has" : " have") + " not reached " +
+         DescribeFingerprint(mine) + " on " + comm.name +
+         " (unreachable, frozen or dead?): the failure above may only have been passed on";
 } catch (const std::exception&) {
   return "";
 }

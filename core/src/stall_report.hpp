@@ -30,9 +30,10 @@ struct CommState;
 // Marks collective `op` as reached (and failed) by this rank, so that ranks
 // timing out in it do not blame this one: for failures other than a timeout,
 // e.g. a peer's failure relayed by the backend. Returns a sentence naming
-// ranks that posted a different collective, if their marks come within a
-// moment, else "". Never throws; BLOCKS up to about 1 s.
-std::string MarkReached(CommState& comm, const PostedOp& op);
+// ranks that posted a different collective, or else ranks that have not
+// reached it which `error` does not name already, if the marks say so within
+// a moment; else "". Never throws; BLOCKS up to about 1 s.
+std::string MarkReached(CommState& comm, const PostedOp& op, const std::string& error);
 
 // Marks collective `op` as timed out on this rank and returns a sentence
 // naming the ranks that have not marked it and those that posted a different

@@ -58,7 +58,7 @@ void Work::Finish(int32_t code) {
   } else {
     // Marked so that ranks timing out here do not blame this one; a rank
     // that posted something else may be why this failed.
-    const std::string differ = detail::MarkReached(*comm_, posted_);
+    const std::string differ = detail::MarkReached(*comm_, posted_, message);
     if (!differ.empty()) message += " (" + differ + ")";
   }
   throw Error(st.code(), comm_->backend->name(), message);
