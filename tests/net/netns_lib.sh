@@ -153,7 +153,11 @@ netns_mpirun_setup() {
     echo 'exec ip netns exec "$ns" /bin/sh -c "$*"'
   } >"$agent"
   chmod +x "$agent"
+  # Every namespace shares /tmp and the host name, so each job gets session
+  # directories of its own (Open MPI names them by host name and uid).
+  mkdir -p "$NETNS_TMP/ompi"
   NETNS_MPIRUN_OPTS=(--allow-run-as-root --oversubscribe --bind-to none --hostfile "$hostfile"
+    --mca orte_tmpdir_base "$NETNS_TMP/ompi"
     --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1
     --mca oob_tcp_if_include eth0 --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include eth0)
 }

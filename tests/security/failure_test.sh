@@ -68,24 +68,27 @@ show() {  # the error a rank wrote, for the log
   fi
 }
 
+# survivors_name PATTERN RANK...: each survivor wrote an error matching PATTERN.
+survivors_name() {
+  local pattern=$1 r
+  shift
+  for r in "$@"; do
+    show "$r"
+    [ -f "$out/rank$r.err" ] || { fail "survivor rank $r wrote no error"; continue; }
+    grep -Eq "$pattern" "$out/rank$r.err" || fail "rank $r's error does not match '$pattern'"
+  done
+}
+
 case "$mode" in
   kill)
-    for r in 0 1; do
-      show "$r"
-      [ -f "$out/rank$r.err" ] || { fail "survivor rank $r wrote no error"; continue; }
-      grep -q "rank 2" "$out/rank$r.err" || fail "rank $r's error does not name rank 2"
-    done
+    survivors_name "rank 2" 0 1
     [ ! -f "$out/rank2.err" ] || fail "rank 2 reported an error instead of dying"
     grep -q "rank 2" "$out/job.log" || fail "plexus-run's output does not name rank 2"
     grep -qi "SIGKILL\|signal 9\|killed" "$out/job.log" ||
       fail "plexus-run's output does not say rank 2 was killed"
     ;;
   freeze)
-    for r in 0 2; do
-      show "$r"
-      [ -f "$out/rank$r.err" ] || { fail "survivor rank $r wrote no error"; continue; }
-      grep -Eq "rank 1 |rank\(s\) 1" "$out/rank$r.err" || fail "rank $r's error does not name rank 1"
-    done
+    survivors_name "rank 1 |rank\(s\) 1" 0 2
     # Each survivor's time (start to error, teardown included) stays well
     # under twice the timeout: teardown after a failure is bounded by a short
     # grace, not a second PLEXUS_TIMEOUT (which it once waited).
