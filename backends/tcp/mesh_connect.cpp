@@ -115,6 +115,33 @@ bool TransferAll(int fd, void* buf, size_t len, bool sending, Clock::time_point 
   return true;
 }
 
+// connect() bounded by the deadline: a blocking one retries an unanswered SYN
+// for about two minutes whatever the communicator's timeout. Returns 0, the
+// connect error, or ETIMEDOUT. The socket is blocking again afterwards.
+int ConnectBefore(int fd, const sockaddr_in& sa, Clock::time_point deadline) {
+  const int flags = fcntl(fd, F_GETFL);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  int error = 0;
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0) error = errno;
+  while (error == EINPROGRESS || error == EINTR) {
+    pollfd pfd{fd, POLLOUT, 0};
+    const int64_t left = MsLeft(deadline);
+    if (left == 0) {
+      error = ETIMEDOUT;
+      break;
+    }
+    const int rc = poll(&pfd, 1, int(std::min<int64_t>(left, 1000)));
+    if (rc < 0 && errno != EINTR) {
+      error = errno;
+    } else if (rc > 0) {
+      socklen_t len = sizeof error;
+      if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0) error = errno;
+    }
+  }
+  fcntl(fd, F_SETFL, flags);
+  return error;
+}
+
 void Tune(int fd) {
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -547,9 +574,20 @@ algos::Status ConnectMesh(const plexus_host_v1& host, const plexus_comm_config_v
     if (inet_pton(AF_INET, all[p].address, &sa.sin_addr) != 1) {
       return {PLEXUS_ERR_REMOTE, "rank " + std::to_string(p) + " published a bad address"};
     }
-    if (connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-      return {PLEXUS_ERR_REMOTE, Errno("connect to rank " + std::to_string(p) + " at " +
-                                       all[p].address + ":" + std::to_string(all[p].port))};
+    const std::string where =
+        "rank " + std::to_string(p) + " at " + all[p].address + ":" + std::to_string(all[p].port);
+    const int connect_errno = ConnectBefore(fd.get(), sa, deadline);
+    if (connect_errno == ETIMEDOUT) {
+      return {PLEXUS_ERR_TIMEOUT,
+              "rank " + std::to_string(rank) + " could not connect to " + where + " within " +
+                  std::to_string(config.timeout_ms) +
+                  " ms: no answer (a firewall dropping packets, a host that went away, or an "
+                  "address other hosts cannot reach: set PLEXUS_SOCKET_IFNAME or PLEXUS_TCP_ADDR "
+                  "on that rank)"};
+    }
+    if (connect_errno != 0) {
+      errno = connect_errno;
+      return {PLEXUS_ERR_REMOTE, Errno("connect to " + where)};
     }
     Hello hello{kHelloMagic, rank, nonce};
     if (!TransferAll(fd.get(), &hello, sizeof hello, true, deadline)) {

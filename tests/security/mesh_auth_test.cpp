@@ -589,3 +589,59 @@ TEST_CASE(
   CHECK(m0.seconds < 3);        // at once, not at the deadline
   CHECK_FALSE(m2.status.ok());  // the real rank 2 is not told it is in
 }
+
+TEST_CASE("a lower rank whose listener never answers a connect is a timeout naming it, in time") {
+  // Rank 1 runs ConnectMesh; this thread plays rank 0 and publishes a listener
+  // whose accept queue is full, so the kernel drops rank 1's SYNs and a
+  // blocking connect() would retry them for about two minutes (as with a
+  // firewall that drops packets or a host that went away).
+  FakeJob job(2);
+  FakeRank rank0, rank1;
+  Init(&rank0, &job, 0, "");
+  Init(&rank1, &job, 1, "");
+
+  const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(listener >= 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(listener, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+  REQUIRE(listen(listener, 0) == 0);
+  socklen_t sa_len = sizeof sa;
+  REQUIRE(getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &sa_len) == 0);
+  // Fill the accept queue (never accepted) until a connect no longer completes.
+  std::vector<int> fillers;
+  for (int i = 0; i < 8; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    REQUIRE(fd >= 0);
+    fillers.push_back(fd);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 && errno == EINPROGRESS) {
+      pollfd pfd{fd, POLLOUT, 0};
+      if (poll(&pfd, 1, 300) == 0) break;  // this one's SYN was dropped: the queue is full
+    }
+  }
+
+  auto mesh1 = std::async(std::launch::async, [&] { return Connect(&rank1, 1500); });
+  Endpoint mine{};
+  std::snprintf(mine.address, sizeof mine.address, "127.0.0.1");
+  mine.port = ntohs(sa.sin_port);
+  mine.rank = 0;
+  std::vector<Endpoint> all(2);
+  REQUIRE(Allgather(nullptr, &rank0.oob, &mine, all.data(), sizeof mine, 5000) == PLEXUS_OK);
+  uint64_t nonce = 42;
+  REQUIRE(Broadcast(nullptr, &rank0.oob, &nonce, sizeof nonce, 0, 5000) == PLEXUS_OK);
+
+  // Bounded even if ConnectMesh is not: closing the listener after 8 s makes
+  // the next SYN retry fail, so a regression fails this test instead of hanging it.
+  if (mesh1.wait_for(8s) != std::future_status::ready) close(listener);
+  MeshResult m1 = mesh1.get();
+  close(listener);
+  for (int fd : fillers) close(fd);
+  CHECK_FALSE(m1.status.ok());
+  CHECK(m1.status.code == PLEXUS_ERR_TIMEOUT);
+  const std::string& m = m1.status.message;
+  CHECK_MESSAGE(Contains(m, "rank 1 could not connect to rank 0 at 127.0.0.1:" +
+                                std::to_string(mine.port)),
+                m);
+  CHECK_MESSAGE(m1.seconds < 3, m1.seconds);  // the communicator's timeout, not TCP's SYN retries
+}
