@@ -640,8 +640,8 @@ TEST_CASE("a lower rank whose listener never answers a connect is a timeout nami
   CHECK_FALSE(m1.status.ok());
   CHECK(m1.status.code == PLEXUS_ERR_TIMEOUT);
   const std::string& m = m1.status.message;
-  CHECK_MESSAGE(Contains(m, "rank 1 could not connect to rank 0 at 127.0.0.1:" +
-                                std::to_string(mine.port)),
-                m);
+  CHECK_MESSAGE(
+      Contains(m, "rank 1 could not connect to rank 0 at 127.0.0.1:" + std::to_string(mine.port)),
+      m);
   CHECK_MESSAGE(m1.seconds < 3, m1.seconds);  // the communicator's timeout, not TCP's SYN retries
 }
