@@ -118,7 +118,7 @@ Status Backend::Open(std::unique_ptr<LoadedLibrary> lib, std::unique_ptr<HostSer
   }
   if (rc != PLEXUS_OK || !b->ctx_) {
     b->ctx_ = nullptr;  // nothing to finalize: init failed
-    const std::string why = b->host_->LastProblem();
+    const std::string why = b->host_->LastProblem(PLEXUS_LOG_INFO);
     if (rc == PLEXUS_OK) {
       return Status::Internal(who + ": init returned PLEXUS_OK but no context (a backend bug)");
     }
@@ -137,6 +137,15 @@ Status Backend::Open(std::unique_ptr<LoadedLibrary> lib, std::unique_ptr<HostSer
   if (rc != PLEXUS_OK) {
     return Status(rc < 0 ? rc : PLEXUS_ERR_INTERNAL,
                   who + " could not report its capabilities: " + StatusName(rc));
+  }
+  // A backend that can move no memory type in this process (a GPU backend
+  // without a GPU) is unusable here: said once, with init's reason, so that
+  // plexus-info shows why and automatic selection passes over it.
+  if (b->caps_.memory_types == 0) {
+    const std::string why = b->host_->LastProblem(PLEXUS_LOG_INFO);
+    return Status::Unsupported(who +
+                               " is unusable in this process: it supports no memory type here" +
+                               (why.empty() ? "" : " (" + why + ")"));
   }
   for (plexus_collective_t c = 0; c < PLEXUS_COLL_COUNT_V1; ++c) {
     if ((b->caps_.collectives >> c & 1u) && !SlotOf(*b->t_, c)) {

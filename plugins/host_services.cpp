@@ -29,10 +29,18 @@ HostServices::HostServices(std::string backend_name, std::string local_address,
 void HostServices::Log(void* ctx, int32_t level, const char* message) {
   auto* self = static_cast<HostServices*>(ctx);
   if (!self || !message) return;
-  if (level <= PLEXUS_LOG_WARN) {
+  // An INFO line is kept only while no warning or error is: a backend that
+  // is unusable on this machine (a GPU backend without a GPU) says why at
+  // INFO, so that every CPU job does not print it, and the host quotes it
+  // when it refuses the backend (LastProblem(PLEXUS_LOG_INFO)).
+  {
     std::lock_guard<std::mutex> lock(self->problem_mutex_);
-    self->last_problem_ = message;
-    self->last_problem_level_ = level;
+    const bool only_info_so_far =
+        self->last_problem_.empty() || self->last_problem_level_ == PLEXUS_LOG_INFO;
+    if (level <= PLEXUS_LOG_WARN || (level == PLEXUS_LOG_INFO && only_info_so_far)) {
+      self->last_problem_ = message;
+      self->last_problem_level_ = level;
+    }
   }
   LogLine(level, "backend " + self->backend_name_, message);
 }

@@ -1,0 +1,165 @@
+#include "cuda_api.hpp"
+
+#include <dlfcn.h>
+
+#include <mutex>
+#include <vector>
+
+#ifndef PLEXUS_CUDA_LIBDIR
+#define PLEXUS_CUDA_LIBDIR ""
+#endif
+
+namespace plexus::nccl {
+namespace {
+
+// The soname of the CUDA runtime major this plugin was compiled against
+// (cudart keeps its ABI within a major).
+std::string CudartSoname() {
+  return "libcudart.so." + std::to_string(CUDART_VERSION / 1000);
+}
+
+// dlopen of each candidate in turn; the first that loads wins. RTLD_LOCAL:
+// the libraries' symbols stay out of the global scope, as this plugin's own
+// do (the host loads it RTLD_LOCAL); a copy some other library already loaded
+// (RTLD_GLOBAL or not) is found by its soname and shared.
+void* OpenFirst(const std::vector<std::string>& candidates, std::string* tried) {
+  for (const std::string& c : candidates) {
+    if (c.empty()) continue;
+    dlerror();
+    if (void* h = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
+    const char* err = dlerror();
+    *tried += (tried->empty() ? "" : "; ") + std::string(err ? err : c + ": unknown dlopen error");
+  }
+  return nullptr;
+}
+
+std::string LoadedFrom(void* symbol) {
+  Dl_info info{};
+  if (symbol && dladdr(symbol, &info) && info.dli_fname) return info.dli_fname;
+  return "?";
+}
+
+template <typename Fn>
+bool Bind(void* lib, const char* name, Fn* slot, std::string* missing) {
+  *slot = reinterpret_cast<Fn>(dlsym(lib, name));
+  if (!*slot) *missing += (missing->empty() ? "" : ", ") + std::string(name);
+  return *slot != nullptr;
+}
+
+struct Loaded {
+  CudaApi api;
+  std::string error;  // non-empty: loading failed for good
+};
+
+Loaded Load() {
+  Loaded out;
+  CudaApi& a = out.api;
+  const std::string toolkit = PLEXUS_CUDA_LIBDIR;
+  std::string tried;
+  void* rt =
+      OpenFirst({CudartSoname(), toolkit.empty() ? "" : toolkit + "/" + CudartSoname()}, &tried);
+  if (!rt) {
+    out.error = CudartSoname() + " (the CUDA runtime) not found: " + tried;
+    return out;
+  }
+  std::string missing;
+  Bind(rt, "cudaGetDeviceCount", &a.GetDeviceCount, &missing);
+  Bind(rt, "cudaGetErrorString", &a.GetErrorString, &missing);
+  Bind(rt, "cudaGetErrorName", &a.GetErrorName, &missing);
+  Bind(rt, "cudaGetLastError", &a.GetLastError, &missing);
+  Bind(rt, "cudaSetDevice", &a.SetDevice, &missing);
+  Bind(rt, "cudaGetDevice", &a.GetDevice, &missing);
+  Bind(rt, "cudaRuntimeGetVersion", &a.RuntimeGetVersion, &missing);
+  Bind(rt, "cudaDriverGetVersion", &a.DriverGetVersion, &missing);
+  Bind(rt, "cudaStreamCreateWithFlags", &a.StreamCreateWithFlags, &missing);
+  Bind(rt, "cudaStreamDestroy", &a.StreamDestroy, &missing);
+  Bind(rt, "cudaEventCreateWithFlags", &a.EventCreateWithFlags, &missing);
+  Bind(rt, "cudaEventDestroy", &a.EventDestroy, &missing);
+  Bind(rt, "cudaEventRecord", &a.EventRecord, &missing);
+  Bind(rt, "cudaEventQuery", &a.EventQuery, &missing);
+  Bind(rt, "cudaPointerGetAttributes", &a.PointerGetAttributes, &missing);
+  Bind(rt, "cudaMalloc", &a.Malloc, &missing);
+  Bind(rt, "cudaFree", &a.Free, &missing);
+  Bind(rt, "cudaMemset", &a.Memset, &missing);
+  Bind(rt, "cudaDeviceGetPCIBusId", &a.DeviceGetPCIBusId, &missing);
+  a.StreamGetDevice =
+      reinterpret_cast<decltype(a.StreamGetDevice)>(dlsym(rt, "cudaStreamGetDevice"));
+  if (!missing.empty()) {
+    out.error = LoadedFrom(reinterpret_cast<void*>(a.GetDeviceCount)) + " lacks " + missing;
+    return out;
+  }
+  a.cudart_path = LoadedFrom(reinterpret_cast<void*>(a.GetDeviceCount));
+
+  tried.clear();
+  void* nc = OpenFirst({"libnccl.so.2", toolkit.empty() ? "" : toolkit + "/libnccl.so.2"}, &tried);
+  if (!nc) {
+    out.error = "libnccl.so.2 not found: " + tried;
+    return out;
+  }
+  Bind(nc, "ncclGetVersion", &a.GetVersion, &missing);
+  Bind(nc, "ncclGetUniqueId", &a.GetUniqueId, &missing);
+  Bind(nc, "ncclCommInitRankConfig", &a.CommInitRankConfig, &missing);
+  Bind(nc, "ncclCommGetAsyncError", &a.CommGetAsyncError, &missing);
+  Bind(nc, "ncclCommAbort", &a.CommAbort, &missing);
+  Bind(nc, "ncclCommDestroy", &a.CommDestroy, &missing);
+  Bind(nc, "ncclCommFinalize", &a.CommFinalize, &missing);
+  Bind(nc, "ncclGetErrorString", &a.GetNcclErrorString, &missing);
+  Bind(nc, "ncclGetLastError", &a.GetNcclLastError, &missing);
+  Bind(nc, "ncclAllReduce", &a.AllReduce, &missing);
+  Bind(nc, "ncclBroadcast", &a.Broadcast, &missing);
+  Bind(nc, "ncclReduce", &a.Reduce, &missing);
+  Bind(nc, "ncclAllGather", &a.AllGather, &missing);
+  Bind(nc, "ncclReduceScatter", &a.ReduceScatter, &missing);
+  Bind(nc, "ncclSend", &a.Send, &missing);
+  Bind(nc, "ncclRecv", &a.Recv, &missing);
+  Bind(nc, "ncclGroupStart", &a.GroupStart, &missing);
+  Bind(nc, "ncclGroupEnd", &a.GroupEnd, &missing);
+  a.nccl_path = LoadedFrom(reinterpret_cast<void*>(a.GetVersion));
+  if (!missing.empty()) {
+    out.error = a.nccl_path + " lacks " + missing + " (this backend needs NCCL >= 2.18)";
+    return out;
+  }
+  // None of these touches a device or initialises the driver, so they are
+  // safe in the host's forked probe process too.
+  if (a.GetVersion(&a.nccl_version) != ncclSuccess) a.nccl_version = 0;
+  if (a.RuntimeGetVersion(&a.runtime_version) != cudaSuccess) a.runtime_version = 0;
+  if (a.DriverGetVersion(&a.driver_version) != cudaSuccess) a.driver_version = 0;
+  // NCCL's ncclConfig_t grew over time; 2.18 is the oldest this code's
+  // config (blocking, cgaClusterSize, ...) was checked against.
+  if (a.nccl_version < 21800) {
+    out.error = a.nccl_path + " is NCCL " + NcclVersionText(a.nccl_version) +
+                "; this backend needs NCCL >= 2.18";
+  }
+  return out;
+}
+
+}  // namespace
+
+const CudaApi* LoadCudaApi(std::string* why) {
+  // Once per process, never unloaded.
+  static std::once_flag once;
+  static Loaded* loaded = nullptr;
+  std::call_once(once, [] { loaded = new Loaded(Load()); });
+  if (!loaded->error.empty()) {
+    *why = loaded->error;
+    return nullptr;
+  }
+  return &loaded->api;
+}
+
+std::string CudaVersionText(int version) {
+  if (version <= 0) return "none";
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
+std::string NcclVersionText(int code) {
+  if (code <= 0) return "unknown";
+  if (code < 10000) {  // before 2.9: major*1000 + minor*100 + patch
+    return std::to_string(code / 1000) + "." + std::to_string(code % 1000 / 100) + "." +
+           std::to_string(code % 100);
+  }
+  return std::to_string(code / 10000) + "." + std::to_string(code % 10000 / 100) + "." +
+         std::to_string(code % 100);
+}
+
+}  // namespace plexus::nccl

@@ -1,0 +1,87 @@
+// The CUDA runtime and NCCL functions this backend calls, resolved with
+// dlopen/dlsym at init instead of being linked.
+//
+// Why dlopen: the host loads a plugin with RTLD_NOW, so a plugin linked
+// against libnccl.so.2 would not load at all where NCCL is missing, and the
+// user would see a dynamic-linker message instead of this backend's reason.
+// Resolved at run time, the plugin always loads, and init() says
+// "libnccl.so.2 not found (...)". It also lets a process that already holds
+// an NCCL (LibTorch brings its own) share that one copy: dlopen by soname
+// returns the library already loaded under that soname.
+//
+// The headers are included for their types only; nothing here is linked.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <string>
+
+namespace plexus::nccl {
+
+// One table per process, filled once; never unloaded (NCCL keeps threads and
+// the CUDA runtime keeps contexts that outlive any one backend context).
+struct CudaApi {
+  // CUDA runtime
+  decltype(&::cudaGetDeviceCount) GetDeviceCount = nullptr;
+  decltype(&::cudaGetErrorString) GetErrorString = nullptr;
+  decltype(&::cudaGetErrorName) GetErrorName = nullptr;
+  decltype(&::cudaGetLastError) GetLastError = nullptr;
+  decltype(&::cudaSetDevice) SetDevice = nullptr;
+  decltype(&::cudaGetDevice) GetDevice = nullptr;
+  decltype(&::cudaRuntimeGetVersion) RuntimeGetVersion = nullptr;
+  decltype(&::cudaDriverGetVersion) DriverGetVersion = nullptr;
+  decltype(&::cudaStreamCreateWithFlags) StreamCreateWithFlags = nullptr;
+  decltype(&::cudaStreamDestroy) StreamDestroy = nullptr;
+  decltype(&::cudaEventCreateWithFlags) EventCreateWithFlags = nullptr;
+  decltype(&::cudaEventDestroy) EventDestroy = nullptr;
+  decltype(&::cudaEventRecord) EventRecord = nullptr;
+  decltype(&::cudaEventQuery) EventQuery = nullptr;
+  decltype(&::cudaPointerGetAttributes) PointerGetAttributes = nullptr;
+  cudaError_t (*Malloc)(void** ptr, size_t size) = nullptr;  // cudaMalloc (overloaded in C++)
+  decltype(&::cudaFree) Free = nullptr;
+  decltype(&::cudaMemset) Memset = nullptr;
+  decltype(&::cudaDeviceGetPCIBusId) DeviceGetPCIBusId = nullptr;
+  // Optional (CUDA >= 12.8): checks that a caller's stream is on the communicator's device.
+  decltype(&::cudaStreamGetDevice) StreamGetDevice = nullptr;
+  // NCCL
+  decltype(&::ncclGetVersion) GetVersion = nullptr;
+  decltype(&::ncclGetUniqueId) GetUniqueId = nullptr;
+  decltype(&::ncclCommInitRankConfig) CommInitRankConfig = nullptr;
+  decltype(&::ncclCommGetAsyncError) CommGetAsyncError = nullptr;
+  decltype(&::ncclCommAbort) CommAbort = nullptr;
+  decltype(&::ncclCommDestroy) CommDestroy = nullptr;
+  decltype(&::ncclCommFinalize) CommFinalize = nullptr;
+  decltype(&::ncclGetErrorString) GetNcclErrorString = nullptr;
+  decltype(&::ncclGetLastError) GetNcclLastError = nullptr;
+  decltype(&::ncclAllReduce) AllReduce = nullptr;
+  decltype(&::ncclBroadcast) Broadcast = nullptr;
+  decltype(&::ncclReduce) Reduce = nullptr;
+  decltype(&::ncclAllGather) AllGather = nullptr;
+  decltype(&::ncclReduceScatter) ReduceScatter = nullptr;
+  decltype(&::ncclSend) Send = nullptr;
+  decltype(&::ncclRecv) Recv = nullptr;
+  decltype(&::ncclGroupStart) GroupStart = nullptr;
+  decltype(&::ncclGroupEnd) GroupEnd = nullptr;
+
+  std::string cudart_path;  // where each library was found (dladdr), for the log
+  std::string nccl_path;
+  int nccl_version = 0;     // ncclGetVersion, e.g. 22809
+  int runtime_version = 0;  // cudaRuntimeGetVersion, e.g. 13000
+  int driver_version = 0;   // cudaDriverGetVersion; 0 when no driver (libcuda) is installed
+};
+
+// Loads both libraries once per process (thread-safe) and returns the table,
+// or nullptr with *why set ("libnccl.so.2 not found: ..."). Each library is
+// looked for by its soname through the dynamic linker's search (a copy
+// already loaded into the process, LD_LIBRARY_PATH, ld.so.cache), then in the
+// toolkit directory this plugin was built against. Touches no device and does
+// not initialise the driver. Non-blocking apart from the dlopen itself.
+const CudaApi* LoadCudaApi(std::string* why);
+
+// "12.4" from 12040; "none" for 0.
+std::string CudaVersionText(int version);
+// "2.28.9" from 22809 (NCCL >= 2.9 codes).
+std::string NcclVersionText(int code);
+
+}  // namespace plexus::nccl

@@ -1,0 +1,286 @@
+#include "nccl_bootstrap.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <thread>
+#include <vector>
+
+namespace plexus::nccl {
+namespace {
+
+// Rank 0's message to all: its unique id, or why it has none.
+struct IdMessage {
+  int32_t status;  // PLEXUS_OK or the error rank 0 failed with
+  uint32_t reserved;
+  ncclUniqueId id;
+  char reason[248];
+};
+
+// Every rank's report to all, so that one rank's bad device is every rank's
+// clear error instead of NCCL's wait for it.
+struct RankReport {
+  int32_t status;  // PLEXUS_OK or this rank's error
+  int32_t device;
+  char host[64];
+  char bus_id[32];  // PCI bus id of the device: the same GPU under any CUDA_VISIBLE_DEVICES
+  char reason[152];
+};
+
+void Copy(char* dst, size_t len, const std::string& src) {
+  const size_t n = std::min(len - 1, src.size());
+  std::memcpy(dst, src.data(), n);
+  dst[n] = '\0';
+}
+
+std::string Text(const char* s, size_t len) {
+  return std::string(s, strnlen(s, len));
+}
+
+std::string CudaError(const CudaApi& api, const char* call, cudaError_t e) {
+  api.GetLastError();
+  return std::string(call) + ": " + api.GetErrorName(e) + ": " + api.GetErrorString(e);
+}
+
+std::string NcclError(const CudaApi& api, const char* call, ncclResult_t r, ncclComm_t comm) {
+  const char* last = api.GetNcclLastError(comm);
+  return std::string(call) + ": " + api.GetNcclErrorString(r) +
+         (last && *last ? std::string(" (") + last + ")" : std::string());
+}
+
+// Makes device current for the scope and gives the thread its device back.
+class DeviceScope {
+ public:
+  DeviceScope(const CudaApi& api, int device) : api_(api) {
+    if (api_.GetDevice(&previous_) != cudaSuccess) {
+      api_.GetLastError();
+      previous_ = -1;
+    }
+    result_ = api_.SetDevice(device);
+  }
+  ~DeviceScope() {
+    if (previous_ >= 0) api_.SetDevice(previous_);
+  }
+  cudaError_t result() const { return result_; }
+
+ private:
+  const CudaApi& api_;
+  int previous_ = -1;
+  cudaError_t result_ = cudaSuccess;
+};
+
+std::string VisibleDevices() {
+  // Only to explain a count in a message; never changes behaviour.
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  return v ? std::string(" (CUDA_VISIBLE_DEVICES=") + v + ")" : std::string();
+}
+
+}  // namespace
+
+int32_t StatusOfNccl(ncclResult_t r) {
+  switch (r) {
+    case ncclSuccess:
+      return PLEXUS_OK;
+    case ncclInvalidArgument:
+      return PLEXUS_ERR_INVALID_ARGUMENT;
+    case ncclInvalidUsage:
+      return PLEXUS_ERR_INVALID_USAGE;
+    case ncclRemoteError:
+      return PLEXUS_ERR_REMOTE;
+    case ncclSystemError:
+    case ncclUnhandledCudaError:
+      return PLEXUS_ERR_SYSTEM;
+    default:
+      return PLEXUS_ERR_INTERNAL;
+  }
+}
+
+int32_t CreateCommunicator(const CudaApi& api, const plexus_host_v1& host,
+                           const plexus_comm_config_v1& config, std::shared_ptr<CommCore>* out,
+                           std::string* error) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::milliseconds(config.timeout_ms);
+  const std::string name = config.name ? config.name : "";
+  const std::string me =
+      "rank " + std::to_string(config.rank) + " of " + std::to_string(config.size) + " of " + name;
+
+  // 1. A device at all: fails at once, before talking to anybody, where the
+  // process sees no GPU (every rank of such a job fails the same way).
+  int count = 0;
+  const cudaError_t ce = api.GetDeviceCount(&count);
+  if (ce != cudaSuccess || count <= 0) {
+    *error = "no CUDA device (" +
+             (ce != cudaSuccess ? CudaError(api, "cudaGetDeviceCount", ce)
+                                : std::string("cudaGetDeviceCount found 0")) +
+             ")" + VisibleDevices() + "; the NCCL backend needs one GPU per rank";
+    return PLEXUS_ERR_UNSUPPORTED;
+  }
+
+  // 2. This rank's device: the host's choice (options.device, else the local
+  // rank: the launch convention of DESIGN.md), checked; the result is
+  // shared below, so it is each rank's own fault that gets named.
+  const int device = config.device >= 0 ? config.device : int(config.local_rank);
+  RankReport mine{};
+  mine.status = PLEXUS_OK;
+  mine.device = device;
+  if (gethostname(mine.host, sizeof mine.host - 1) != 0) Copy(mine.host, sizeof mine.host, "?");
+  std::string local_failure;
+  if (device >= count) {
+    mine.status = PLEXUS_ERR_INVALID_ARGUMENT;
+    local_failure = "CUDA device " + std::to_string(device) + " (local rank " +
+                    std::to_string(config.local_rank) +
+                    ") does not exist: " + std::to_string(count) + " visible" + VisibleDevices();
+  }
+  DeviceScope scope(api, device < count ? device : 0);
+  if (mine.status == PLEXUS_OK && scope.result() != cudaSuccess) {
+    mine.status = PLEXUS_ERR_SYSTEM;
+    local_failure = CudaError(api, "cudaSetDevice", scope.result());
+  }
+  if (mine.status == PLEXUS_OK) {
+    const cudaError_t be = api.DeviceGetPCIBusId(mine.bus_id, sizeof mine.bus_id, device);
+    if (be != cudaSuccess) Copy(mine.bus_id, sizeof mine.bus_id, "?");
+  }
+  Copy(mine.reason, sizeof mine.reason, local_failure);
+
+  // 3. Rank 0's unique id, through the host's out-of-band broadcast.
+  IdMessage idm{};
+  idm.status = PLEXUS_OK;
+  if (config.rank == 0) {
+    if (mine.status != PLEXUS_OK) {
+      idm.status = mine.status;
+      Copy(idm.reason, sizeof idm.reason, local_failure);
+    } else if (const ncclResult_t r = api.GetUniqueId(&idm.id); r != ncclSuccess) {
+      idm.status = StatusOfNccl(r);
+      Copy(idm.reason, sizeof idm.reason, NcclError(api, "ncclGetUniqueId", r, nullptr));
+    }
+  }
+  int32_t rc = host.oob_broadcast(host.ctx, config.oob, &idm, sizeof idm, 0, config.timeout_ms);
+  if (rc != PLEXUS_OK) {
+    *error =
+        me + ": waiting for rank 0's NCCL unique id (out-of-band broadcast) failed with status " +
+        std::to_string(rc) + (rc == PLEXUS_ERR_TIMEOUT ? " (timeout: rank 0 did not send it)" : "");
+    return rc < 0 ? rc : PLEXUS_ERR_INTERNAL;
+  }
+
+  // 4. Everybody's device report: a bad device or two ranks on one GPU is
+  // named here, on every rank, rather than found by NCCL.
+  std::vector<RankReport> all(config.size);
+  rc = host.oob_allgather(host.ctx, config.oob, &mine, all.data(), sizeof mine, config.timeout_ms);
+  if (rc != PLEXUS_OK) {
+    *error = me + ": exchanging device reports (out-of-band allgather) failed with status " +
+             std::to_string(rc);
+    return rc < 0 ? rc : PLEXUS_ERR_INTERNAL;
+  }
+  if (mine.status != PLEXUS_OK) {
+    *error = me + ": " + local_failure;
+    return mine.status;
+  }
+  for (uint32_t r = 0; r < config.size; ++r) {
+    if (all[r].status != PLEXUS_OK) {
+      *error = me + ": rank " + std::to_string(r) +
+               " cannot take part: " + Text(all[r].reason, sizeof all[r].reason);
+      return PLEXUS_ERR_REMOTE;
+    }
+  }
+  if (idm.status != PLEXUS_OK) {
+    *error = me + ": rank 0 has no NCCL unique id: " + Text(idm.reason, sizeof idm.reason);
+    return PLEXUS_ERR_REMOTE;
+  }
+  std::map<std::string, uint32_t> gpu_owner;
+  for (uint32_t r = 0; r < config.size; ++r) {
+    const std::string key =
+        Text(all[r].host, sizeof all[r].host) + "/" + Text(all[r].bus_id, sizeof all[r].bus_id);
+    auto [it, fresh] = gpu_owner.emplace(key, r);
+    if (!fresh && Text(all[r].bus_id, sizeof all[r].bus_id) != "?") {
+      *error = me + ": ranks " + std::to_string(it->second) + " and " + std::to_string(r) +
+               " both use the GPU at " + Text(all[r].bus_id, sizeof all[r].bus_id) + " on " +
+               Text(all[r].host, sizeof all[r].host) +
+               "; NCCL needs a GPU of its own for every rank (set the device per rank, or "
+               "CUDA_VISIBLE_DEVICES)";
+      return PLEXUS_ERR_INVALID_USAGE;
+    }
+  }
+
+  // 5. The communicator, non-blocking: NCCL connects in the background and
+  // we poll, so the deadline holds even when a peer never shows up.
+  // The core first: once NCCL's communicator exists, nothing may throw
+  // before the core owns it.
+  auto core = std::make_shared<CommCore>(&api, host, config.rank, config.size, device,
+                                         config.timeout_ms, name);
+  ncclConfig_t nc_config = NCCL_CONFIG_INITIALIZER;
+  nc_config.blocking = 0;
+  nc_config.commName = name.c_str();
+  ncclComm_t comm = nullptr;
+  ncclResult_t r =
+      api.CommInitRankConfig(&comm, int(config.size), idm.id, int(config.rank), &nc_config);
+  for (;;) {
+    if (r != ncclSuccess && r != ncclInProgress) {
+      *error = me + ": " + NcclError(api, "ncclCommInitRankConfig", r, comm);
+      if (comm) api.CommAbort(comm);
+      return StatusOfNccl(r);
+    }
+    if (!comm) {
+      *error = me + ": ncclCommInitRankConfig returned no communicator";
+      return PLEXUS_ERR_INTERNAL;
+    }
+    ncclResult_t async = ncclInProgress;
+    r = api.CommGetAsyncError(comm, &async);
+    if (r == ncclSuccess) r = async;
+    if (r == ncclSuccess) break;
+    if (r == ncclInProgress && std::chrono::steady_clock::now() >= deadline) {
+      api.CommAbort(comm);
+      *error = me + ": NCCL did not finish connecting within " + std::to_string(config.timeout_ms) +
+               " ms: ncclCommInitRankConfig waits until all " + std::to_string(config.size) +
+               " ranks have joined through rank 0's NCCL bootstrap and connected to each "
+               "other; a rank that stopped, froze or cannot reach the others keeps the rest "
+               "waiting";
+      return PLEXUS_ERR_TIMEOUT;
+    }
+    if (r == ncclInProgress) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      r = ncclInProgress;
+    }
+  }
+
+  // 6. The communicator's own stream (a blocking one: ordered after work on
+  // the legacy default stream, for callers that pass no stream), the barrier's
+  // scratch word, and a few events to start the pool with.
+  cudaStream_t stream = nullptr;
+  cudaError_t e = api.StreamCreateWithFlags(&stream, cudaStreamDefault);
+  if (e != cudaSuccess) {
+    *error = me + ": " + CudaError(api, "cudaStreamCreateWithFlags", e);
+    api.CommAbort(comm);
+    return PLEXUS_ERR_SYSTEM;
+  }
+  void* scratch = nullptr;
+  e = api.Malloc(&scratch, sizeof(int32_t));
+  if (e == cudaSuccess) e = api.Memset(scratch, 0, sizeof(int32_t));
+  if (e != cudaSuccess) {
+    *error = me + ": " + CudaError(api, "cudaMalloc of the barrier word", e);
+    if (scratch) api.Free(scratch);
+    api.StreamDestroy(stream);
+    api.CommAbort(comm);
+    return PLEXUS_ERR_SYSTEM;
+  }
+  core->Adopt(comm, stream, scratch);  // owned by core from here on
+  cudaEvent_t events[8] = {};
+  std::string why;
+  for (auto& ev : events) {
+    if (!core->AcquireEvent(&ev, &why)) ev = nullptr;
+  }
+  for (auto& ev : events) core->ReleaseEvent(ev);
+
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - start)
+                      .count();
+  core->Log(PLEXUS_LOG_INFO, "nccl " + me + ": CUDA device " + std::to_string(device) + " (" +
+                                 Text(mine.bus_id, sizeof mine.bus_id) + ") on " +
+                                 Text(mine.host, sizeof mine.host) + ", connected in " +
+                                 std::to_string(ms) + " ms");
+  *out = std::move(core);
+  return PLEXUS_OK;
+}
+
+}  // namespace plexus::nccl
