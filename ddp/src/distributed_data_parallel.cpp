@@ -6,10 +6,12 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/autograd/variable.h>
+#include <torch/cuda.h>
 
 #include "plexus/ddp/distributed_data_parallel.hpp"
 #include "plexus/error.hpp"
 #include "plexus/log.hpp"
+#include "torch_bucket_memory.hpp"
 
 namespace plexus::ddp {
 
@@ -53,14 +55,115 @@ reducer::Parameter Describe(const std::string& name, const torch::Tensor& t) {
                                       std::string(c10::toString(t.scalar_type())) +
                                       ", which Plexus cannot communicate");
   }
-  if (!t.device().is_cpu()) {
+  if (!t.device().is_cpu() && !t.device().is_cuda()) {
     Throw(PLEXUS_ERR_UNSUPPORTED, "tensor '" + name + "' is on " + t.device().str() +
-                                      "; this version of plexus::ddp supports CPU modules only");
+                                      "; plexus::ddp supports CPU and CUDA modules");
   }
   if (!t.is_contiguous()) {
     Throw(PLEXUS_ERR_UNSUPPORTED, "tensor '" + name + "' is not contiguous");
   }
-  return {name, t.sizes().vec(), static_cast<uint64_t>(t.numel()), *dtype, -1};
+  return {name, t.sizes().vec(), static_cast<uint64_t>(t.numel()), *dtype,
+          t.device().is_cuda() ? static_cast<int>(t.device().index()) : -1};
+}
+
+std::string DeviceList(const std::vector<int>& ids) {
+  std::string s;
+  for (int d : ids) s += (s.empty() ? "" : ", ") + std::to_string(d);
+  return "[" + s + "]";
+}
+
+// The device every parameter and buffer of the module is on; throws naming
+// two tensors on different devices.
+c10::Device ModuleDevice(torch::nn::Module& module) {
+  std::optional<c10::Device> device;
+  std::string first;
+  auto visit = [&](const std::string& name, const torch::Tensor& t) {
+    if (!device) {
+      device = t.device();
+      first = name;
+    } else if (t.device() != *device) {
+      Throw(PLEXUS_ERR_INVALID_ARGUMENT,
+            "the module is on more than one device: " + name + " is on " + t.device().str() + ", " +
+                first + " on " + device->str() +
+                ". DDP takes a module on one device (as PyTorch's single-device modules): move "
+                "it with module->to(device)");
+    }
+  };
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    visit("parameter '" + item.key() + "'", item.value());
+  }
+  for (const auto& item : module.named_buffers(/*recurse=*/true)) {
+    visit("buffer '" + item.key() + "'", item.value());
+  }
+  return device.value_or(c10::Device(c10::kCPU));
+}
+
+// Checks device_ids/output_device against the module's device (PyTorch's
+// rules for single-device modules) and fills them in for a CUDA module.
+void ResolveDevices(DistributedDataParallelOptions& o, c10::Device device,
+                    const Communicator& comm) {
+  if (o.device_ids.size() > 1) {
+    Throw(PLEXUS_ERR_UNSUPPORTED,
+          "device_ids = " + DeviceList(o.device_ids) +
+              ": a module replicated over several devices of one process is not supported (nor, "
+              "any longer, by PyTorch): run one process per GPU, each with device_ids = "
+              "{LOCAL_RANK} (plexus-run and torchrun set LOCAL_RANK)");
+  }
+  if (!o.device_ids.empty() || (o.output_device && *o.output_device >= 0)) {
+    const int wanted = o.device_ids.empty() ? *o.output_device : o.device_ids[0];
+    if (!torch::cuda::is_available()) {
+      Throw(PLEXUS_ERR_UNSUPPORTED,
+            "device_ids = " + DeviceList(o.device_ids) +
+                (o.output_device ? ", output_device = " + std::to_string(*o.output_device)
+                                 : std::string()) +
+                " asks for CUDA device " + std::to_string(wanted) +
+                ", but no CUDA device is available to this process (torch::cuda::is_available() "
+                "is false: no GPU or driver, CUDA_VISIBLE_DEVICES hides them, or the program "
+                "does not link LibTorch's CUDA library libtorch_cuda). For a CPU module leave "
+                "device_ids and output_device empty");
+    }
+    const auto count = static_cast<int>(torch::cuda::device_count());
+    if (wanted < 0 || wanted >= count) {
+      Throw(PLEXUS_ERR_INVALID_ARGUMENT, "CUDA device " + std::to_string(wanted) +
+                                             " does not exist: this process sees " +
+                                             std::to_string(count) + " CUDA device(s)");
+    }
+  }
+  if (device.is_cpu()) {
+    if (!o.device_ids.empty() || o.output_device) {
+      Throw(PLEXUS_ERR_INVALID_ARGUMENT,
+            "device_ids = " + DeviceList(o.device_ids) +
+                " but the module is on the CPU: move it first (module->to(torch::Device("
+                "torch::kCUDA, " +
+                std::to_string(o.device_ids.empty() ? 0 : o.device_ids[0]) +
+                "))), or leave device_ids and output_device empty for a CPU module");
+    }
+    return;
+  }
+  const int index = device.index();
+  if (o.device_ids.empty()) {
+    o.device_ids = {index};  // PyTorch: a single-device CUDA module's own device
+    if (comm.local_rank() != static_cast<uint32_t>(index)) {
+      LogLine(PLEXUS_LOG_INFO, "plexus",
+              "DDP: rank " + std::to_string(comm.rank()) + " (local rank " +
+                  std::to_string(comm.local_rank()) + ") trains on " + device.str() +
+                  "; the usual choice is cuda:LOCAL_RANK");
+    }
+  } else if (o.device_ids[0] != index) {
+    Throw(PLEXUS_ERR_INVALID_ARGUMENT,
+          "device_ids = " + DeviceList(o.device_ids) + " but the module is on " + device.str() +
+              ": move it with module->to(torch::Device(torch::kCUDA, " +
+              std::to_string(o.device_ids[0]) + ")) or pass device_ids = {" +
+              std::to_string(index) + "}");
+  }
+  if (!o.output_device) {
+    o.output_device = o.device_ids[0];
+  } else if (*o.output_device != o.device_ids[0]) {
+    Throw(PLEXUS_ERR_UNSUPPORTED,
+          "output_device = " + std::to_string(*o.output_device) +
+              " differs from device_ids[0] = " + std::to_string(o.device_ids[0]) +
+              ": the output stays on the module's device; move it after forward()");
+  }
 }
 
 }  // namespace
@@ -72,6 +175,10 @@ struct DistributedDataParallelBase::Impl {
   std::vector<std::string> names;     // of the parameters the reducer handles
   std::vector<torch::Tensor> params;  // same order
   std::vector<torch::Tensor> buffers;
+  c10::Device device{c10::kCPU};  // of every parameter and buffer
+  // The buckets' memory: host memory for a CPU module (the reducer's own),
+  // the module's device for a CUDA one.
+  std::shared_ptr<reducer::BucketMemory> memory = std::make_shared<reducer::HostBucketMemory>();
   std::unique_ptr<reducer::Reducer> reducer;
   std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators;  // holds the hooks
   std::vector<uintptr_t> hook_keys;
@@ -91,10 +198,22 @@ struct DistributedDataParallelBase::Impl {
 
   void BroadcastTensors(const std::vector<torch::Tensor>& tensors, uint32_t root) {
     torch::NoGradGuard no_grad;
+    const bool stream_ordered = (comm.capabilities().flags & PLEXUS_CAP_STREAM_ORDERED) != 0;
     for (const torch::Tensor& t : tensors) {
       if (t.numel() == 0) continue;
-      comm.broadcast(t.data_ptr(), t.numel(), *ToDType(t.scalar_type()), root).wait();
+      // A CUDA tensor: on its current stream ("done" may mean enqueued there,
+      // which orders it before the ops that follow on the stream).
+      const auto where = TorchBucketMemory::PlacementFor(t.device(), stream_ordered);
+      comm.broadcast(t.data_ptr(), t.numel(), *ToDType(t.scalar_type()), root,
+                     where ? &*where : nullptr)
+          .wait();
     }
+  }
+
+  // A small host collective (Join's flags): staged through the module's
+  // device when the backend takes device memory only.
+  void AllreduceFlags(int64_t* flags, uint64_t count, ReduceOp op) {
+    reducer::HostAllreduce(comm, *memory, flags, count, DType::Int64, op);
   }
 
   torch::Tensor& View(size_t i) {
@@ -263,10 +382,16 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::
     : impl_(std::make_unique<Impl>(std::move(module), comm, std::move(options))) {
   Impl& m = *impl_;
   if (!m.module) Throw(PLEXUS_ERR_INVALID_ARGUMENT, "the module is null");
-  if (!m.options.device_ids.empty() || m.options.output_device) {
-    Throw(PLEXUS_ERR_UNSUPPORTED,
-          "device_ids/output_device: CUDA modules are not supported by this version; leave them "
-          "empty for a CPU module");
+  m.device = ModuleDevice(*m.module);
+  ResolveDevices(m.options, m.device, comm);
+  if (m.device.is_cuda()) {
+    if ((comm.capabilities().memory_types & (1u << PLEXUS_MEMORY_CUDA)) == 0) {
+      Throw(PLEXUS_ERR_UNSUPPORTED,
+            "the module is on " + m.device.str() + " but backend '" + comm.backend_name() +
+                "' cannot communicate CUDA memory: use a backend that can, e.g. NCCL "
+                "(PLEXUS_BACKEND=nccl), or train on the CPU");
+    }
+    m.memory = std::make_shared<TorchBucketMemory>(m.device);
   }
   if (m.options.bucket_cap_mb && !(*m.options.bucket_cap_mb > 0)) {
     Throw(PLEXUS_ERR_INVALID_ARGUMENT, "bucket_cap_mb must be positive");
@@ -293,7 +418,7 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::
     Throw(PLEXUS_ERR_INVALID_ARGUMENT, "the module has no parameter that requires a gradient");
   }
   if (m.options.init_sync) {
-    reducer::VerifyReplicas(comm, everything);
+    reducer::VerifyReplicas(comm, everything, *m.memory);
     m.BroadcastTensors(all_params, 0);
     m.BroadcastTensors(m.buffers, 0);
   }
@@ -307,7 +432,9 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::
   // static_graph finds the unused parameters once, on the first iteration.
   ro.find_unused_parameters = m.options.find_unused_parameters || m.options.static_graph;
   ro.static_graph = m.options.static_graph;
-  m.reducer = std::make_unique<reducer::Reducer>(comm, std::move(trained), ro);
+  m.reducer = std::make_unique<reducer::Reducer>(
+      comm, std::move(trained), ro,
+      m.device.is_cuda() ? m.memory : std::shared_ptr<reducer::BucketMemory>());
   for (size_t i = 0; i < m.params.size(); ++i) {
     auto acc = torch::autograd::impl::grad_accumulator(m.params[i]);
     m.hook_keys.push_back(
@@ -375,7 +502,7 @@ void DistributedDataParallelBase::pre_forward() {
     const bool sync =
         m.reducer->require_backward_grad_sync() && torch::autograd::GradMode::is_enabled();
     int64_t flags[2] = {1, sync ? 1 : 0};
-    m.comm.allreduce(flags, flags, 2, DType::Int64, ReduceOp::Sum).wait();
+    m.AllreduceFlags(flags, 2, ReduceOp::Sum);
   }
   m.BroadcastBuffersBeforeForward();
 }
@@ -441,7 +568,7 @@ void Join::finish() {
   try {
     while (true) {
       int64_t flags[2] = {0, 0};  // {ranks with inputs, of which synchronising}
-      m.comm.allreduce(flags, flags, 2, DType::Int64, ReduceOp::Sum).wait();
+      m.AllreduceFlags(flags, 2, ReduceOp::Sum);
       if (flags[0] == 0) {
         last_joiner = first;
         break;
@@ -454,7 +581,7 @@ void Join::finish() {
     }
     // Everyone takes the model of a rank that trained to the end.
     int64_t authority = last_joiner ? static_cast<int64_t>(m.comm.rank()) : int64_t{-1};
-    m.comm.allreduce(&authority, &authority, 1, DType::Int64, ReduceOp::Max).wait();
+    m.AllreduceFlags(&authority, 1, ReduceOp::Max);
     std::vector<torch::Tensor> state;
     for (const auto& p : m.module->parameters(true)) state.push_back(p);
     m.BroadcastTensors(state, static_cast<uint32_t>(authority));

@@ -1,6 +1,7 @@
 #include "plexus/reducer/comm_hook.hpp"
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "gradient_math.hpp"
@@ -45,10 +46,26 @@ void BucketFuture::wait(std::chrono::milliseconds timeout) {
   });
 }
 
+namespace {
+
+// The memory of a bucket; host memory for a GradBucket built without one.
+std::shared_ptr<BucketMemory> MemoryOf(const GradBucket& b) {
+  return b.memory ? b.memory : std::make_shared<HostBucketMemory>();
+}
+
+bool StreamOrdered(const Communicator& comm) {
+  return (comm.capabilities().flags & PLEXUS_CAP_STREAM_ORDERED) != 0;
+}
+
+}  // namespace
+
 CommHook AllreduceHook() {
   return [](Communicator& comm, GradBucket& b) {
-    CopyDivided(b.buffer, b.buffer, b.count, b.dtype, comm.size());
-    return BucketFuture(comm.allreduce(b.buffer, b.buffer, b.count, b.dtype, ReduceOp::Sum));
+    const std::shared_ptr<BucketMemory> memory = MemoryOf(b);
+    memory->copy_divided(b.buffer, b.buffer, b.count, b.dtype, comm.size());
+    const std::optional<plexus_placement> where = memory->placement_for_post(StreamOrdered(comm));
+    return BucketFuture(comm.allreduce(b.buffer, b.buffer, b.count, b.dtype, ReduceOp::Sum,
+                                       where ? &*where : nullptr));
   };
 }
 
@@ -57,16 +74,19 @@ namespace {
 CommHook CompressHook(DType wire) {
   return [wire](Communicator& comm, GradBucket& b) {
     if (b.dtype == wire) return AllreduceHook()(comm, b);
+    const std::shared_ptr<BucketMemory> memory = MemoryOf(b);
     // Owned by the continuation, which the bucket's future keeps until it completes.
-    auto compressed = std::make_shared<std::vector<uint16_t>>(b.count);
-    ConvertDivided(compressed->data(), wire, b.buffer, b.dtype, b.count, comm.size());
-    Work work =
-        comm.allreduce(compressed->data(), compressed->data(), b.count, wire, ReduceOp::Sum);
+    std::shared_ptr<void> compressed(memory->allocate(b.count * ElementSize(wire)),
+                                     [memory](void* p) { memory->release(p); });
+    memory->convert_divided(compressed.get(), wire, b.buffer, b.dtype, b.count, comm.size());
+    const std::optional<plexus_placement> where = memory->placement_for_post(StreamOrdered(comm));
+    Work work = comm.allreduce(compressed.get(), compressed.get(), b.count, wire, ReduceOp::Sum,
+                               where ? &*where : nullptr);
     void* buffer = b.buffer;
     const uint64_t count = b.count;
     const DType dtype = b.dtype;
-    return BucketFuture(std::move(work), [compressed, buffer, count, dtype, wire] {
-      ConvertDivided(buffer, dtype, compressed->data(), wire, count, 1.0);
+    return BucketFuture(std::move(work), [memory, compressed, buffer, count, dtype, wire] {
+      memory->convert_divided(buffer, dtype, compressed.get(), wire, count, 1.0);
     });
   };
 }

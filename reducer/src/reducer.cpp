@@ -26,18 +26,25 @@ double Micros(Clock::time_point from, Clock::time_point to) {
   throw Error(code, "plexus", "reducer: " + message);
 }
 
+// A bucket's flat buffer in its BucketMemory, released there.
+struct BufferRelease {
+  std::shared_ptr<BucketMemory> memory;
+  void operator()(std::byte* p) const noexcept { memory->release(p); }
+};
+using Buffer = std::unique_ptr<std::byte, BufferRelease>;
+
 struct Bucket {
   std::vector<size_t> parameters;
   std::vector<uint64_t> offsets;  // element offset of each parameter in the buffer
   uint64_t count = 0;
   DType dtype = DType::Float32;
   uint64_t size_limit = 0;
-  std::vector<double> storage;  // the flat buffer (double: aligned for every dtype)
-  size_t pending = 0;           // parameters not yet ready this iteration
+  Buffer storage;      // the flat buffer
+  size_t pending = 0;  // parameters not yet ready this iteration
   bool launched = false;
   BucketFuture future;
 
-  void* data() { return storage.data(); }
+  void* data() const { return storage.get(); }
 };
 
 // Without a hook, 16-bit gradients are divided by the world size on their
@@ -62,6 +69,8 @@ struct Slot {
 
 struct Reducer::Impl {
   Communicator& comm;
+  std::shared_ptr<BucketMemory> memory;  // before the buckets, which release into it
+  bool host_control = true;              // the backend takes host memory for the control data
   std::vector<Parameter> params;
   ReducerOptions options;
   std::vector<Bucket> buckets;
@@ -96,8 +105,12 @@ struct Reducer::Impl {
   bool launched_any = false;
   IterationTimes last, sum;
 
-  Impl(Communicator& c, std::vector<Parameter> p, ReducerOptions o)
-      : comm(c), params(std::move(p)), options(o) {}
+  Impl(Communicator& c, std::vector<Parameter> p, ReducerOptions o, std::shared_ptr<BucketMemory> m)
+      : comm(c),
+        memory(m ? std::move(m) : std::make_shared<HostBucketMemory>()),
+        host_control(TakesHostMemory(c)),
+        params(std::move(p)),
+        options(o) {}
 
   // Operations still in flight use the buckets (and a hook's buffers): wait
   // for them, and keep what they use if they do not finish (a leak, not a
@@ -146,6 +159,10 @@ struct Reducer::Impl {
   }
 
   // A communication failure: the ranks are out of step, so the reducer stops.
+  bool StreamOrdered() const {
+    return (comm.capabilities().flags & PLEXUS_CAP_STREAM_ORDERED) != 0;
+  }
+
   [[noreturn]] void Fail(const Error& e, const std::string& context) {
     const std::string message = context + ": " + e.message();
     broken = message;
@@ -195,7 +212,7 @@ struct Reducer::Impl {
         bucket.count += params[i].count;
       }
       const uint64_t bytes = bucket.count * ElementSize(bucket.dtype);
-      bucket.storage.assign((bytes + sizeof(double) - 1) / sizeof(double), 0.0);
+      bucket.storage = Buffer(static_cast<std::byte*>(memory->allocate(bytes)), {memory});
     }
     buckets = std::move(built);
     slots = std::move(placed);
@@ -206,7 +223,7 @@ struct Reducer::Impl {
     std::vector<uint64_t> order = ready_order;
     order.resize(params.size());
     try {
-      comm.broadcast(order.data(), order.size(), DType::UInt64, 0).wait();
+      HostBroadcast(comm, *memory, order.data(), order.size(), DType::UInt64, 0);
     } catch (const Error& e) {
       Fail(e, "reducer: broadcast of rank 0's gradient ready order (bucket rebuild), rank " +
                   std::to_string(comm.rank()));
@@ -229,10 +246,9 @@ struct Reducer::Impl {
     for (size_t i = 0; i < params.size(); ++i) {
       const Bucket& from = old[old_slots[i].bucket];
       const size_t esize = ElementSize(params[i].dtype);
-      std::memcpy(
-          View(i),
-          reinterpret_cast<const std::byte*>(from.storage.data()) + old_slots[i].offset * esize,
-          params[i].count * esize);
+      memory->copy(View(i),
+                   static_cast<const std::byte*>(from.data()) + old_slots[i].offset * esize,
+                   params[i].count * esize);
     }
     rebuilt = true;
   }
@@ -243,13 +259,18 @@ struct Reducer::Impl {
       launched_any = true;
       first_launch = Clock::now();
     }
-    GradBucket gb{b, buckets.size(), bucket.data(), bucket.count, bucket.dtype, bucket.parameters};
+    GradBucket gb{
+        b, buckets.size(), bucket.data(), bucket.count, bucket.dtype, bucket.parameters, memory};
     try {
-      bucket.future = hook
-                          ? hook(comm, gb)
-                          : BucketFuture(comm.allreduce(
-                                bucket.data(), bucket.data(), bucket.count, bucket.dtype,
-                                DividesOnCopy(bucket.dtype, comm) ? ReduceOp::Sum : ReduceOp::Avg));
+      if (hook) {
+        bucket.future = hook(comm, gb);
+      } else {
+        const std::optional<plexus_placement> where = memory->placement_for_post(StreamOrdered());
+        bucket.future = BucketFuture(
+            comm.allreduce(bucket.data(), bucket.data(), bucket.count, bucket.dtype,
+                           DividesOnCopy(bucket.dtype, comm) ? ReduceOp::Sum : ReduceOp::Avg,
+                           where ? &*where : nullptr));
+      }
     } catch (const Error& e) {
       Fail(e, BucketContext(b));
     } catch (const std::exception& e) {
@@ -274,8 +295,13 @@ struct Reducer::Impl {
         global_used.empty()) {
       global_used = local_used;
       try {
-        used_work = comm.allreduce(global_used.data(), global_used.data(), global_used.size(),
-                                   DType::Int32, ReduceOp::Sum);
+        if (host_control) {
+          used_work = comm.allreduce(global_used.data(), global_used.data(), global_used.size(),
+                                     DType::Int32, ReduceOp::Sum);
+        } else {  // staged through device memory: done when it returns
+          HostAllreduce(comm, *memory, global_used.data(), global_used.size(), DType::Int32,
+                        ReduceOp::Sum);
+        }
       } catch (const Error& e) {
         Fail(e, "reducer: all-reduce of the used-parameter bitmap, rank " +
                     std::to_string(comm.rank()));
@@ -311,9 +337,9 @@ struct Reducer::Impl {
     const double divisor =
         hook || !DividesOnCopy(p.dtype, comm) ? 1.0 : static_cast<double>(comm.size());
     if (grad == nullptr) {
-      std::memset(view, 0, p.count * ElementSize(p.dtype));
+      memory->zero(view, p.count * ElementSize(p.dtype));
     } else {
-      CopyDivided(view, grad, p.count, p.dtype, divisor);
+      memory->copy_divided(view, grad, p.count, p.dtype, divisor);
       if (grad != view) grads[i] = grad;
     }
     if (rebuild_enabled && !rebuilt) ready_order.push_back(i);
@@ -393,7 +419,7 @@ struct Reducer::Impl {
     const auto done = Clock::now();
     for (size_t i = 0; i < params.size(); ++i) {
       if (grads[i] != nullptr) {
-        std::memcpy(grads[i], View(i), params[i].count * ElementSize(params[i].dtype));
+        memory->copy(grads[i], View(i), params[i].count * ElementSize(params[i].dtype));
       }
     }
     if (!zero_iteration) Record(done);
@@ -434,8 +460,9 @@ struct Reducer::Impl {
   }
 };
 
-Reducer::Reducer(Communicator& comm, std::vector<Parameter> parameters, ReducerOptions options)
-    : impl_(std::make_unique<Impl>(comm, std::move(parameters), options)) {
+Reducer::Reducer(Communicator& comm, std::vector<Parameter> parameters, ReducerOptions options,
+                 std::shared_ptr<BucketMemory> memory)
+    : impl_(std::make_unique<Impl>(comm, std::move(parameters), options, std::move(memory))) {
   Impl& m = *impl_;
   if (m.params.empty()) Throw(PLEXUS_ERR_INVALID_ARGUMENT, "no parameters to reduce");
   if (options.bucket_cap_bytes == 0 || options.first_bucket_bytes == 0) {
@@ -448,15 +475,25 @@ Reducer::Reducer(Communicator& comm, std::vector<Parameter> parameters, ReducerO
             "parameter " + m.Name(i) + " has dtype " + ToString(p.dtype) +
                 "; gradients must be float16, bfloat16, float32 or float64");
     }
-    if (p.device != -1) {
-      Throw(PLEXUS_ERR_UNSUPPORTED, "parameter " + m.Name(i) + " is on device " +
-                                        std::to_string(p.device) +
-                                        "; the reducer supports host memory only so far");
+    if (p.device != m.memory->device()) {
+      Throw(PLEXUS_ERR_INVALID_ARGUMENT,
+            "parameter " + m.Name(i) + " is on " +
+                (p.device < 0 ? std::string("host memory") : "device " + std::to_string(p.device)) +
+                " but the buckets are in " + m.memory->describe() +
+                "; every parameter must be where the buckets are");
     }
     if (SaturatingMul(p.count, ElementSize(p.dtype)) > (uint64_t{1} << 48)) {
       Throw(PLEXUS_ERR_INVALID_ARGUMENT, "parameter " + m.Name(i) + " has an impossible size (" +
                                              std::to_string(p.count) + " elements)");
     }
+  }
+  if ((comm.capabilities().memory_types & (1u << m.memory->memory_type())) == 0) {
+    Throw(PLEXUS_ERR_UNSUPPORTED,
+          "backend '" + comm.backend_name() + "' cannot communicate " + m.memory->describe() +
+              ", where the buckets are" +
+              (m.memory->memory_type() == PLEXUS_MEMORY_CUDA
+                   ? ": use a backend with CUDA memory, e.g. NCCL (PLEXUS_BACKEND=nccl)"
+                   : ""));
   }
   // PyTorch's choice (DistributedDataParallel._ddp_init_helper): without
   // find_unused_parameters the first iteration runs on one bucket per dtype,

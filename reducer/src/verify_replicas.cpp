@@ -25,11 +25,12 @@ uint64_t Fnv1a(const std::string& s) {
   return h;
 }
 
-std::string BroadcastString(Communicator& comm, uint32_t root, const std::string& mine) {
+std::string BroadcastString(Communicator& comm, BucketMemory& memory, uint32_t root,
+                            const std::string& mine) {
   uint64_t length = mine.size();
-  comm.broadcast(&length, 1, DType::UInt64, root).wait();
+  HostBroadcast(comm, memory, &length, 1, DType::UInt64, root);
   std::string s = comm.rank() == root ? mine : std::string(length, '\0');
-  if (length > 0) comm.broadcast(s.data(), length, DType::UInt8, root).wait();
+  if (length > 0) HostBroadcast(comm, memory, s.data(), length, DType::UInt8, root);
   return s;
 }
 
@@ -43,19 +44,25 @@ std::vector<std::string> Lines(const std::string& s) {
 }  // namespace
 
 void VerifyReplicas(Communicator& comm, std::span<const Parameter> parameters) {
+  HostBucketMemory host;
+  VerifyReplicas(comm, parameters, host);
+}
+
+void VerifyReplicas(Communicator& comm, std::span<const Parameter> parameters,
+                    BucketMemory& memory) {
   std::string mine;
   for (const Parameter& p : parameters) mine += Describe(p) + "\n";
   const uint64_t fingerprint[2] = {parameters.size(), Fnv1a(mine)};
   std::vector<uint64_t> all(2 * comm.size());
-  comm.allgather(fingerprint, all.data(), 2, DType::UInt64).wait();
+  HostAllgather(comm, memory, fingerprint, all.data(), 2, DType::UInt64);
   std::vector<uint32_t> differing;
   for (uint32_t r = 1; r < comm.size(); ++r) {
     if (all[2 * r] != all[0] || all[2 * r + 1] != all[1]) differing.push_back(r);
   }
   if (differing.empty()) return;
   const uint32_t other = differing.front();
-  const std::vector<std::string> a = Lines(BroadcastString(comm, 0, mine));
-  const std::vector<std::string> b = Lines(BroadcastString(comm, other, mine));
+  const std::vector<std::string> a = Lines(BroadcastString(comm, memory, 0, mine));
+  const std::vector<std::string> b = Lines(BroadcastString(comm, memory, other, mine));
   const std::string r0 = "rank 0", ro = "rank " + std::to_string(other);
   std::string what;
   for (size_t k = 0; k < a.size() || k < b.size(); ++k) {

@@ -68,16 +68,31 @@ struct Eval {
   double loss = 0, accuracy = 0;
 };
 
+// Sums over the ranks, in place. On a GPU they go through device memory: a
+// backend with CUDA memory may take no host memory (NCCL).
+void AllreduceSums(plexus::Communicator& comm, std::vector<double>& sums,
+                   const torch::Device& device) {
+  if (device.is_cpu()) {
+    comm.allreduce(std::span(sums), plexus::ReduceOp::Sum).wait();
+    return;
+  }
+  auto t = torch::tensor(sums, torch::kFloat64).to(device);
+  plexus::ddp::allreduce(comm, t).wait();  // on the current stream: .cpu() below follows it
+  t = t.cpu();
+  std::memcpy(sums.data(), t.data_ptr(), sums.size() * sizeof(double));
+}
+
 // Each rank scores a contiguous slice of the test set; the sums are all-reduced.
-Eval Evaluate(torch::nn::Sequential& model, const DataSplits& data, plexus::Communicator& comm) {
+Eval Evaluate(torch::nn::Sequential& model, const DataSplits& data, plexus::Communicator& comm,
+              const torch::Device& device) {
   torch::NoGradGuard no_grad;
   const int64_t n = data.test_x.size(0);
   const int64_t begin = n * comm.rank() / comm.size(), end = n * (comm.rank() + 1) / comm.size();
   std::vector<double> sums(3, 0.0);  // loss, correct, count
   for (int64_t at = begin; at < end; at += 4096) {
     const int64_t stop = std::min(end, at + 4096);
-    auto logits = model->forward(data.test_x.slice(0, at, stop));
-    auto y = data.test_y.slice(0, at, stop);
+    auto logits = model->forward(data.test_x.slice(0, at, stop).to(device));
+    auto y = data.test_y.slice(0, at, stop).to(device);
     sums[0] +=
         torch::nn::functional::cross_entropy(
             logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
@@ -85,7 +100,7 @@ Eval Evaluate(torch::nn::Sequential& model, const DataSplits& data, plexus::Comm
     sums[1] += logits.argmax(1).eq(y).sum().item<double>();
     sums[2] += static_cast<double>(stop - at);
   }
-  comm.allreduce(std::span(sums), plexus::ReduceOp::Sum).wait();
+  AllreduceSums(comm, sums, device);
   return {sums[0] / sums[2], sums[1] / sums[2]};
 }
 
@@ -205,6 +220,21 @@ int Train(const TrainerOptions& opt) {
   const bool root = comm.rank() == 0;
   const int threads = opt.threads ? opt.threads : DefaultThreads(comm);
   torch::set_num_threads(threads);
+  // --device cuda: cuda:LOCAL_RANK, one GPU per rank (PyTorch's usual setup).
+  torch::Device device(torch::kCPU);
+  if (opt.device == "cuda") {
+    if (!torch::cuda::is_available()) {
+      throw std::runtime_error("--device cuda: no CUDA device is available to this process");
+    }
+    const auto gpus = static_cast<uint32_t>(torch::cuda::device_count());
+    if (comm.local_rank() >= gpus) {
+      throw std::runtime_error("--device cuda: local rank " + std::to_string(comm.local_rank()) +
+                               " has no GPU of its own (" + std::to_string(gpus) +
+                               " visible on this host)");
+    }
+    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(comm.local_rank()));
+    model->to(device);  // before the optimizer takes the parameters
+  }
 
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   if (opt.optimizer == "adam") {
@@ -220,7 +250,8 @@ int Train(const TrainerOptions& opt) {
   // 2. DDP: checks the model across ranks and broadcasts rank 0's weights.
   plexus::ddp::DistributedDataParallel ddp(
       model, comm,
-      {.bucket_cap_mb = opt.bucket_cap_mb,
+      {.device_ids = device.is_cuda() ? std::vector<int>{device.index()} : std::vector<int>{},
+       .bucket_cap_mb = opt.bucket_cap_mb,
        .find_unused_parameters = opt.find_unused_parameters,
        .gradient_as_bucket_view = opt.gradient_as_bucket_view});
   if (opt.hook == "fp16") ddp.register_comm_hook(plexus::reducer::Fp16CompressHook());
@@ -259,6 +290,7 @@ int Train(const TrainerOptions& opt) {
                   opt.checkpoint.c_str(), progress.epochs_done,
                   static_cast<long long>(progress.global_step));
     }
+    if (device.is_cuda()) std::printf("plexus-trainer: model and batches on cuda:LOCAL_RANK\n");
     std::fflush(stdout);
   }
 
@@ -286,8 +318,8 @@ int Train(const TrainerOptions& opt) {
       std::optional<plexus::reducer::Reducer::NoSyncGuard> no_sync;
       if (!sync) no_sync.emplace(ddp.no_sync());
       const auto t0 = Clock::now();
-      auto output = ddp.forward(batch.data);
-      auto loss = torch::nn::functional::cross_entropy(output, batch.target);
+      auto output = ddp.forward(batch.data.to(device));
+      auto loss = torch::nn::functional::cross_entropy(output, batch.target.to(device));
       const auto t1 = Clock::now();
       (k > 1 ? loss / static_cast<double>(k) : loss).backward();  // buckets all-reduce meanwhile
       const auto t2 = Clock::now();
@@ -344,10 +376,10 @@ int Train(const TrainerOptions& opt) {
     r.epoch = epoch + 1;
     r.steps = step_in_epoch;
     std::vector<double> sums = {loss_sum, static_cast<double>(micro_batches)};
-    comm.allreduce(std::span(sums), plexus::ReduceOp::Sum).wait();
+    AllreduceSums(comm, sums, device);
     r.train_loss = sums[0] / std::max(1.0, sums[1]);
     if (opt.eval) {
-      const auto e = Evaluate(model, data, comm);
+      const auto e = Evaluate(model, data, comm, device);
       r.test_loss = e.loss;
       r.test_accuracy = e.accuracy;
     }

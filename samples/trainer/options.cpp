@@ -46,6 +46,9 @@ Training:
   --max-steps N           stop after N optimizer steps (default: every epoch)
   --threads N             LibTorch threads per rank (default: cores / ranks
                           on this host, at least 1)
+  --device cpu|cuda       where the model and batches live (default cpu);
+                          cuda: each rank uses cuda:LOCAL_RANK and needs a
+                          backend with CUDA memory (PLEXUS_BACKEND=nccl)
 
 DistributedDataParallel (PyTorch's defaults unless given):
   --bucket-cap-mb X       bucket size in MiB (default 25)
@@ -142,6 +145,11 @@ TrainerOptions ParseOptions(int argc, char** argv) {
       {"--max-steps",
        [&](const std::string& f, const std::string& v) { o.max_steps = ToInt(f, v, 1); }},
       {"--threads", i32(o.threads, 1)},
+      {"--device",
+       [&](const std::string& f, const std::string& v) {
+         if (v != "cpu" && v != "cuda") Usage(f + " must be cpu or cuda, not '" + v + "'");
+         o.device = v;
+       }},
       {"--bucket-cap-mb",
        [&](const std::string& f, const std::string& v) { o.bucket_cap_mb = ToDouble(f, v, 0); }},
       {"--no-sync-steps", i32(o.no_sync_steps, 1)},
@@ -200,6 +208,8 @@ TrainerOptions ParseOptions(int argc, char** argv) {
     o.log_every = -1;
   if (o.resume && o.checkpoint.empty()) Usage("--resume needs --checkpoint DIR");
   if (o.resume && !o.init.empty()) Usage("--resume and --init both set the weights; give one");
+  // A checkpoint loaded into a CUDA model would move it back to the CPU.
+  if (o.resume && o.device != "cpu") Usage("--resume works with --device cpu only");
   if (o.lr == 0) o.lr = o.optimizer == "sgd" ? 0.05 : 0.001;
   return o;
 }

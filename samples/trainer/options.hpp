@@ -20,9 +20,10 @@ struct TrainerOptions {
   std::string optimizer = "sgd";  // sgd (with momentum) | adam
   double lr = 0;                  // 0 = the optimizer's default (sgd 0.05, adam 0.001)
   double momentum = 0.9;
-  uint64_t seed = 0;      // initial weights and data order
-  int64_t max_steps = 0;  // stop after this many optimizer steps (0: run every epoch)
-  int threads = 0;        // LibTorch intra-op threads; 0 = cores / ranks on this host
+  uint64_t seed = 0;           // initial weights and data order
+  int64_t max_steps = 0;       // stop after this many optimizer steps (0: run every epoch)
+  int threads = 0;             // LibTorch intra-op threads; 0 = cores / ranks on this host
+  std::string device = "cpu";  // cpu | cuda (cuda:LOCAL_RANK)
   // DistributedDataParallel.
   std::optional<double> bucket_cap_mb;
   bool find_unused_parameters = false;

@@ -13,6 +13,13 @@
 //   ddp_check mismatch    the last rank's model has another shape: every rank
 //                         must fail at construction naming the difference
 //   ddp_check mismatch-frozen   the last rank freezes a parameter the others train
+//   ddp_check devices     device_ids/output_device and CUDA errors: every one a
+//                         clear plexus::Error at construction, no crash, no hang
+//   ddp_check cuda-available    exits 0 when a CUDA device is visible, else
+//                         prints why and exits 77 (cuda_run.sh asks first)
+//   --device cuda         (equivalence) model, batches and reference on
+//                         cuda:LOCAL_RANK; needs a backend with CUDA memory
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -28,6 +35,7 @@ namespace {
 
 uint32_t g_rank = 0, g_size = 1;
 int g_failures = 0;
+torch::Device g_device(torch::kCPU);  // --device
 
 void Check(bool ok, const std::string& what) {
   if (!ok) {
@@ -72,13 +80,14 @@ Net MakeNet() {
   torch::manual_seed(g_rank == 0 ? 42 : 1000 + g_rank);  // init_sync must make them equal
   Net net;
   net->to(torch::kFloat64);
+  net->to(g_device);
   return net;
 }
 
 uint64_t Hash(Net& net) {
   uint64_t h = 1469598103934665603ull;
   for (auto& p : net->parameters()) {
-    auto c = p.contiguous();
+    auto c = p.contiguous().cpu();
     const auto* b = static_cast<const unsigned char*>(c.data_ptr());
     for (int64_t i = 0; i < c.numel() * 8; ++i) h = (h ^ b[i]) * 1099511628211ull;
   }
@@ -110,6 +119,7 @@ struct Flags {
   int first_batches = 3;
   bool zero_grad_late = false;  // zero_grad() between forward and backward (ImageNet example)  //
                                 // join: rank r has first_batches + r batches
+  std::string device = "cpu";
 };
 
 void Equivalence(plexus::Communicator& comm, const Flags& f) {
@@ -136,6 +146,8 @@ void Equivalence(plexus::Communicator& comm, const Flags& f) {
     const bool use_aux = !f.unused || s % 2 == 0;  // the aux branch idles on odd steps
     const bool sync = !f.no_sync || s % 2 == 1;    // with --no-sync: accumulate on even steps
     auto [x, y] = Batch(s, g_rank);
+    x = x.to(g_device);
+    y = y.to(g_device);
     {
       std::optional<plexus::reducer::Reducer::NoSyncGuard> guard;
       if (!sync) guard.emplace(ddp.no_sync());
@@ -150,8 +162,8 @@ void Equivalence(plexus::Communicator& comm, const Flags& f) {
     std::vector<torch::Tensor> xs, ys;
     for (uint32_t r = 0; r < g_size; ++r) {
       auto [xr, yr] = Batch(s, r);
-      xs.push_back(xr);
-      ys.push_back(yr);
+      xs.push_back(xr.to(g_device));
+      ys.push_back(yr.to(g_device));
     }
     torch::mse_loss(reference->forward(torch::cat(xs), use_aux), torch::cat(ys)).backward();
     if (!sync) continue;
@@ -167,6 +179,11 @@ void Equivalence(plexus::Communicator& comm, const Flags& f) {
     BitIdentical(comm, model, "step " + std::to_string(s));
   }
   const auto data = ddp.logging_data();
+  if (g_device.is_cuda()) {  // PyTorch's defaults for a single-device CUDA module
+    Check(data.options.device_ids == std::vector<int>{g_device.index()} &&
+              data.options.output_device == g_device.index(),
+          "device_ids and output_device default to the module's device");
+  }
   Check(data.reducer.iterations == uint64_t(f.no_sync ? steps / 2 : steps), "iterations counted");
   if (f.bucket_cap_mb && *f.bucket_cap_mb < 0.001) {
     Check(data.reducer.buckets.size() >= 4, "small bucket_cap_mb gives many buckets (" +
@@ -279,6 +296,73 @@ void Mismatch(plexus::Communicator& comm, bool frozen) {
   }
 }
 
+template <typename F>
+void ExpectError(const std::string& what, int32_t status, const std::string& needle, F&& f) {
+  try {
+    f();
+    Check(false, what + ": no error");
+  } catch (const plexus::Error& e) {
+    const std::string m = e.what();
+    if (g_rank == 0) std::printf("%s: %s\n", what.c_str(), m.c_str());
+    Check(e.status() == status, what + ": status " + std::to_string(e.status()) + ": " + m);
+    Check(m.find(needle) != std::string::npos, what + ": message lacks '" + needle + "': " + m);
+  }
+}
+
+// Argument errors: thrown at construction, before any collective, on every rank.
+void Devices(plexus::Communicator& comm) {
+  using Options = plexus::ddp::DistributedDataParallelOptions;
+  Net cpu_model = MakeNet();
+  ExpectError("device_ids with two devices", PLEXUS_ERR_UNSUPPORTED,
+              "device_ids = [0, 1]: a module replicated over several devices of one process is "
+              "not supported",
+              [&] {
+                plexus::ddp::DistributedDataParallel d(cpu_model, comm, {.device_ids = {0, 1}});
+              });
+  const bool cuda = torch::cuda::is_available();
+  const std::string no_cuda = "no CUDA device is available to this process";
+  ExpectError(
+      "device_ids = [0] for a CPU module",
+      cuda ? PLEXUS_ERR_INVALID_ARGUMENT : PLEXUS_ERR_UNSUPPORTED,
+      cuda ? "but the module is on the CPU"
+           : "device_ids = [0] asks for CUDA device 0, but " + no_cuda,
+      [&] { plexus::ddp::DistributedDataParallel d(cpu_model, comm, {.device_ids = {0}}); });
+  Options out;
+  out.output_device = 0;
+  ExpectError("output_device = 0 for a CPU module",
+              cuda ? PLEXUS_ERR_INVALID_ARGUMENT : PLEXUS_ERR_UNSUPPORTED,
+              cuda ? "but the module is on the CPU" : no_cuda,
+              [&] { plexus::ddp::DistributedDataParallel d(cpu_model, comm, out); });
+  if (cuda) {
+    ExpectError(
+        "device_ids beyond the devices", PLEXUS_ERR_INVALID_ARGUMENT, "does not exist",
+        [&] { plexus::ddp::DistributedDataParallel d(cpu_model, comm, {.device_ids = {4096}}); });
+    const torch::Device gpu(torch::kCUDA, 0);
+    Net split = MakeNet();
+    split->fc2->to(gpu);
+    ExpectError("a module on two devices", PLEXUS_ERR_INVALID_ARGUMENT,
+                "the module is on more than one device: parameter 'fc2.weight' is on cuda:0, "
+                "parameter 'fc1.weight' on cpu",
+                [&] { plexus::ddp::DistributedDataParallel d(split, comm); });
+    Net on_gpu = MakeNet();
+    on_gpu->to(gpu);
+    if ((comm.capabilities().memory_types & (1u << PLEXUS_MEMORY_CUDA)) == 0) {
+      ExpectError("a CUDA module on a backend without CUDA memory", PLEXUS_ERR_UNSUPPORTED,
+                  "the module is on cuda:0 but backend '" + comm.backend_name() +
+                      "' cannot communicate CUDA memory: use a backend that can, e.g. NCCL "
+                      "(PLEXUS_BACKEND=nccl)",
+                  [&] { plexus::ddp::DistributedDataParallel d(on_gpu, comm); });
+    }
+  }
+  // After those, a CPU DDP still trains: nothing was left half-done.
+  plexus::ddp::DistributedDataParallel ddp(cpu_model, comm);
+  auto [x, y] = Batch(0, g_rank);
+  torch::mse_loss(ddp.forward(x), y).backward();
+  BitIdentical(comm, cpu_model, "a CPU step after the refused constructions");
+  Check(ddp.logging_data().options.device_ids.empty() && !ddp.logging_data().options.output_device,
+        "a CPU module keeps device_ids and output_device empty");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -300,16 +384,29 @@ int main(int argc, char** argv) {
       f.zero_grad_late = true;
     else if (a == "--first-batches" && i + 1 < argc)
       f.first_batches = std::stoi(argv[++i]);
+    else if (a == "--device" && i + 1 < argc)
+      f.device = argv[++i];
     else {
       std::fprintf(stderr, "ddp_check: unknown argument %s\n", a.c_str());
       return 2;
     }
   }
   torch::set_num_threads(1);
+  if (mode == "cuda-available" || f.device == "cuda") {
+    if (!torch::cuda::is_available()) {
+      std::printf("skipped: no CUDA device (torch::cuda::is_available() is false)\n");
+      return 77;
+    }
+    if (mode == "cuda-available") return 0;
+  }
   try {
     auto comm = plexus::Communicator::from_env();
     g_rank = comm.rank();
     g_size = comm.size();
+    if (f.device == "cuda") {
+      g_device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(
+                                                 comm.local_rank() % torch::cuda::device_count()));
+    }
     if (mode == "equivalence")
       Equivalence(comm, f);
     else if (mode == "join")
@@ -320,6 +417,8 @@ int main(int argc, char** argv) {
       Mismatch(comm, false);
     else if (mode == "mismatch-frozen")
       Mismatch(comm, true);
+    else if (mode == "devices")
+      Devices(comm);
     else {
       std::fprintf(stderr, "ddp_check: unknown mode %s\n", mode.c_str());
       return 2;

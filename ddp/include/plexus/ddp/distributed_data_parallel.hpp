@@ -25,9 +25,22 @@
 //    backward every .grad holds the average over the ranks.
 //
 // The module and the communicator must outlive the wrapper; the wrapper must
-// outlive every backward it takes part in. Host (CPU) tensors of float16,
-// bfloat16, float32 or float64; CUDA modules are not supported yet.
+// outlive every backward it takes part in. Tensors of float16, bfloat16,
+// float32 or float64, on the CPU or on one CUDA device.
 // Not thread-safe: one training thread.
+//
+// CUDA (one GPU per process, as PyTorch recommends): move the module to
+// cuda:LOCAL_RANK first, pass device_ids = {LOCAL_RANK} or nothing (the
+// module's device is taken, as PyTorch does), and use a backend with CUDA
+// memory (PLEXUS_BACKEND=nccl). The buckets are then in that device's memory,
+// gradients go in and out of them with torch ops on the current stream, and
+// every all-reduce is posted on that stream: with a stream-ordered backend
+// nothing waits on the host. Inputs must be on the device already (PyTorch
+// moves them; this forward passes its arguments as they are). The program
+// links LibTorch's CUDA library (libtorch_cuda); plexus-ddp itself does not.
+// Errors, at construction: several device_ids, a module on several devices
+// or on another device than device_ids[0], a CUDA request where no CUDA
+// device is visible, a CUDA module on a backend without CUDA memory.
 //
 // Where we differ from PyTorch: errors name the parameters and ranks
 // involved (a parameter without a gradient is reported at the end of the
@@ -56,7 +69,9 @@ namespace plexus::ddp {
 // Fields in the order of PyTorch's constructor arguments, so that designated
 // initialisers read like the keyword arguments: {.bucket_cap_mb = 25}.
 struct DistributedDataParallelOptions {
-  // CUDA device of this rank's module (single-device modules only); empty on CPU.
+  // CUDA device of this rank's module: one device, or empty (the module's
+  // own device; empty for a CPU module). output_device: unset, or
+  // device_ids[0]. logging_data() shows both as resolved.
   std::vector<int> device_ids{};
   std::optional<int> output_device{};
   // Broadcast rank 0's buffers (e.g. BatchNorm statistics) before each forward.

@@ -7,7 +7,9 @@
 // order, from the thread that calls mark_ready/finalize.
 //
 // Without a hook the reducer averages (see reducer.hpp). With a hook the
-// gradients arrive undivided: the hook averages.
+// gradients arrive undivided: the hook averages. The bucket may be in device
+// memory (GradBucket::memory says where): a hook touches it only through
+// that BucketMemory.
 #pragma once
 
 #include <chrono>
@@ -15,9 +17,11 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <span>
 
 #include "plexus/communicator.hpp"
+#include "plexus/reducer/bucket_memory.hpp"
 
 namespace plexus::reducer {
 
@@ -28,6 +32,9 @@ struct GradBucket {
   uint64_t count = 0;       // elements of dtype in buffer
   DType dtype = DType::Float32;
   std::span<const size_t> parameters;  // parameter indices, in the bucket's order
+  // Where buffer lives: work on it through memory, and post collectives on it
+  // with memory->placement_for_post(). Never null when the reducer calls.
+  std::shared_ptr<BucketMemory> memory;
 
   bool is_last() const { return index + 1 == bucket_count; }
 };

@@ -43,6 +43,14 @@
 // views (the values move with them): call bucket_view again after
 // prepare_for_backward when buckets_generation() changed.
 //
+// Memory: the buckets live in a BucketMemory (bucket_memory.hpp), host
+// memory unless the constructor is given another; gradients, bucket views
+// and the comm hooks' buffers are then in that memory, and every bucket's
+// all-reduce is posted with its placement (a CUDA device and the current
+// stream). The reducer's small control collectives (the ready order, the
+// used-parameter bitmap) stay in host memory unless the backend takes device
+// memory only; then they are staged through the BucketMemory.
+//
 // Errors are thrown as plexus::Error and say what and where: a parameter
 // marked ready twice, parameters that produced no gradient (named, with the
 // fix), a bucket whose all-reduce failed (its index and parameters), ranks
@@ -62,6 +70,7 @@
 
 #include "plexus/communicator.hpp"
 #include "plexus/reducer/bucket_assignment.hpp"
+#include "plexus/reducer/bucket_memory.hpp"
 #include "plexus/reducer/comm_hook.hpp"
 
 namespace plexus::reducer {
@@ -76,7 +85,7 @@ struct Parameter {
   std::vector<int64_t> shape;    // for the cross-rank check; {count} if unknown
   uint64_t count = 0;            // elements
   DType dtype = DType::Float32;  // float16, bfloat16, float32 or float64
-  int device = -1;               // -1 = host memory (the only kind supported so far)
+  int device = -1;               // -1 = host memory, else the device of the BucketMemory
 };
 
 struct ReducerOptions {
@@ -119,10 +128,13 @@ struct ReducerStats {
 
 class Reducer {
  public:
-  // Checks the parameters (non-empty, float dtypes, host memory) and buckets
-  // them. Not collective: call VerifyReplicas first to check that every rank
-  // has the same parameters. Throws plexus::Error.
-  Reducer(Communicator& comm, std::vector<Parameter> parameters, ReducerOptions options = {});
+  // Checks the parameters (non-empty, float dtypes, on memory's device) and
+  // buckets them in `memory` (null: host memory). Not collective: call
+  // VerifyReplicas first to check that every rank has the same parameters.
+  // Throws plexus::Error, UNSUPPORTED when the backend cannot communicate
+  // that memory.
+  Reducer(Communicator& comm, std::vector<Parameter> parameters, ReducerOptions options = {},
+          std::shared_ptr<BucketMemory> memory = nullptr);
   ~Reducer();
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
@@ -199,5 +211,9 @@ class Reducer {
 // shapes, dtypes, in the same order). Throws plexus::Error on every rank when
 // they differ, naming the first parameter that differs and the ranks.
 void VerifyReplicas(Communicator& comm, std::span<const Parameter> parameters);
+// The same, for a backend that may take device memory only: its collectives
+// go through `memory` when the backend takes no host memory.
+void VerifyReplicas(Communicator& comm, std::span<const Parameter> parameters,
+                    BucketMemory& memory);
 
 }  // namespace plexus::reducer
