@@ -201,6 +201,14 @@ std::string JsonNumbers(const std::vector<double>& v) {
 }
 
 int Train(const TrainerOptions& opt) {
+  // Before anything touches LibTorch's CUDA state (manual_seed seeds the CUDA
+  // generators too): LibTorch decides once whether CUDA is there.
+  if (opt.device == "cuda") {
+    std::string why;
+    if (!plexus::ddp::load_torch_cuda(&why)) {
+      throw std::runtime_error("--device cuda: LibTorch's CUDA support is missing: " + why);
+    }
+  }
   DataSplits data = LoadData(opt);
   torch::manual_seed(opt.seed);  // the same initial model for the same seed, on every backend
   const int64_t features = data.train_x.size(1);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cuda_run.sh PROBE PLEXUS_RUN N PROGRAM ARGS...: when `PROBE cuda-available`
-# (ddp_check_cuda) finds a CUDA device, runs `plexus-run -n N PROGRAM ARGS...`
+# (ddp_check) finds a CUDA device, runs `plexus-run -n N PROGRAM ARGS...`
 # on the CUDA backend (PLEXUS_BACKEND, default nccl); otherwise prints why and
 # exits 77 (skipped). The probe comes first because plexus-run reports a
 # rank's 77 as a failure.

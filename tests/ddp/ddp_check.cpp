@@ -15,6 +15,7 @@
 //   ddp_check mismatch-frozen   the last rank freezes a parameter the others train
 //   ddp_check devices     device_ids/output_device and CUDA errors: every one a
 //                         clear plexus::Error at construction, no crash, no hang
+//   ddp_check load-cuda   loads LibTorch's CUDA library (plexus/ddp/torch_cuda.hpp)
 //   ddp_check cuda-available    exits 0 when a CUDA device is visible, else
 //                         prints why and exits 77 (cuda_run.sh asks first)
 //   --device cuda         (equivalence) model, batches and reference on
@@ -392,6 +393,24 @@ int main(int argc, char** argv) {
     }
   }
   torch::set_num_threads(1);
+  if (mode == "load-cuda") {  // the on-demand load works where the wheel has CUDA
+    std::string why;
+    if (!plexus::ddp::load_torch_cuda(&why)) {
+      std::printf("FAIL: %s\n", why.c_str());
+      return 1;
+    }
+    std::printf("ok: LibTorch's CUDA library loaded; CUDA device here: %s\n",
+                torch::cuda::is_available() ? "yes" : "no");
+    return 0;
+  }
+  if (mode == "cuda-available" || mode == "devices" || f.device == "cuda") {
+    // Before any CUDA question to LibTorch (it answers the first one for good).
+    std::string why;
+    if (!plexus::ddp::load_torch_cuda(&why) && mode != "devices") {
+      std::printf("skipped: no CUDA support: %s\n", why.c_str());
+      return 77;
+    }
+  }
   if (mode == "cuda-available" || f.device == "cuda") {
     if (!torch::cuda::is_available()) {
       std::printf("skipped: no CUDA device (torch::cuda::is_available() is false)\n");
