@@ -119,11 +119,24 @@ Loaded Load() {
     out.error = a.nccl_path + " lacks " + missing + " (this backend needs NCCL >= 2.18)";
     return out;
   }
-  // None of these touches a device or initialises the driver, so they are
-  // safe in the host's forked probe process too.
+  // This runs in the entry function, which the host also calls in its
+  // probe: a child fork()ed without exec. If the parent had initialised CUDA
+  // (LibTorch does), CUDA in that child is undefined and may hang, and a hang
+  // there makes the host refuse the backend. ncclGetVersion and
+  // cudaRuntimeGetVersion only report the library's own version. The
+  // driver's version needs libcuda.so.1: asked here only when no libcuda is
+  // in the process yet (nobody, in this process or a parent it was forked
+  // from, can have initialised CUDA then); otherwise DriverVersion() asks at
+  // init, which the probe's host (no out-of-band functions) never gets past.
   if (a.GetVersion(&a.nccl_version) != ncclSuccess) a.nccl_version = 0;
   if (a.RuntimeGetVersion(&a.runtime_version) != cudaSuccess) a.runtime_version = 0;
-  if (a.DriverGetVersion(&a.driver_version) != cudaSuccess) a.driver_version = 0;
+  if (void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD)) {
+    dlclose(driver);
+    a.driver_version = -1;  // not asked
+  } else if (a.DriverGetVersion(&a.driver_version) != cudaSuccess) {
+    a.GetLastError();
+    a.driver_version = 0;
+  }
   // NCCL's ncclConfig_t grew over time; 2.18 is the oldest this code's
   // config (blocking, cgaClusterSize, ...) was checked against.
   if (a.nccl_version < 21800) {
@@ -147,8 +160,19 @@ const CudaApi* LoadCudaApi(std::string* why) {
   return &loaded->api;
 }
 
+int DriverVersion(const CudaApi& api) {
+  if (api.driver_version >= 0) return api.driver_version;
+  int v = 0;
+  if (api.DriverGetVersion(&v) != cudaSuccess) {
+    api.GetLastError();
+    v = 0;
+  }
+  return v;
+}
+
 std::string CudaVersionText(int version) {
-  if (version <= 0) return "none";
+  if (version < 0) return "not asked yet";
+  if (version == 0) return "none";
   return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
 }
 

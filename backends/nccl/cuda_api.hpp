@@ -68,18 +68,27 @@ struct CudaApi {
   std::string nccl_path;
   int nccl_version = 0;     // ncclGetVersion, e.g. 22809
   int runtime_version = 0;  // cudaRuntimeGetVersion, e.g. 13000
-  int driver_version = 0;   // cudaDriverGetVersion; 0 when no driver (libcuda) is installed
+  // cudaDriverGetVersion; 0 when no driver (libcuda) is installed; -1 when
+  // not asked at load because libcuda was already loaded (cuda_api.cpp says
+  // why): DriverVersion() asks then.
+  int driver_version = 0;
 };
+
+// The driver's CUDA version, asked now if loading did not (not in a forked
+// child: call only from init or later).
+int DriverVersion(const CudaApi& api);
 
 // Loads both libraries once per process (thread-safe) and returns the table,
 // or nullptr with *why set ("libnccl.so.2 not found: ..."). Each library is
 // looked for by its soname through the dynamic linker's search (a copy
 // already loaded into the process, LD_LIBRARY_PATH, ld.so.cache), then in the
-// toolkit directory this plugin was built against. Touches no device and does
-// not initialise the driver. Non-blocking apart from the dlopen itself.
+// toolkit directory this plugin was built against. Touches no device, does
+// not initialise the driver, and calls into libcuda only where no libcuda was
+// loaded before (safe in the host's forked probe). Non-blocking apart from
+// the dlopen itself.
 const CudaApi* LoadCudaApi(std::string* why);
 
-// "12.4" from 12040; "none" for 0.
+// "12.4" from 12040; "none" for 0; "not asked yet" for -1.
 std::string CudaVersionText(int version);
 // "2.28.9" from 22809 (NCCL >= 2.9 codes).
 std::string NcclVersionText(int code);

@@ -4,9 +4,32 @@
 // was enqueued on (the caller's plexus_placement.stream, or the
 // communicator's own stream); a request is complete when its event is. test()
 // queries the event and, every so often, ncclCommGetAsyncError; wait() polls
-// the same way, a short spin first and then sleeps that grow to 1 ms, so an
-// idle wait does not hold a core. Nothing on the post path synchronises with
-// the device: a post is the NCCL call plus one cudaEventRecord.
+// the same way (WaitRequest says how long it spins). Nothing on the post path
+// synchronises with the device: a post is the NCCL call plus one
+// cudaEventRecord.
+//
+// Point-to-point: the ABI lets a rank post a send and a recv to the same peer
+// before it waits for either, on both ranks in the same order. NCCL runs
+// ncclSend/ncclRecv issued one by one in order on the GPU, each blocking
+// until matched, so send-then-recv on both ranks would deadlock. Consecutive
+// send/recv posts are therefore queued (checked, with their events) and
+// launched together in one ncclGroupStart/ncclGroupEnd, whose operations
+// progress independently (NCCL's "Point-to-point communication" guide; the
+// same as torch's batch_isend_irecv). The queue is launched before the next
+// collective is enqueued (stream order is kept) and when any request of the
+// communicator is tested or waited on; comm_abort/comm_destroy drop it (its
+// requests fail with ABORTED: launching work that abort stops at once would
+// change nothing). A group may mix streams: NCCL joins them ("Mixing
+// multiple streams within the same group").
+//
+// Non-blocking NCCL (config.blocking = 0): any NCCL call, a collective or
+// ncclGroupEnd too, may return ncclInProgress, meaning NCCL is still
+// enqueueing it (connecting to peers on first use). Until
+// ncclCommGetAsyncError stops saying ncclInProgress, no other NCCL call may
+// be made on the communicator and the events must not be recorded, so the
+// requests of such a call wait in in_progress_ and their events are recorded
+// when it settles: by the next post (which must wait for it, bounded by the
+// timeout and by comm_abort) or by any test/wait (one look each).
 //
 // Failures: an asynchronous NCCL error (a peer's connection lost, a remote
 // rank's abort) fails the request with PLEXUS_ERR_REMOTE and ncclGetLastError's
@@ -63,6 +86,48 @@ class CommCore {
   std::mutex& post_mutex() { return nccl_mutex_; }
   ncclComm_t nccl_locked() const { return nccl_; }
 
+  // A request whose NCCL call has been made (or is queued) but whose event
+  // is not recorded yet, and the stream to record it on.
+  struct Pending {
+    plexus_request* req;
+    cudaStream_t stream;
+  };
+  // A send or recv waiting for the next group launch.
+  struct QueuedP2P {
+    Pending pending;
+    bool is_send;
+    void* buf;
+    size_t count;  // NCCL elements
+    ncclDataType_t type;
+    int peer;
+    uint64_t plexus_count;  // for messages: what the caller posted
+    const char* dtype_name;
+  };
+
+  // The functions below need post_mutex() held. Requests in the queues are
+  // PENDING (so never freed) while they are there, and are touched only under
+  // the mutex; every failure path empties the queues before any request can
+  // be finished with the failure (DropQueuesLocked).
+  //
+  // After a call returned r: records the events of reqs (ncclSuccess), or
+  // keeps them until the call settles (ncclInProgress), or fails: then the
+  // communicator is aborted unless NCCL rejected the arguments of a single
+  // call (group: always). Returns PLEXUS_OK or the error, *why set.
+  int32_t AfterCallLocked(ncclResult_t r, const Pending* reqs, size_t n, bool group,
+                          const std::string& what, std::string* why);
+  // Waits (block) or looks once for the call in progress to settle and
+  // records its events. PLEXUS_OK when nothing is in progress any more,
+  // PLEXUS_IN_PROGRESS (only when !block), else an error (aborted).
+  int32_t SettleLocked(bool block, std::string* why);
+  void QueueP2PLocked(const QueuedP2P& op) { queued_.push_back(op); }
+  // Launches the queued sends/recvs as one group, settling first. block as
+  // for SettleLocked. PLEXUS_OK when the queue is empty afterwards.
+  int32_t LaunchQueuedLocked(bool block, std::string* why);
+  // Forgets the queues without touching their requests (after a failure).
+  void DropQueuesLocked();
+  // Aborts with the mutex already held (see Abort).
+  void AbortLocked(int32_t code, const std::string& message);
+
   // An event for one request, from the pool (created on the device when the
   // pool is empty); returned with ReleaseEvent.
   bool AcquireEvent(cudaEvent_t* event, std::string* why);
@@ -103,7 +168,12 @@ class CommCore {
   std::string name_;
 
   std::mutex nccl_mutex_;
-  ncclComm_t nccl_ = nullptr;  // guarded by nccl_mutex_
+  ncclComm_t nccl_ = nullptr;            // guarded by nccl_mutex_
+  std::vector<QueuedP2P> queued_;        // guarded by nccl_mutex_
+  std::vector<Pending> in_progress_;     // guarded by nccl_mutex_: the call NCCL still enqueues
+  std::string in_progress_what_;         // guarded by nccl_mutex_
+  int64_t in_progress_since_ns_ = 0;     // guarded by nccl_mutex_
+  std::vector<Pending> record_scratch_;  // guarded by nccl_mutex_; reused, no allocation per launch
   cudaStream_t stream_ = nullptr;
   void* scratch_ = nullptr;
   std::atomic<bool> abort_requested_{false};
@@ -126,8 +196,12 @@ class CommCore {
 struct plexus_request {
   std::shared_ptr<plexus::nccl::CommCore> core;
   cudaEvent_t event = nullptr;  // nullptr: completed at post (count 0)
-  const char* op = "";          // "allreduce", static storage; with seq in messages
-  uint64_t seq = 0;             // this communicator's count of posts, from 1
+  // The event is recorded (after the NCCL call settled); until then the
+  // request sits in its core's queue or in-progress list. Written under the
+  // core's post mutex.
+  std::atomic<bool> launched{false};
+  const char* op = "";  // "allreduce", static storage; with seq in messages
+  uint64_t seq = 0;     // this communicator's count of posts, from 1
   int64_t posted_ns = 0;
   std::mutex mutex;  // guards status and error
   int32_t status = PLEXUS_IN_PROGRESS;
@@ -138,8 +212,10 @@ struct plexus_request {
 
 namespace plexus::nccl {
 
-// Advances req without blocking; returns its status (PLEXUS_IN_PROGRESS while
-// pending). poll_async: also ask NCCL for an asynchronous error this time.
+// Advances req without blocking (it may launch queued point-to-point
+// operations, which NCCL's non-blocking mode keeps short); returns its status
+// (PLEXUS_IN_PROGRESS while pending). poll_async: also ask NCCL for an
+// asynchronous error this time.
 int32_t PollRequest(plexus_request* req, bool poll_async);
 // wait() of the ABI.
 int32_t WaitRequest(plexus_request* req, int64_t timeout_ms);

@@ -233,15 +233,45 @@ struct Buffer {
   const void* ptr;
 };
 
+// What Post needs to name an operation in an error: op, seq, count, dtype,
+// root or peer (built only on failure).
+struct OpInfo {
+  const char* what;
+  uint64_t count;
+  plexus_dtype_t dtype;
+  int64_t root = -1;  // root (broadcast, reduce) or peer (send, recv); -1: none
+  bool is_peer = false;
+};
+
+std::string Describe(const OpInfo& op, uint64_t seq) {
+  std::string text = std::string("nccl ") + op.what + " #" + std::to_string(seq) + " (" +
+                     std::to_string(op.count) + " x " + DtypeText(op.dtype);
+  if (op.root >= 0) text += (op.is_peer ? ", peer " : ", root ") + std::to_string(op.root);
+  return text + ")";
+}
+
+// A send or recv to queue instead of enqueueing at once (nccl_comm.hpp).
+struct P2PArgs {
+  bool is_send;
+  void* buf;
+  size_t count;  // NCCL elements
+  ncclDataType_t type;
+  int peer;
+};
+
 // Posts one operation: under the post mutex, checks the buffers and the
-// stream, takes an event, runs enqueue (the NCCL calls), waits out NCCL's
-// non-blocking "in progress" if it says so (a first use that connects
-// peers), and records the event. Nothing else: no copy, no host sync.
+// stream, takes an event, then either queues it (point-to-point: launched
+// with the others of its group, nccl_comm.hpp) or, after launching what is
+// queued and letting a call NCCL still completes in the background settle,
+// runs enqueue (the NCCL calls) and records the event (or leaves that to the
+// settle when NCCL says ncclInProgress). No copy, no host sync.
 template <typename Enqueue>
-int32_t Post(plexus_comm* comm, const char* what, uint64_t count, const plexus_placement* placement,
-             std::initializer_list<Buffer> buffers, Enqueue&& enqueue, plexus_request** req_out) {
+int32_t Post(plexus_comm* comm, const OpInfo& op, const plexus_placement* placement,
+             std::initializer_list<Buffer> buffers, const P2PArgs* p2p, Enqueue&& enqueue,
+             plexus_request** req_out) {
   CommCore& c = *comm->core;
   const CudaApi& api = c.api();
+  const char* what = op.what;
   auto req = std::make_unique<plexus_request>();
   req->core = comm->core;
   req->op = what;
@@ -256,7 +286,7 @@ int32_t Post(plexus_comm* comm, const char* what, uint64_t count, const plexus_p
   }
   req->seq = c.NextSeq();
   req->posted_ns = NowNs();
-  if (count == 0) {  // a real operation that needs no peer: done at once
+  if (op.count == 0) {  // a real operation that needs no peer: done at once
     req->status = PLEXUS_OK;
     *req_out = req.release();
     return PLEXUS_OK;
@@ -290,60 +320,34 @@ int32_t Post(plexus_comm* comm, const char* what, uint64_t count, const plexus_p
   }
   req->event = event;  // given back by ~plexus_request on every path below
 
-  ncclResult_t r = enqueue(nc, stream);
-  const char* stage = "the NCCL call";
-  if (r == ncclInProgress) {
-    // Non-blocking communicator: NCCL finishes the call (e.g. connecting to
-    // peers on first use) in the background. It must end before the event is
-    // recorded and before the next NCCL call on this communicator.
-    stage = "NCCL's background completion of the call";
-    const int64_t deadline = NowNs() + c.timeout_ms() * 1'000'000;
-    for (;;) {
-      ncclResult_t async = ncclInProgress;
-      r = api.CommGetAsyncError(nc, &async);
-      if (r == ncclSuccess) r = async;
-      if (r != ncclInProgress) break;
-      if (c.abort_requested()) {
-        lock.unlock();
-        c.Failure(&why);
-        return Reject(comm, PLEXUS_ERR_ABORTED,
-                      std::string("nccl ") + what + ": aborted while NCCL completed the call");
-      }
-      if (NowNs() >= deadline) {
-        lock.unlock();
-        const std::string msg = std::string("nccl ") + what + " #" + std::to_string(req->seq) +
-                                ": NCCL did not complete the call within " +
-                                std::to_string(c.timeout_ms()) +
-                                " ms (it connects to the peers on first use; one of them is "
-                                "missing or stuck)";
-        c.Abort(PLEXUS_ERR_TIMEOUT, msg);
-        return Reject(comm, PLEXUS_ERR_TIMEOUT, msg);
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+  if (p2p) {
+    // Checked and tracked now; the NCCL call comes with the group launch.
+    c.QueueP2PLocked({{req.get(), stream},
+                      p2p->is_send,
+                      p2p->buf,
+                      p2p->count,
+                      p2p->type,
+                      p2p->peer,
+                      op.count,
+                      DtypeText(op.dtype)});
+    *req_out = req.release();
+    return PLEXUS_OK;
   }
-  if (r != ncclSuccess) {
-    const char* last = api.GetNcclLastError(nc);
-    const std::string msg = std::string("nccl ") + what + " #" + std::to_string(req->seq) + ": " +
-                            stage + " failed: " + api.GetNcclErrorString(r) +
-                            (last && *last ? std::string(" (") + last + ")" : std::string());
-    const int32_t code = StatusOfNccl(r);
-    lock.unlock();
-    // NCCL checks its arguments before it enqueues anything: the
-    // communicator is still usable then. Anything else breaks it.
-    if (code != PLEXUS_ERR_INVALID_ARGUMENT && code != PLEXUS_ERR_INVALID_USAGE) c.Abort(code, msg);
-    return Reject(comm, code, msg);
+  // Stream order: the queued sends/recvs were posted first, so they go first;
+  // and NCCL takes no new call while one is still in progress. Both wait
+  // here, bounded by the timeout and ended by comm_abort.
+  int32_t rc = c.LaunchQueuedLocked(true, &why);
+  if (rc == PLEXUS_OK) rc = c.SettleLocked(true, &why);
+  if (rc != PLEXUS_OK) {
+    return Reject(comm, rc,
+                  Describe(op, req->seq) + ": could not be posted: " +
+                      (rc == PLEXUS_ERR_ABORTED ? std::string("aborted") : why));
   }
-  const cudaError_t e = api.EventRecord(event, stream);
-  if (e != cudaSuccess) {
-    api.GetLastError();
-    lock.unlock();
-    // The operation is on the stream but cannot be tracked: stop it.
-    const std::string msg = std::string("nccl ") + what +
-                            ": cudaEventRecord after the NCCL call: " + api.GetErrorString(e);
-    c.Abort(PLEXUS_ERR_SYSTEM, msg);
-    return Reject(comm, PLEXUS_ERR_SYSTEM, msg);
-  }
+  const ncclResult_t r = enqueue(nc, stream);
+  const CommCore::Pending pending{req.get(), stream};
+  rc = c.AfterCallLocked(r, &pending, 1, false,
+                         r == ncclSuccess ? std::string() : Describe(op, req->seq), &why);
+  if (rc != PLEXUS_OK) return Reject(comm, rc, why);
   *req_out = req.release();
   return PLEXUS_OK;
 }
@@ -351,6 +355,11 @@ int32_t Post(plexus_comm* comm, const char* what, uint64_t count, const plexus_p
 // ---------------------------------------------------------------- lifecycle
 
 int32_t Init(const plexus_host_v1* host, plexus_backend_ctx** ctx_out) {
+  // A host without the out-of-band functions cannot run NCCL's bootstrap.
+  // It is also what the host's plugin probe passes, in a child fork()ed
+  // without exec (plugins/backend_calls.cpp RunProbeChild): refusing before
+  // any CUDA call keeps CUDA out of that child, where it is undefined once
+  // the parent has initialised CUDA. Nothing above this line may call CUDA.
   if (!host || !ctx_out || host->struct_size < sizeof(plexus_host_v1) || !host->oob_allgather ||
       !host->oob_broadcast) {
     return PLEXUS_ERR_INVALID_ARGUMENT;
@@ -378,7 +387,7 @@ int32_t Init(const plexus_host_v1* host, plexus_backend_ctx** ctx_out) {
     LogHost(*host, PLEXUS_LOG_INFO,
             "NCCL " + NcclVersionText(api->nccl_version) + " (" + api->nccl_path +
                 "), CUDA runtime " + CudaVersionText(api->runtime_version) + " (" +
-                api->cudart_path + "), CUDA driver " + CudaVersionText(api->driver_version) + ", " +
+                api->cudart_path + "), CUDA driver " + CudaVersionText(DriverVersion(*api)) + ", " +
                 std::to_string(count) + " CUDA device(s)");
     // Logged last, at INFO so that CPU jobs do not print it: the host quotes
     // it as the reason this backend
@@ -537,7 +546,8 @@ int32_t Allreduce(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_
     }
     const NcclType t = MapDtype(dtype);
     return Post(
-        comm, "allreduce", count, placement, {{"sendbuf", sendbuf}, {"recvbuf", recvbuf}},
+        comm, {"allreduce", count, dtype}, placement, {{"sendbuf", sendbuf}, {"recvbuf", recvbuf}},
+        nullptr,
         [&](ncclComm_t nc, cudaStream_t s) {
           return comm->core->api().AllReduce(sendbuf, recvbuf, count, t.type, nop, nc, s);
         },
@@ -560,7 +570,7 @@ int32_t Broadcast(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t d
     }
     const NcclType t = MapDtype(dtype);
     return Post(
-        comm, "broadcast", count, placement, {{"buf", buf}},
+        comm, {"broadcast", count, dtype, int64_t(root)}, placement, {{"buf", buf}}, nullptr,
         [&](ncclComm_t nc, cudaStream_t s) {
           return comm->core->api().Broadcast(buf, buf, count * t.scale, t.type, int(root), nc, s);
         },
@@ -589,8 +599,8 @@ int32_t Reduce(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t c
     void* recv = is_root ? recvbuf : const_cast<void*>(sendbuf);
     const NcclType t = MapDtype(dtype);
     return Post(
-        comm, "reduce", count, placement,
-        {{"sendbuf", sendbuf}, {"recvbuf", is_root ? recvbuf : nullptr}},
+        comm, {"reduce", count, dtype, int64_t(root)}, placement,
+        {{"sendbuf", sendbuf}, {"recvbuf", is_root ? recvbuf : nullptr}}, nullptr,
         [&](ncclComm_t nc, cudaStream_t s) {
           return comm->core->api().Reduce(sendbuf, recv, count, t.type, nop, int(root), nc, s);
         },
@@ -610,7 +620,8 @@ int32_t Allgather(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_
     }
     const NcclType t = MapDtype(dtype);
     return Post(
-        comm, "allgather", count, placement, {{"sendbuf", sendbuf}, {"recvbuf", recvbuf}},
+        comm, {"allgather", count, dtype}, placement, {{"sendbuf", sendbuf}, {"recvbuf", recvbuf}},
+        nullptr,
         [&](ncclComm_t nc, cudaStream_t s) {
           return comm->core->api().AllGather(sendbuf, recvbuf, count * t.scale, t.type, nc, s);
         },
@@ -632,7 +643,8 @@ int32_t ReduceScatter(plexus_comm* comm, const void* sendbuf, void* recvbuf, uin
     }
     const NcclType t = MapDtype(dtype);
     return Post(
-        comm, "reduce_scatter", count, placement, {{"sendbuf", sendbuf}, {"recvbuf", recvbuf}},
+        comm, {"reduce_scatter", count, dtype}, placement,
+        {{"sendbuf", sendbuf}, {"recvbuf", recvbuf}}, nullptr,
         [&](ncclComm_t nc, cudaStream_t s) {
           return comm->core->api().ReduceScatter(sendbuf, recvbuf, count, t.type, nop, nc, s);
         },
@@ -662,17 +674,23 @@ int32_t Alltoall(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t
     // NCCL has no alltoall: one group of a send and a receive per rank
     // (itself included), which NCCL runs as a single launch.
     return Post(
-        comm, "alltoall", count, placement, {{"sendbuf", sendbuf}, {"recvbuf", recvbuf}},
+        comm, {"alltoall", count, dtype}, placement, {{"sendbuf", sendbuf}, {"recvbuf", recvbuf}},
+        nullptr,
         [&](ncclComm_t nc, cudaStream_t s) {
           const CudaApi& api = comm->core->api();
           ncclResult_t r = api.GroupStart();
           if (r != ncclSuccess) return r;
           ncclResult_t first = ncclSuccess;
-          for (uint32_t peer = 0; peer < n && first == ncclSuccess; ++peer) {
+          // Inside a group NCCL only records the calls; a non-blocking
+          // communicator may still say ncclInProgress for one, which is no
+          // failure (ncclGroupEnd's result covers the launch).
+          const auto ok = [](ncclResult_t x) { return x == ncclSuccess || x == ncclInProgress; };
+          for (uint32_t peer = 0; peer < n && ok(first); ++peer) {
             first = api.Send(s8 + peer * block, count * t.scale, t.type, int(peer), nc, s);
-            if (first == ncclSuccess)
+            if (ok(first))
               first = api.Recv(r8 + peer * block, count * t.scale, t.type, int(peer), nc, s);
           }
+          if (first == ncclInProgress) first = ncclSuccess;
           // The group is always closed; its result covers the whole launch.
           r = api.GroupEnd();
           return first != ncclSuccess ? first : r;
@@ -699,13 +717,10 @@ int32_t PointToPoint(bool is_send, plexus_comm* comm, void* buf, uint64_t count,
                     std::string("nccl ") + what + ": NULL buffer");
     }
     const NcclType t = MapDtype(dtype);
+    const P2PArgs args{is_send, buf, size_t(count * t.scale), t.type, int(peer)};
     return Post(
-        comm, what, count, placement, {{"buf", buf}},
-        [&](ncclComm_t nc, cudaStream_t s) {
-          const CudaApi& api = comm->core->api();
-          return is_send ? api.Send(buf, count * t.scale, t.type, int(peer), nc, s)
-                         : api.Recv(buf, count * t.scale, t.type, int(peer), nc, s);
-        },
+        comm, {what, count, dtype, int64_t(peer), true}, placement, {{"buf", buf}}, &args,
+        [](ncclComm_t, cudaStream_t) { return ncclInternalError; },  // never called: queued
         req_out);
   });
 }
@@ -731,7 +746,7 @@ int32_t Barrier(plexus_comm* comm, plexus_request** req_out) {
     *req_out = nullptr;
     void* word = comm->core->scratch();
     return Post(
-        comm, "barrier", 1, nullptr, {},
+        comm, {"barrier", 1, PLEXUS_DTYPE_INT32}, nullptr, {}, nullptr,
         [&](ncclComm_t nc, cudaStream_t s) {
           return comm->core->api().AllReduce(word, word, 1, ncclInt32, ncclSum, nc, s);
         },
@@ -743,7 +758,10 @@ int32_t Barrier(plexus_comm* comm, plexus_request** req_out) {
 
 // "0.1.0 (NCCL 2.28.9, CUDA runtime 13.0, CUDA driver 13.0)": what this
 // process loaded, filled by the entry function on its first call (which
-// loads the libraries, touching no device); static storage.
+// loads the libraries, touching no device); static storage. The driver's
+// version says "not asked yet" where libcuda was loaded before us (see
+// cuda_api.cpp: the entry function also runs in the host's forked probe);
+// init's log line has it then.
 char g_version[256] = PLEXUS_VERSION_STRING " (NCCL not loaded)";
 
 void FillVersion() {

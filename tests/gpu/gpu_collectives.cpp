@@ -285,19 +285,36 @@ void Battery(plexus::Communicator& comm, int device) {
         auto want = Encode(t, count, [&](size_t i) { return Input(prev, i, ReduceOp::Sum); });
         DeviceBuf s(out.size()), r(out.size());
         s.Load(out);
-        // Even ranks send first: NCCL's point-to-point calls each block until matched.
-        if (me % 2 == 0) {
-          plexus::Work a = comm.send(s.p, count, t, next, &where);
-          plexus::Work b = comm.recv(r.p, count, t, prev, &where);
-          a.wait();
-          b.wait();
-        } else {
-          plexus::Work b = comm.recv(r.p, count, t, prev, &where);
-          plexus::Work a = comm.send(s.p, count, t, next, &where);
-          b.wait();
-          a.wait();
+        // Every rank posts its send before its recv, and waits for neither
+        // before both are posted: the ABI allows it, and NCCL's ncclSend and
+        // ncclRecv issued one by one would deadlock on it (each blocks on the
+        // GPU until matched). The backend launches them as one group.
+        plexus::Work a = comm.send(s.p, count, t, next, &where);
+        plexus::Work b = comm.recv(r.p, count, t, prev, &where);
+        a.wait();
+        b.wait();
+        Check(r.Read() == want, "send/recv, both ranks send first " + tag);
+        // The same, waiting for the recv first, then driving it by test().
+        DeviceBuf r2(out.size());
+        plexus::Work c = comm.send(s.p, count, t, next, &where);
+        plexus::Work d = comm.recv(r2.p, count, t, prev, &where);
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        while (!d.test() && std::chrono::steady_clock::now() < give_up) {
         }
-        Check(r.Read() == want, "send/recv " + tag);
+        Check(d.completed(), "send/recv completes through test() alone " + tag);
+        c.wait();
+        Check(r2.Read() == want, "send/recv, recv waited first " + tag);
+        // Posted sends/recvs launch when a collective is posted after them,
+        // ahead of it in stream order.
+        DeviceBuf r3(out.size());
+        DeviceBuf one(4);
+        plexus::Work e = comm.send(s.p, count, t, next, &where);
+        plexus::Work f = comm.recv(r3.p, count, t, prev, &where);
+        plexus::Work g = comm.allreduce(one.p, one.p, 1, DType::Float32, ReduceOp::Sum, &where);
+        g.wait();
+        f.wait();
+        e.wait();
+        Check(r3.Read() == want, "send/recv then a collective, nothing waited in between " + tag);
       }
     }
   }

@@ -12,26 +12,36 @@
 # and prints ONE summary line (starting "GPU SUITE:"). Under 5 minutes on one
 # GPU once built. Without a GPU it says why and exits 77 (meson: skipped).
 #
-# Usage: tests/gpu/run.sh [--build-dir DIR] [--dry-run]
+# Usage: tests/gpu/run.sh [--build-dir DIR] [--dry-run] [--direct]
 #   --build-dir DIR  use (and, if needed, configure) this build directory;
 #                    default: build-gpu in the repository root
 #   --dry-run        do everything that needs no GPU (tool checks, build,
 #                    plexus-info) and print the GPU commands instead of running them
+#   --direct         build with the C++ compiler alone (no meson/ninja), as
+#                    is done anyway where meson or ninja is missing
 #
-# What a bare machine needs: bash, a C++20 compiler (g++ >= 11), meson >= 1.0
-# and ninja (if absent, the script tries `python3 -m pip install --user
-# meson ninja`), the CUDA toolkit with NCCL (nccl.h, libnccl.so.2,
-# libcudart.so) under $CUDA_HOME, $CUDA_PATH or /usr/local/cuda, and the
-# NVIDIA driver. Not needed: MPI, UCX, LibTorch, doctest (without doctest the
-# GPU programs are compiled directly with the compiler).
+# What a bare machine needs: bash, a C++20 compiler (g++ >= 11), libsodium's
+# headers and library (sodium.h, -lsodium: the rendezvous handshake), the
+# CUDA toolkit with NCCL (nccl.h, libnccl.so.2, libcudart.so) under
+# $CUDA_HOME, $CUDA_PATH or /usr/local/cuda, and the NVIDIA driver. meson and
+# ninja are used when present; without them (and no network to install them)
+# everything needed is compiled directly, in parallel, into DIR/direct.
+# Not needed: MPI, UCX, LibTorch, doctest.
+#
+# Hooks: tests/gpu/hooks/NAME.sh (if present) runs as step NAME with
+# arguments BUILD_DIR PLEXUS_RUN GPUS and the suite's environment; its result
+# joins the summary line. Meant for DDP on CUDA (ddp_cuda.sh) and the sample
+# trainer on CUDA (trainer_cuda.sh).
 set -u -o pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=""
 dry=0
+direct=0
 while [ $# -gt 0 ]; do
   case $1 in
     --build-dir) build=$2; shift 2 ;;
     --dry-run) dry=1; shift ;;
+    --direct) direct=1; shift ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -71,11 +81,77 @@ for c in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
 done
 [ -n "$cuda" ] || { echo "GPU SUITE: FAIL (no CUDA toolkit with nccl.h under \$CUDA_HOME, \$CUDA_PATH or /usr/local/cuda)"; exit 1; }
 export PATH=$PATH:$HOME/.local/bin
-if ! command -v meson >/dev/null || ! command -v ninja >/dev/null; then
-  log "meson/ninja missing: trying python3 -m pip install --user meson ninja"
-  python3 -m pip install --user -q meson ninja >/dev/null 2>&1 ||
-    { echo "GPU SUITE: FAIL (meson and ninja are needed and could not be installed)"; exit 1; }
+if [ $direct -eq 0 ] && { ! command -v meson >/dev/null || ! command -v ninja >/dev/null; }; then
+  log "meson/ninja missing: trying python3 -m pip install --user meson ninja (30 s at most)"
+  timeout 30 python3 -m pip install --user -q --retries 0 --timeout 5 meson ninja >/dev/null 2>&1 ||
+    { log "could not install them (no network?): compiling directly"; direct=1; }
+  command -v meson >/dev/null && command -v ninja >/dev/null || direct=1
 fi
+if [ $direct -eq 1 ] && [ -f "$build/build.ninja" ] && command -v ninja >/dev/null; then
+  direct=0  # an already configured build directory only needs ninja
+fi
+
+# Compiles the libraries, plugins, tools and GPU programs with the compiler
+# alone (the sources meson would use; keep in step with the meson.build files
+# of api, auth, algos, core, plugins, backends/tcp, backends/nccl,
+# tools/plexus-run, tools/plexus-info, tests/gpu).
+direct_build() {
+  local out=$build/direct ver
+  ver=$(sed -n "s/^ *version : '\([^']*\)'.*/\1/p" "$root/meson.build" | head -1)
+  mkdir -p "$out/obj" "$out/lib" "$out/bin" || return 1
+  local inc=(-I"$root/api/include" -I"$root/auth/include" -I"$root/algos/include"
+             -I"$root/core/include" -I"$root/core/src" -I"$root/plugins")
+  local cxx=(c++ -std=c++20 -O2 -fPIC -pthread "${inc[@]}" -isystem "$cuda/include"
+             -DPLEXUS_VERSION_STRING="\"$ver\"" -DPLEXUS_VERSION="\"$ver\""
+             -DPLEXUS_INSTALLED_PLUGIN_DIR="\"$out/lib\"" -DPLEXUS_BUILD_PLUGIN_DIRS="\"$out/lib\""
+             -DPLEXUS_BUILD_LIB_DIR="\"$out/lib\"" -DPLEXUS_CUDA_LIBDIR="\"$cuda/lib64\"")
+  local srcs=() f
+  for f in auth/src/handshake.cpp algos/src/*.cpp core/src/*.cpp core/src/store/*.cpp \
+           plugins/plugin_loader.cpp plugins/backend_calls.cpp plugins/host_services.cpp \
+           backends/tcp/{tcp_plugin,tcp_comm,socket_transport,mesh_connect,frame}.cpp \
+           backends/nccl/{nccl_plugin,nccl_comm,nccl_bootstrap,cuda_api}.cpp \
+           tools/plexus-run/*.cpp tools/plexus-info/main.cpp tests/gpu/gpu_collectives.cpp \
+           bench/harness/nccl_paired_bench.cpp; do
+    srcs+=("$f")
+  done
+  # One object per source, named after its path; all cores at once.
+  # Always rebuilt: a source's object does not know its headers.
+  printf '%s\n' "${srcs[@]}" | xargs -P "$(nproc 2>/dev/null || echo 2)" -I{} sh -c '
+    out=$0 src=$1; shift
+    exec "$@" -c "$src/{}" -o "$out/obj/$(echo "{}" | tr / _).o"' "$out" "$root" "${cxx[@]}" ||
+    return 1
+  local o=$out/obj
+  local algos=("$o"/algos_src_*.o) auth=("$o"/auth_src_handshake.cpp.o)
+  local core=("$o"/core_src_*.o "$o"/plugins_*.o)
+  local link=(-L"$out/lib" -lplexus -Wl,-rpath,"$out/lib:$cuda/lib64")
+  "${cxx[@]}" -shared -o "$out/lib/libplexus.so" "${core[@]}" "${algos[@]}" "${auth[@]}" \
+    -lsodium -ldl -Wl,-soname,libplexus.so &&
+  "${cxx[@]}" -shared -o "$out/lib/libplexus-tcp.so" "$o"/backends_tcp_*.o "${algos[@]}" \
+    "${auth[@]}" -lsodium -Wl,--no-undefined \
+    -Wl,--version-script="$root/backends/tcp/exports.map" &&
+  "${cxx[@]}" -shared -o "$out/lib/libplexus-nccl.so" "$o"/backends_nccl_*.o -ldl \
+    -Wl,--no-undefined -Wl,--version-script="$root/backends/nccl/exports.map" &&
+  "${cxx[@]}" -o "$out/bin/plexus-run" "$o"/tools_plexus-run_*.o "${link[@]}" &&
+  "${cxx[@]}" -o "$out/bin/plexus-info" "$o"/tools_plexus-info_main.cpp.o "${link[@]}" &&
+  "${cxx[@]}" -o "$out/bin/gpu_collectives" "$o"/tests_gpu_gpu_collectives.cpp.o "${link[@]}" \
+    -L"$cuda/lib64" -lcudart &&
+  "${cxx[@]}" -o "$out/bin/nccl_paired_bench" "$o"/bench_harness_nccl_paired_bench.cpp.o \
+    "${link[@]}" -L"$cuda/lib64" -lcudart -lnccl
+}
+
+if [ $direct -eq 1 ]; then
+  [ -f "$cuda/lib64/libnccl.so" ] || [ -f "$cuda/lib64/libnccl.so.2" ] || {
+    echo "GPU SUITE: FAIL (no libnccl.so under $cuda/lib64 for the direct build)"; exit 1; }
+  echo '#include <sodium.h>' | c++ -x c++ -fsyntax-only - 2>/dev/null || {
+    echo "GPU SUITE: FAIL (libsodium's headers (sodium.h) are needed and missing)"; exit 1; }
+  log "building directly with $(c++ --version | head -1) into $build/direct"
+  mkdir -p "$build"
+  direct_build >"$build/gpu-suite-build.log" 2>&1 ||
+    { tail -30 "$build/gpu-suite-build.log"; echo "GPU SUITE: FAIL (direct build)"; exit 1; }
+  bin=$build/direct/bin
+  run=$bin/plexus-run
+  info=$bin/plexus-info
+else
 if [ ! -f "$build/build.ninja" ]; then
   log "configuring $build"
   CUDA_HOME=$cuda meson setup "$build" "$root" -Dnccl=enabled -Dtorch=disabled \
@@ -103,7 +179,9 @@ if [ $have_meson_gpu -eq 0 ]; then
     { echo "GPU SUITE: FAIL (compiling the GPU programs)"; exit 1; }
 fi
 run=$build/tools/plexus-run/plexus-run
-"$build/tools/plexus-info/plexus-info" nccl | sed 's/^/[gpu-suite] /'
+info=$build/tools/plexus-info/plexus-info
+fi
+"$info" nccl | sed 's/^/[gpu-suite] /'
 
 # --- 3. the runs ------------------------------------------------------------
 declare -A result
@@ -139,11 +217,18 @@ bench_ranks=1
 step bench 180 "${base[@]}" -- "$run" -n $bench_ranks "$bin/nccl_paired_bench" \
   --max-bytes 1073741824 --reps 3 --json "$build/gpu-suite-bench.json"
 
-# TODO(ddp-cuda): DDP on CUDA tensors over the NCCL backend (another helper's
-# work): run tests/ddp's equivalence check with PLEXUS_BACKEND=nccl here.
-# TODO(trainer): samples/trainer on CUDA under plexus-run -n $gpus, beside
-# PyTorch DDP/NCCL, reported as ratios.
-log "TODO hooks not run: DDP on CUDA, sample trainer on CUDA"
+# Hooks (see the header): DDP on CUDA and the sample trainer on CUDA are
+# wired in by dropping tests/gpu/hooks/ddp_cuda.sh and trainer_cuda.sh.
+hooks_text=""
+for h in ddp_cuda trainer_cuda; do
+  if [ -f "$root/tests/gpu/hooks/$h.sh" ]; then
+    step "$h" 120 "${base[@]}" PLEXUS_BACKEND=nccl -- bash "$root/tests/gpu/hooks/$h.sh" \
+      "$build" "$run" "$gpus"
+  else
+    result[$h]="not-wired"
+  fi
+  hooks_text="$hooks_text $h=${result[$h]}"
+done
 
 # --- 4. one summary line ----------------------------------------------------
 stream=ok
@@ -169,5 +254,5 @@ fi
 verdict=PASS
 [ $failed -eq 0 ] || verdict=FAIL
 [ $dry -eq 1 ] && verdict=DRY-RUN
-echo "GPU SUITE: $verdict gpus=$gpus world1=${result[world1]} world2=${result[world2]} stream=$stream abort=${result[abort]} dead_peer=${result[dead_peer]} bench: $bench_text (plexus/nccl, ranks=$bench_ranks)"
+echo "GPU SUITE: $verdict gpus=$gpus world1=${result[world1]} world2=${result[world2]} stream=$stream abort=${result[abort]} dead_peer=${result[dead_peer]}$hooks_text bench: $bench_text (plexus/nccl, ranks=$bench_ranks)"
 [ $failed -eq 0 ]
