@@ -26,12 +26,15 @@
 # $CUDA_HOME, $CUDA_PATH or /usr/local/cuda, and the NVIDIA driver. meson and
 # ninja are used when present; without them (and no network to install them)
 # everything needed is compiled directly, in parallel, into DIR/direct.
-# Not needed: MPI, UCX, LibTorch, doctest.
+# Not needed: MPI, UCX, doctest. LibTorch with CUDA (a torch wheel: .venv/ of
+# scripts/install-torch.sh, python3's torch, or PLEXUS_TORCH_PATH) and meson
+# are needed for the DDP and trainer steps only; without them those steps say
+# "skipped" (they build into DIR-torch, about 10 LibTorch units).
 #
 # Hooks: tests/gpu/hooks/NAME.sh (if present) runs as step NAME with
 # arguments BUILD_DIR PLEXUS_RUN GPUS and the suite's environment; its result
-# joins the summary line. Meant for DDP on CUDA (ddp_cuda.sh) and the sample
-# trainer on CUDA (trainer_cuda.sh).
+# joins the summary line (exit 77: "skipped"): DDP on CUDA (ddp_cuda.sh: the
+# equivalence test in four variants) and the sample trainer (trainer_cuda.sh).
 set -u -o pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=""
@@ -200,7 +203,13 @@ step() {  # step NAME SECONDS ENV... -- CMD...
   local out rc
   out=$(env "${envs[@]}" timeout "$secs" "$@" 2>&1); rc=$?
   echo "$out" | sed "s/^/[$name] /"
-  if [ $rc -eq 0 ]; then result[$name]=ok; else result[$name]="FAIL(rc=$rc)"; failed=1; fi
+  if [ $rc -eq 0 ]; then
+    result[$name]=ok
+  elif [ $rc -eq 77 ]; then  # the step says why it could not run here
+    result[$name]=skipped
+  else
+    result[$name]="FAIL(rc=$rc)"; failed=1
+  fi
   eval "out_$name=\$out"
 }
 base=(PLEXUS_TIMEOUT=60)
@@ -222,7 +231,7 @@ step bench 180 "${base[@]}" -- "$run" -n $bench_ranks "$bin/nccl_paired_bench" \
 hooks_text=""
 for h in ddp_cuda trainer_cuda; do
   if [ -f "$root/tests/gpu/hooks/$h.sh" ]; then
-    step "$h" 120 "${base[@]}" PLEXUS_BACKEND=nccl -- bash "$root/tests/gpu/hooks/$h.sh" \
+    step "$h" 600 "${base[@]}" PLEXUS_BACKEND=nccl -- bash "$root/tests/gpu/hooks/$h.sh" \
       "$build" "$run" "$gpus"
   else
     result[$h]="not-wired"
