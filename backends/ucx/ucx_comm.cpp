@@ -6,6 +6,9 @@
 // never a crash or an exception through the ABI.
 #include "ucx_comm.hpp"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <list>
 #include <new>
 
@@ -51,7 +54,9 @@ int32_t UcxComm::Enqueue(PendingOp op, plexus_request** req) {
     return PLEXUS_ERR_SYSTEM;
   }
   r->default_timeout_ms = timeout_ms_;
+  r->comm = this;
   op.req = r;
+  bool wake_transport = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (broken_.code == PLEXUS_ERR_ABORTED) {
@@ -75,10 +80,15 @@ int32_t UcxComm::Enqueue(PendingOp op, plexus_request** req) {
         op.sig.seq = next_seq_++;
       }
       queue_.push_back(std::move(op));
-      queue_cv_.notify_one();
+      // The worker waits for queued work only while nothing runs; when an
+      // operation runs, its end wakes the worker if work is left.
+      if (!running_) queue_cv_.notify_one();
+      wake_transport = running_p2p_;
     }
   }
-  transport_->Wake();  // a worker driving point-to-point traffic picks it up
+  // Only RunP2P takes in posts while it drives the transport; a collective's
+  // Drive would just return and start over, two wasted system calls.
+  if (wake_transport) transport_->Wake();
   *req = r;
   return PLEXUS_OK;
 }
@@ -157,9 +167,49 @@ algos::Status UcxComm::RunP2P(PendingOp first) {
 
 void UcxComm::Execute(PendingOp op) {
   if (!op.body) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      running_p2p_ = true;
+    }
     (void)RunP2P(std::move(op));
-    return;
+  } else {
+    ExecuteCollective(std::move(op));
   }
+  bool more;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_ = false;
+    running_p2p_ = false;
+    more = !queue_.empty() || stopping_;
+  }
+  // The worker waits for queued work or, when stopping, for this operation
+  // to end; otherwise waking it would only cost it (and, on a shared core,
+  // this thread) a switch.
+  if (more) queue_cv_.notify_all();
+}
+
+void UcxComm::RunInlineIfNext(plexus_request* req) {
+  PendingOp op;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (running_ || queue_.empty() || queue_.front().req != req || !broken_.ok()) return;
+    // Larger operations stay with the worker: the hand-off is small beside
+    // them, and the algorithms' scratch buffers are then allocated in the
+    // worker's malloc arena, which keeps their pages from one operation to
+    // the next, where the caller's main arena returns them to the kernel on
+    // free and faults them back in. Measured on 2 ranks (shared memory):
+    // run inline, a 128 KiB allreduce took 35-44 us instead of 52-61 us,
+    // but a 256 KiB one 200-215 us instead of 83-85 us.
+    const algos::OpSignature& sig = queue_.front().sig;
+    if (sig.count * algos::DtypeSize(sig.dtype) > kInlineMaxBytes) return;
+    op = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
+  }
+  Execute(std::move(op));
+}
+
+void UcxComm::ExecuteCollective(PendingOp op) {
   algos::Status st;
   // count == 0 completes without talking to peers (the ABI allows it); a
   // barrier always has count 0 and must synchronise.
@@ -179,13 +229,44 @@ void UcxComm::Execute(PendingOp op) {
   Complete(op.req, st.code, st.message);
 }
 
+namespace {
+
+// The worker thread waits for work as a SCHED_BATCH thread and runs it as a
+// normal one (the TCP backend's recipe). A post wakes the waiting worker, but
+// the kernel lets a woken batch thread run only when the posting thread
+// blocks or its time slice ends, never by preempting it; so a caller that
+// posts and then waits (a blocking allreduce) runs the operation itself
+// without a switch to the worker and back, while a caller that goes on
+// computing still has it run within a time slice. The nice value is
+// unchanged, so the worker gets the same share of the CPU either way.
+void SetWaitingPolicy(bool waiting) {
+  sched_param param{};
+  (void)pthread_setschedparam(pthread_self(), waiting ? SCHED_BATCH : SCHED_OTHER, &param);
+}
+
+}  // namespace
+
 void UcxComm::WorkerLoop() {
+  bool waiting_policy = false;
   for (;;) {
     PendingOp op;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      queue_cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
-      if (queue_.empty()) return;  // stopping, and nothing left to complete
+      // Operations run one at a time, in order, whichever thread runs them.
+      auto ready = [&] { return (!queue_.empty() && !running_) || stopping_; };
+      if (!ready() && !waiting_policy) {
+        lock.unlock();
+        SetWaitingPolicy(true);
+        waiting_policy = true;
+        lock.lock();
+      }
+      queue_cv_.wait(lock, ready);
+      if (stopping_) {
+        // An operation running on a caller's thread ends first (abort has
+        // been requested, so it ends within its bounded cancel).
+        queue_cv_.wait(lock, [&] { return !running_; });
+        if (queue_.empty()) return;  // nothing left to complete
+      }
       op = std::move(queue_.front());
       queue_.pop_front();
       if (!broken_.ok()) {
@@ -194,6 +275,11 @@ void UcxComm::WorkerLoop() {
         Complete(op.req, broken.code, broken.message);
         continue;
       }
+      running_ = true;
+    }
+    if (waiting_policy) {
+      SetWaitingPolicy(false);
+      waiting_policy = false;
     }
     Execute(std::move(op));
   }

@@ -1,11 +1,15 @@
 // One UCX communicator: a transport (its ucp_worker and endpoints) and one
 // worker thread that runs posted operations strictly in posting order.
-// Posting only queues work, so every collective is asynchronous; requests
-// complete from the worker thread, which is also the only thread that drives
-// the ucp_worker. Caller threads block in wait() on the request's condition
-// variable. After the first failure the communicator is broken: every pending
-// and later operation fails with that first error (the ABI's "After a
-// failure"), because peers can no longer be assumed to be in step.
+// Posting only queues work, so every collective is asynchronous. Operations
+// run one at a time: on the worker thread, or on a caller that blocks in
+// wait() for the operation next in line (RunInlineIfNext), which saves the
+// two thread hand-offs that dominate a small collective. Whichever thread
+// runs an operation is the only one that drives the ucp_worker meanwhile
+// (running_, under mutex_, hands it over). Other callers block in wait() on
+// the request's condition variable. After the first failure the communicator
+// is broken: every pending and later operation fails with that first error
+// (the ABI's "After a failure"), because peers can no longer be assumed to be
+// in step.
 #pragma once
 
 #include <condition_variable>
@@ -22,8 +26,13 @@
 #include "plexus/backend.h"
 #include "ucx_transport.hpp"
 
+namespace plexus::ucx {
+class UcxComm;
+}
+
 // The ABI's opaque request type, defined by this backend.
 struct plexus_request {
+  plexus::ucx::UcxComm* comm = nullptr;  // not owned
   std::mutex mutex;
   std::condition_variable done_cv;
   int32_t status = PLEXUS_IN_PROGRESS;  // guarded by mutex
@@ -56,6 +65,13 @@ class UcxComm {
   int32_t PostP2P(bool is_send, uint32_t peer, void* data, uint64_t count, plexus_dtype_t dtype,
                   plexus_request** req);
 
+  // Called by a thread about to block in wait() on req: when req is next in
+  // line and nothing is running, runs it on the calling thread instead of
+  // handing it to the worker thread and back. Returns at once otherwise.
+  // Only operations of at most kInlineMaxBytes (count x element size).
+  void RunInlineIfNext(plexus_request* req);
+  static constexpr uint64_t kInlineMaxBytes = 128 << 10;
+
   void Abort();  // any thread, any time; idempotent
   void SetError(const std::string& message);
   size_t LastError(char* buf, size_t len);
@@ -69,7 +85,10 @@ class UcxComm {
   };
   int32_t Enqueue(PendingOp op, plexus_request** req);
   void WorkerLoop();
+  // Runs op (popped from the queue with running_ set), completes it and
+  // clears running_.
   void Execute(PendingOp op);
+  void ExecuteCollective(PendingOp op);  // Execute's half for collectives
   // Runs the point-to-point operations at the head of the queue, taking in
   // more as they are posted, until none is left in flight.
   algos::Status RunP2P(PendingOp first);
@@ -90,7 +109,9 @@ class UcxComm {
   std::vector<uint64_t> sends_to_;  // per peer: point-to-point sequence numbers
   std::vector<uint64_t> recvs_from_;
   bool stopping_ = false;
-  algos::Status broken_;  // first failure; OK while healthy
+  bool running_ = false;      // an operation is executing (worker or inline)
+  bool running_p2p_ = false;  // ... and it is RunP2P, which takes in later posts
+  algos::Status broken_;      // first failure; OK while healthy
   std::string last_error_;
   std::thread worker_;
 };

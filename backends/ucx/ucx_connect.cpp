@@ -18,6 +18,7 @@
 #include <cstring>
 #include <set>
 
+#include "ucx_local_peer.hpp"
 #include "ucx_tag.hpp"
 #include "ucx_transport.hpp"
 
@@ -64,7 +65,7 @@ std::string LaneTransports(ucp_ep_h ep) {
 
 }  // namespace
 
-algos::Status UcxTransport::Connect(const plexus_comm_config_v1& config, bool peer_errors) {
+algos::Status UcxTransport::Connect(const plexus_comm_config_v1& config, ErrMode err_mode) {
   comm_id_ = CommId(config.name);
   const auto start = Clock::now();
   auto left = [&] {
@@ -99,13 +100,16 @@ algos::Status UcxTransport::Connect(const plexus_comm_config_v1& config, bool pe
     }
   }
 
-  // Worker addresses, through the host's out-of-band allgather.
+  // Worker addresses, each behind its process's identity (which peers share
+  // this host), through the host's out-of-band allgather.
   ucp_address_t* address = nullptr;
   size_t address_len = 0;
   s = ucp_worker_get_address(worker_, &address, &address_len);
   if (s != UCS_OK) return {PLEXUS_ERR_SYSTEM, StatusText("ucp_worker_get_address", s)};
-  std::vector<uint8_t> mine(address_len);
-  std::memcpy(mine.data(), address, address_len);
+  const ProcessId me = ThisProcess();
+  std::vector<uint8_t> mine(sizeof me + address_len);
+  std::memcpy(mine.data(), &me, sizeof me);
+  std::memcpy(mine.data() + sizeof me, address, address_len);
   ucp_worker_release_address(worker_, address);
   const uint64_t my_len = mine.size();
   std::vector<uint64_t> lens(size_);
@@ -116,7 +120,7 @@ algos::Status UcxTransport::Connect(const plexus_comm_config_v1& config, bool pe
   }
   uint64_t width = 0;
   for (uint64_t l : lens) width = std::max(width, l);
-  if (width == 0 || width > (uint64_t(1) << 20)) {
+  if (width <= sizeof me || width > (uint64_t(1) << 20)) {
     return {PLEXUS_ERR_REMOTE,
             "a rank published a worker address of " + std::to_string(width) + " bytes"};
   }
@@ -126,28 +130,39 @@ algos::Status UcxTransport::Connect(const plexus_comm_config_v1& config, bool pe
   if (rc != PLEXUS_OK) return {rc, "exchanging worker addresses (out-of-band allgather) failed"};
 
   // Endpoints. UCP_ERR_HANDLING_MODE_PEER makes a peer's death an error on
-  // its endpoint instead of a hang; UCX may lack a transport that can detect
-  // it (shared memory claims it only with UCX_POSIX/SYSV_ERROR_HANDLING=y),
-  // in which case the endpoint falls back to no error handling and a dead
-  // peer is found by the operation timeout.
+  // its endpoint instead of a hang, but in UCX 1.13 it keeps a peer on this
+  // host off shared memory and cma (their error handling is off by default),
+  // onto tcp over loopback. So (ErrMode::kAuto) peers on this host get no
+  // UCX error handling, shared memory and cma, and are watched through /proc
+  // instead (CheckLocalPeers); other peers get PEER. UCX may lack a
+  // transport that can detect a remote peer's death, in which case the
+  // endpoint falls back to no error handling and a dead peer is found by the
+  // operation timeout.
   bool fell_back = false;
   for (uint32_t p = 0; p < size_; ++p) {
+    const uint8_t* entry = all.data() + p * width;
+    std::memcpy(&peers_[p], entry, sizeof(ProcessId));
     if (p == rank_) continue;
+    const bool local = SameHost(me, peers_[p]);
+    const bool want_peer = err_mode == ErrMode::kPeer || (err_mode == ErrMode::kAuto && !local);
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep.address = reinterpret_cast<const ucp_address_t*>(all.data() + p * width);
+    ep.address = reinterpret_cast<const ucp_address_t*>(entry + sizeof(ProcessId));
     ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     ep.err_handler.cb = &UcxTransport::OnEndpointError;
     ep.err_handler.arg = &slots_[p];
-    const bool try_peer = peer_errors && !no_peer_errors_->load();
+    const bool try_peer = want_peer && !no_peer_errors_->load();
     s = try_peer ? ucp_ep_create(worker_, &ep, &eps_[p]) : UCS_ERR_UNREACHABLE;
     if (s != UCS_OK) {
       ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
       s = ucp_ep_create(worker_, &ep, &eps_[p]);
-      fell_back = peer_errors && s == UCS_OK;
+      // A local peer is watched through /proc whatever the mode; only a
+      // remote one is left to the operation timeout.
+      fell_back = fell_back || (want_peer && !local && s == UCS_OK);
       // Same context, same transports: the next endpoints need not try.
-      if (fell_back) no_peer_errors_->store(true);
+      if (want_peer && s == UCS_OK) no_peer_errors_->store(true);
+      watch_[p] = local;
     }
     if (s != UCS_OK) {
       eps_[p] = nullptr;

@@ -16,6 +16,7 @@
 #include <new>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "plexus/algos/collectives.hpp"
 #include "plexus/algos/comm_setting.hpp"
@@ -38,6 +39,13 @@ enum class Algo { kAuto, kRing, kRecursiveDoubling };
 // Below this many bytes recursive doubling's log2(size) latency wins over the
 // ring's 2(size-1) steps (the TCP backend's threshold, also right here: see README).
 constexpr uint64_t kRecursiveDoublingMaxBytes = 64 << 10;
+// PLEXUS_UCX_SPIN_US: how long a waiting operation polls the worker before
+// it arms the event fd and sleeps. Over shared memory a small message's
+// answer arrives within a few microseconds, and sleeping on the event fd
+// and being woken costs several times that. Off by default when there are
+// more ranks than CPUs, where most spins would wait for a peer that needs
+// this CPU (the spin yields after 10 us, but still costs the tries).
+constexpr int64_t kDefaultSpinUs = 50;
 }  // namespace plexus::ucx
 
 struct plexus_comm {
@@ -244,25 +252,40 @@ int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
         return PLEXUS_ERR_INVALID_ARGUMENT;
       }
     }
-    // PLEXUS_UCX_ERR_MODE: peer (default) asks UCX for endpoints that report
-    // a peer's failure; none lets UCX use transports that cannot (in UCX
-    // 1.13 shared memory, unless UCX_POSIX/SYSV_ERROR_HANDLING=y), leaving a
-    // dead peer to the operation timeout.
-    bool peer_errors = true;
+    // PLEXUS_UCX_ERR_MODE (ucx_transport.hpp): auto (default) asks UCX for
+    // endpoints that report a peer's failure where the peer is on another
+    // host, and watches peers on this host itself, so that they can use
+    // shared memory and cma; peer asks for it everywhere; none nowhere.
+    ErrMode err_mode = ErrMode::kAuto;
     if (const std::string v = algos::CommSetting(ctx->host, *config, "PLEXUS_UCX_ERR_MODE");
         !v.empty()) {
       if (v == "none") {
-        peer_errors = false;
-      } else if (v != "peer") {
+        err_mode = ErrMode::kNone;
+      } else if (v == "peer") {
+        err_mode = ErrMode::kPeer;
+      } else if (v != "auto") {
         WriteError(error_buf, error_len,
-                   "ucx: PLEXUS_UCX_ERR_MODE='" + v + "' is not one of peer, none");
+                   "ucx: PLEXUS_UCX_ERR_MODE='" + v + "' is not one of auto, peer, none");
         return PLEXUS_ERR_INVALID_ARGUMENT;
       }
     }
+    int64_t spin_us = config->size <= std::thread::hardware_concurrency() ? kDefaultSpinUs : 0;
+    if (const std::string v = algos::CommSetting(ctx->host, *config, "PLEXUS_UCX_SPIN_US");
+        !v.empty()) {
+      char* end = nullptr;
+      const long long us = std::strtoll(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end != '\0' || us < 0 || us > 1000000) {
+        WriteError(
+            error_buf, error_len,
+            "ucx: PLEXUS_UCX_SPIN_US='" + v + "' is not a number of microseconds (0-1000000)");
+        return PLEXUS_ERR_INVALID_ARGUMENT;
+      }
+      spin_us = us;
+    }
     auto transport =
         std::make_unique<UcxTransport>(ctx->host, ctx->context, &ctx->no_peer_errors, config->rank,
-                                       config->size, config->timeout_ms, name);
-    algos::Status st = transport->Connect(*config, peer_errors);
+                                       config->size, config->timeout_ms, spin_us, name);
+    algos::Status st = transport->Connect(*config, err_mode);
     if (!st.ok()) {
       WriteError(error_buf, error_len,
                  "ucx: connecting rank " + std::to_string(config->rank) + " of " + name + ": " +
@@ -322,7 +345,16 @@ int32_t Test(plexus_request* req) {
 int32_t Wait(plexus_request* req, int64_t timeout_ms) {
   if (!req) return PLEXUS_ERR_INVALID_ARGUMENT;
   if (timeout_ms < 0) timeout_ms = req->default_timeout_ms;
+  // An operation run on this thread cannot be left when the wait's own time
+  // is up, so only a wait as long as the operation's deadline runs it here.
+  // A request still in progress belongs to a live communicator (comm_destroy
+  // completes every pending one), so req->comm is only used then.
   std::unique_lock<std::mutex> lock(req->mutex);
+  if (req->status == PLEXUS_IN_PROGRESS && timeout_ms >= req->default_timeout_ms && req->comm) {
+    lock.unlock();
+    req->comm->RunInlineIfNext(req);
+    lock.lock();
+  }
   const bool done = req->done_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),
                                           [&] { return req->status != PLEXUS_IN_PROGRESS; });
   return done ? req->status : PLEXUS_ERR_TIMEOUT;

@@ -8,15 +8,17 @@
 // Tags (ucx_tag.hpp) keep operations, sources and communicators apart.
 //
 // Threads: after Connect() (which runs on the thread inside comm_create)
-// only the communicator's worker thread calls into this object, except
-// Wake() and Abort(), which only write an eventfd and an atomic. So the
-// ucp_worker runs in UCS_THREAD_MODE_SERIALIZED: one thread at a time, and
-// in practice always the same one after start-up.
+// only the thread running the communicator's current operation (its worker
+// thread or a caller running it inline, handed over under UcxComm's mutex)
+// calls into this object, except Wake() and Abort(), which only write an
+// eventfd and atomics. So the ucp_worker runs in UCS_THREAD_MODE_SERIALIZED:
+// one thread at a time.
 //
-// Waiting: Drive() calls ucp_worker_progress() back to back for a few tens of
-// microseconds after the last event, then arms the worker (ucp_worker_arm)
-// and sleeps in epoll_wait on the worker's event fd and the wake eventfd. An
-// idle or waiting communicator does not burn a core.
+// Waiting: Drive() calls ucp_worker_progress() back to back for spin_us
+// after the last event (yielding the CPU between tries after the first
+// 10 us), then arms the worker (ucp_worker_arm) and sleeps in epoll_wait on
+// the worker's event fd and the wake eventfd. A waiting operation spins at
+// most spin_us at a time; an idle communicator does not touch the worker.
 //
 // Failures: a peer's endpoint error (UCP_ERR_HANDLING_MODE_PEER) marks that
 // rank failed; a transfer with it then fails with PLEXUS_ERR_REMOTE naming
@@ -43,6 +45,7 @@
 
 #include "plexus/algos/transport.hpp"
 #include "plexus/backend.h"
+#include "ucx_local_peer.hpp"
 
 namespace plexus::ucx {
 
@@ -64,6 +67,12 @@ struct Transfer {
   bool complete = false;
 };
 
+// PLEXUS_UCX_ERR_MODE: which endpoints ask UCX to report a peer's failure.
+//   kAuto: peers on other hosts (peers on this host are watched via /proc)
+//   kPeer: every peer (in UCX 1.13 that puts peers on this host on tcp)
+//   kNone: none (a dead remote peer is found by the operation timeout)
+enum class ErrMode { kAuto, kPeer, kNone };
+
 // The collective code of comm_create's hellos, in messages and DescribeOp.
 constexpr plexus_collective_t kHelloColl = 0xff;
 
@@ -77,7 +86,7 @@ class UcxTransport final : public algos::PeerTransport {
   // transport for UCP_ERR_HANDLING_MODE_PEER (shared from one communicator
   // to the next, so that UCX reports that once, not per communicator).
   UcxTransport(const plexus_host_v1& host, ucp_context_h context, std::atomic<bool>* no_peer_errors,
-               uint32_t rank, uint32_t size, int64_t timeout_ms, std::string name);
+               uint32_t rank, uint32_t size, int64_t timeout_ms, int64_t spin_us, std::string name);
   // Closes the endpoints without talking to peers (UCP_EP_CLOSE_FLAG_FORCE)
   // and destroys the worker. Bounded. Only after the worker thread stopped.
   ~UcxTransport() override;
@@ -87,8 +96,7 @@ class UcxTransport final : public algos::PeerTransport {
   // hello with each (which wires the endpoints up and proves every peer is
   // reachable). BLOCKS up to config.timeout_ms. Only inside comm_create
   // (ucx_connect.cpp).
-  // peer_errors: ask for UCP_ERR_HANDLING_MODE_PEER (PLEXUS_UCX_ERR_MODE).
-  algos::Status Connect(const plexus_comm_config_v1& config, bool peer_errors);
+  algos::Status Connect(const plexus_comm_config_v1& config, ErrMode err_mode);
 
   uint32_t rank() const override { return rank_; }
   uint32_t size() const override { return size_; }
@@ -123,6 +131,7 @@ class UcxTransport final : public algos::PeerTransport {
     UcxTransport* self = nullptr;
     uint32_t rank = 0;
     ucs_status_t status = UCS_OK;  // the endpoint's error; written during progress
+    bool ended = false;            // its process on this host has exited (/proc)
   };
   struct Report {  // a peer's control message: it failed in sig, saying why
     bool present = false;
@@ -162,12 +171,17 @@ class UcxTransport final : public algos::PeerTransport {
   void CloseEndpoint(uint32_t peer);
   void DrainUnexpected();  // at destruction: receives what nobody asked for
   std::string PeerError(uint32_t peer) const;
+  // While an operation has waited a while: marks a watched peer (on this
+  // host, no UCX error handling) whose process has exited as failed, so that
+  // Reap fails the transfers with it.
+  void CheckLocalPeers();
 
   const plexus_host_v1& host_;
   ucp_context_h context_;
   std::atomic<bool>* no_peer_errors_;
   const uint32_t rank_, size_;
   const int64_t timeout_ms_;
+  const std::chrono::microseconds spin_;  // Drive's busy-poll before sleeping
   const std::string name_;
   uint32_t comm_id_ = 0;
 
@@ -177,7 +191,11 @@ class UcxTransport final : public algos::PeerTransport {
   std::vector<void*> closing_;         // close requests of endpoints closed early
   std::unique_ptr<PeerSlot[]> slots_;  // by rank; stable addresses for UCX
   std::vector<Transfer*> active_;      // transfers in flight
+  std::vector<ProcessId> peers_;       // by rank, from Connect
+  std::vector<bool> watch_;            // by rank: on this host without UCX error handling
+  Clock::time_point next_liveness_check_;
   std::atomic<bool> aborted_{false};
+  std::atomic<bool> woken_{false};               // Wake() was called; a spinning Drive returns
   bool failed_once_ = false;                     // Fail() ran
   const algos::OpSignature* current_ = nullptr;  // the collective in Exchange, if any
   Clock::time_point last_progress_;

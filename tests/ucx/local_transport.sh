@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Ranks on one host reach each other over UCX's shared memory, not over tcp
+# on loopback (which UCX 1.13 picks when an endpoint asks for peer failure
+# reports: the backend's default therefore asks for them only for peers on
+# other hosts and watches local peers through /proc). Also: a malformed
+# PLEXUS_UCX_SPIN_US fails comm_create naming the setting.
+#
+#   local_transport.sh PLEXUS_RUN PROG
+#
+# PROG is any 2-rank Plexus program (tests/ucx/truncation_check).
+set -uo pipefail
+run=$1 prog=$2
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+failures=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
+PLEXUS_LOG_LEVEL=info PLEXUS_BACKEND=ucx PLEXUS_TIMEOUT=30 timeout 120 "$run" -n 2 "$prog" >"$out" 2>&1
+rc=$?
+grep "resources:\|peers reached over" "$out"
+if ! grep -q "resources:.*\(sysv\|posix\)/memory" "$out"; then
+  echo "skipped: UCX offers no shared-memory transport here"
+  exit 77
+fi
+[ "$rc" -eq 0 ] || { cat "$out"; fail "the job exited $rc"; }
+for r in 0 1; do
+  grep -q "rank $r of 2: peers reached over" "$out" || fail "rank $r logged no transports"
+done
+grep "peers reached over" "$out" | grep -q "tcp/" && fail "a rank reaches its local peer over tcp"
+grep "peers reached over" "$out" | grep -vq "\(sysv\|posix\)/memory" &&
+  fail "a rank does not reach its local peer over shared memory"
+
+PLEXUS_UCX_SPIN_US=soon PLEXUS_BACKEND=ucx PLEXUS_TIMEOUT=30 timeout 120 "$run" -n 2 "$prog" >"$out" 2>&1
+rc=$?
+[ "$rc" -ne 0 ] || fail "PLEXUS_UCX_SPIN_US=soon was accepted"
+grep -q "PLEXUS_UCX_SPIN_US='soon'" "$out" || { cat "$out"; fail "the error does not name PLEXUS_UCX_SPIN_US"; }
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "ok"
