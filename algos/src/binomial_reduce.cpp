@@ -12,6 +12,7 @@
 #include "blocks.hpp"
 #include "plexus/algos/collectives.hpp"
 #include "plexus/algos/dtype.hpp"
+#include "scratch.hpp"
 
 namespace plexus::algos {
 
@@ -23,14 +24,14 @@ Status BinomialReduce(PeerTransport& t, const OpSignature& sig, const void* send
   const bool is_root = r == sig.root;
   if (sig.count == 0) return {};
   // The root accumulates in recvbuf; others in a private copy of sendbuf.
-  std::vector<uint8_t> own;
+  Scratch own;
   uint8_t* acc;
   if (is_root) {
     acc = static_cast<uint8_t*>(recvbuf);
     if (sendbuf != recvbuf) std::memcpy(acc, sendbuf, sig.count * elem);
   } else {
-    own.assign(static_cast<const uint8_t*>(sendbuf),
-               static_cast<const uint8_t*>(sendbuf) + sig.count * elem);
+    own = Scratch(sig.count * elem);
+    std::memcpy(own.data(), sendbuf, sig.count * elem);
     acc = own.data();
   }
   if (n > 1) {
@@ -38,7 +39,7 @@ Status BinomialReduce(PeerTransport& t, const OpSignature& sig, const void* send
     auto real = [&](uint32_t virt) { return (virt + sig.root) % n; };
     const uint64_t seg = std::max<uint64_t>(1, kSegmentBytes / elem);
     const uint64_t segs = SegmentCount(sig.count, seg);
-    std::vector<uint8_t> scratch(std::min<uint64_t>(seg, sig.count) * elem);
+    Scratch scratch(std::min<uint64_t>(seg, sig.count) * elem);
     for (uint64_t k = 0; k < segs; ++k) {
       const uint64_t len = SegmentLength(sig.count, seg, k);
       uint8_t* part = acc + k * seg * elem;

@@ -131,20 +131,30 @@ bool CanReduce(plexus_dtype_t dtype, plexus_reduce_op_t op) {
 void ReduceTo(void* out, const void* a, const void* b, uint64_t count, plexus_dtype_t dtype,
               plexus_reduce_op_t op) {
   switch (dtype) {
-    case PLEXUS_DTYPE_INT8: return ReduceTyped<int8_t>(out, a, b, count, op);
-    case PLEXUS_DTYPE_UINT8: return ReduceTyped<uint8_t>(out, a, b, count, op);
-    case PLEXUS_DTYPE_INT16: return ReduceTyped<int16_t>(out, a, b, count, op);
-    case PLEXUS_DTYPE_UINT16: return ReduceTyped<uint16_t>(out, a, b, count, op);
-    case PLEXUS_DTYPE_INT32: return ReduceTyped<int32_t>(out, a, b, count, op);
-    case PLEXUS_DTYPE_UINT32: return ReduceTyped<uint32_t>(out, a, b, count, op);
-    case PLEXUS_DTYPE_INT64: return ReduceTyped<int64_t>(out, a, b, count, op);
-    case PLEXUS_DTYPE_UINT64: return ReduceTyped<uint64_t>(out, a, b, count, op);
+    case PLEXUS_DTYPE_INT8:
+      return ReduceTyped<int8_t>(out, a, b, count, op);
+    case PLEXUS_DTYPE_UINT8:
+      return ReduceTyped<uint8_t>(out, a, b, count, op);
+    case PLEXUS_DTYPE_INT16:
+      return ReduceTyped<int16_t>(out, a, b, count, op);
+    case PLEXUS_DTYPE_UINT16:
+      return ReduceTyped<uint16_t>(out, a, b, count, op);
+    case PLEXUS_DTYPE_INT32:
+      return ReduceTyped<int32_t>(out, a, b, count, op);
+    case PLEXUS_DTYPE_UINT32:
+      return ReduceTyped<uint32_t>(out, a, b, count, op);
+    case PLEXUS_DTYPE_INT64:
+      return ReduceTyped<int64_t>(out, a, b, count, op);
+    case PLEXUS_DTYPE_UINT64:
+      return ReduceTyped<uint64_t>(out, a, b, count, op);
     case PLEXUS_DTYPE_FLOAT16:
       return ReduceHalf<Float16ToFloat, FloatToFloat16>(out, a, b, count, op);
     case PLEXUS_DTYPE_BFLOAT16:
       return ReduceHalf<BFloat16ToFloat, FloatToBFloat16>(out, a, b, count, op);
-    case PLEXUS_DTYPE_FLOAT32: return ReduceTyped<float>(out, a, b, count, op);
-    case PLEXUS_DTYPE_FLOAT64: return ReduceTyped<double>(out, a, b, count, op);
+    case PLEXUS_DTYPE_FLOAT32:
+      return ReduceTyped<float>(out, a, b, count, op);
+    case PLEXUS_DTYPE_FLOAT64:
+      return ReduceTyped<double>(out, a, b, count, op);
   }
 }
 
@@ -183,11 +193,12 @@ void FinishAverage(void* buf, uint64_t count, plexus_dtype_t dtype, uint32_t div
   }
 }
 
-void ReduceToAverage(void* out, const void* a, const void* b, uint64_t count,
-                     plexus_dtype_t dtype, uint32_t divisor) {
+void ReduceToAverage(void* out, const void* a, const void* b, uint64_t count, plexus_dtype_t dtype,
+                     uint32_t divisor) {
   if (divisor > 1 && dtype == PLEXUS_DTYPE_FLOAT32) {
     const float d = float(divisor);
-    return Apply<float>(out, a, b, count, [d](float x, float y) { return float(float(x + y) / d); });
+    return Apply<float>(out, a, b, count,
+                        [d](float x, float y) { return float(float(x + y) / d); });
   }
   if (divisor > 1 && dtype == PLEXUS_DTYPE_FLOAT64) {
     const double d = double(divisor);

@@ -15,6 +15,7 @@
 #include "blocks.hpp"
 #include "plexus/algos/collectives.hpp"
 #include "plexus/algos/dtype.hpp"
+#include "scratch.hpp"
 
 namespace plexus::algos {
 
@@ -30,7 +31,7 @@ Status RecursiveDoublingAllreduce(PeerTransport& t, const OpSignature& sig, cons
   uint32_t p2 = 1;
   while (p2 * 2 <= n) p2 *= 2;
   const uint32_t rem = n - p2;
-  std::vector<uint8_t> scratch(bytes);
+  Scratch scratch(bytes);
 
   // Fold the extra ranks in.
   int64_t vrank;  // number among the p2 participants, -1 when sitting out

@@ -18,6 +18,7 @@
 #include "blocks.hpp"
 #include "plexus/algos/collectives.hpp"
 #include "plexus/algos/dtype.hpp"
+#include "scratch.hpp"
 
 namespace plexus::algos {
 
@@ -40,8 +41,8 @@ Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendb
   const uint32_t right = (r + 1) % n;
   const BlockLayout blocks(sig.count, n);
   const uint64_t seg = std::max<uint64_t>(1, kSegmentBytes / elem);
-  std::vector<uint8_t> scratch[2];
-  for (auto& sc : scratch) sc.resize(std::min(blocks.max_length(), seg) * elem);
+  Scratch scratch[2];
+  for (auto& sc : scratch) sc = Scratch(std::min(blocks.max_length(), seg) * elem);
 
   // One ring step: send block send_b to the right, receive block recv_b from
   // the left, segment by segment. When reducing, segments go into two scratch

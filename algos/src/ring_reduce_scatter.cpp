@@ -16,6 +16,7 @@
 #include "blocks.hpp"
 #include "plexus/algos/collectives.hpp"
 #include "plexus/algos/dtype.hpp"
+#include "scratch.hpp"
 
 namespace plexus::algos {
 
@@ -36,10 +37,10 @@ Status RingReduceScatter(PeerTransport& t, const OpSignature& sig, const void* s
   const uint32_t right = (r + 1) % n;
   const uint64_t seg = std::max<uint64_t>(1, kSegmentBytes / elem);
   const uint64_t segs = SegmentCount(sig.count, seg);
-  std::vector<uint8_t> partial[2];
-  for (auto& p : partial) p.resize(n > 2 ? block_bytes : 0);
-  std::vector<uint8_t> scratch[2];
-  for (auto& sc : scratch) sc.resize(std::min<uint64_t>(seg, sig.count) * elem);
+  Scratch partial[2];
+  for (auto& p : partial) p = Scratch(n > 2 ? block_bytes : 0);
+  Scratch scratch[2];
+  for (auto& sc : scratch) sc = Scratch(std::min<uint64_t>(seg, sig.count) * elem);
 
   for (uint32_t s = 0; s + 1 < n; ++s) {
     const uint32_t send_b = (r + 2 * n - s - 1) % n;
