@@ -344,7 +344,8 @@ class MultiNode {
     for (int k = 0; k < nnodes; ++k) {
       std::vector<std::string> args = {
           "--nnodes",      std::to_string(nnodes), "--node-rank",  std::to_string(k),
-          "--master-port", std::to_string(port_),  "--token-file", token_};
+          "--master-port", std::to_string(port_),  "--token-file", token_,
+          "--local-nodes"};
       args.insert(args.end(), per_node_args.begin(), per_node_args.end());
       launches_.push_back(std::make_unique<Launch>(args, dirs_[k], env));
     }
@@ -636,14 +637,17 @@ TEST_SUITE("plexus-run") {
       CHECK_FALSE(r.timed_out);
       CHECK(r.exit_code == 1);
       CHECK(r.seconds < 15);
-      CHECK(Contains(r.err, "plexus-run: node 1: rank 3 (pid "));
+      CHECK(Contains(r.err, "plexus-run: rank 3 (node 1, host "));
       CHECK(Contains(r.err, "exited with code 3"));
       if (k != 1) CHECK(Contains(r.err, "stopped 2 ranks here on node " + std::to_string(k)));
     }
   }
 
   TEST_CASE("--nnodes: a node's plexus-run killed: the others stop, naming it") {
-    MultiNode job(3, {"--grace", "1", "-n", "2", "sleep", "60"});
+    // Nothing else fails (the ranks sleep): the node is lost after
+    // PLEXUS_TIMEOUT + 5 s of silence, the default --node-timeout.
+    MultiNode job(3, {"--grace", "1", "-n", "2", "sleep", "60"},
+                  {"PLEXUS_TOKEN", "PLEXUS_TOKEN_FILE", "PLEXUS_TIMEOUT=4"});
     std::this_thread::sleep_for(1500ms);  // joined and running
     REQUIRE(::kill(job.node(2).pid(), SIGKILL) == 0);
     auto results = job.WaitAll(30s);
@@ -653,13 +657,14 @@ TEST_SUITE("plexus-run") {
       CHECK_FALSE(r.timed_out);
       CHECK(r.exit_code == 1);
       CHECK(r.seconds < 15);
-      CHECK(Contains(r.err, "plexus-run: node 2 "));
-      CHECK(Contains(r.err, "stopped responding"));
+      CHECK(Contains(r.err, "plexus-run: node 2 (host "));
+      CHECK(Contains(r.err, "ranks 4 and 5) stopped responding"));
+      CHECK(Contains(r.err, "has not been heard from for 9 s"));
     }
   }
 
   TEST_CASE("--nnodes: node 0 killed takes the store: the others stop, naming node 0") {
-    MultiNode job(2, {"--grace", "1", "-n", "1", "sleep", "60"});
+    MultiNode job(2, {"--grace", "1", "--node-timeout", "2", "-n", "1", "sleep", "60"});
     std::this_thread::sleep_for(1500ms);
     REQUIRE(::kill(job.node(0).pid(), SIGKILL) == 0);
     Result r = job.node(1).Wait(30s);
@@ -669,6 +674,7 @@ TEST_SUITE("plexus-run") {
     CHECK(r.seconds < 15);
     CHECK(Contains(r.err, "plexus-run: node 0 "));
     CHECK(Contains(r.err, "is gone"));
+    CHECK(Contains(r.err, "has not answered for 2 s"));  // --node-timeout
   }
 
   TEST_CASE("--nnodes: every node must start the same number of ranks") {
@@ -682,9 +688,11 @@ TEST_SUITE("plexus-run") {
     REQUIRE(Run({"--make-token", token}).exit_code == 0);
     std::vector<std::string> env = {"PLEXUS_TOKEN", "PLEXUS_TOKEN_FILE=" + token,
                                     "PLEXUS_TIMEOUT=30"};
-    Launch n0({"--nnodes", "2", "--master-port", std::to_string(port), "-n", "2", "true"}, d0, env);
-    Launch n1({"--nnodes", "2", "--node_rank", "1", "--master_port", std::to_string(port), "-n",
-               "3", "true"},
+    Launch n0({"--nnodes", "2", "--local-nodes", "--master-port", std::to_string(port), "-n", "2",
+               "true"},
+              d0, env);
+    Launch n1({"--nnodes", "2", "--local-nodes", "--node_rank", "1", "--master_port",
+               std::to_string(port), "-n", "3", "true"},
               d1, env);
     for (Launch* l : {&n0, &n1}) {
       Result r = l->Wait(30s);
@@ -755,6 +763,8 @@ TEST_SUITE("plexus-run") {
                              "--node-rank",
                              "--token-file",
                              "--make-token",
+                             "--node-timeout",
+                             "--local-nodes",
                              "--help",
                              "--version",
                              "RANK",

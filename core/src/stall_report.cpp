@@ -81,7 +81,7 @@ int ReadMark(RendezvousStore& store, const std::string& comm, uint64_t seq, uint
 }
 
 // "rank 0 posted X, ranks 1, 2 posted Y": the marks grouped by what they say.
-std::string Groups(const std::vector<Fingerprint>& marks) {
+std::string Groups(const std::vector<Fingerprint>& marks, const RankLister& list_ranks = {}) {
   std::string text;
   std::vector<bool> told(marks.size(), false);
   for (size_t i = 0; i < marks.size(); ++i) {
@@ -93,8 +93,8 @@ std::string Groups(const std::vector<Fingerprint>& marks) {
         told[j] = true;
       }
     }
-    text +=
-        (text.empty() ? "" : ", ") + RankList(group) + " posted " + DescribeFingerprint(marks[i]);
+    text += (text.empty() ? "" : ", ") + (list_ranks ? list_ranks(group) : RankList(group)) +
+            " posted " + DescribeFingerprint(marks[i]);
   }
   return text;
 }
@@ -102,6 +102,7 @@ std::string Groups(const std::vector<Fingerprint>& marks) {
 // The marks of the other ranks within `wait` (one deadline for all).
 struct Marks {
   std::vector<uint32_t> same, missing;
+  std::vector<uint32_t> behind;  // failed in the collective before this one
   std::vector<Fingerprint> differing;
   bool ok = true;
 };
@@ -118,12 +119,18 @@ Marks Collect(CommState& comm, const Fingerprint& mine, milliseconds wait) {
       m.ok = false;
       return m;
     }
-    // A rank that already marked the next collective got past this one.
+    // A rank that already marked the next collective got past this one; one
+    // that failed in the collective before is stuck there, waiting like this
+    // one (in a ring, ranks may be a collective apart when a peer vanishes).
     if (found == 0 &&
-        ReadMark(*comm.job->store, comm.name, mine.seq + 1, r, milliseconds(0), &theirs) != 1) {
-      m.missing.push_back(r);
-    } else if (found == 0) {
+        ReadMark(*comm.job->store, comm.name, mine.seq + 1, r, milliseconds(0), &theirs) == 1) {
       m.same.push_back(r);
+    } else if (found == 0 && mine.seq > 0 &&
+               ReadMark(*comm.job->store, comm.name, mine.seq - 1, r, milliseconds(0), &theirs) ==
+                   1) {
+      m.behind.push_back(r);
+    } else if (found == 0) {
+      m.missing.push_back(r);
     } else if (SameFingerprint(theirs, mine)) {
       m.same.push_back(r);
     } else {
@@ -198,6 +205,10 @@ std::string ReportStall(CommState& comm, const PostedOp& op) try {
                     " not reached " + posted + " on " + comm.name +
                     " or stopped making progress (frozen, dead, or busy outside Plexus)");
   }
+  if (!m.behind.empty() && m.differing.empty()) {
+    parts.push_back(RankList(m.behind) + (m.behind.size() == 1 ? " has" : " have") +
+                    " failed in the collective before it, waiting too");
+  }
   if (parts.empty()) {
     return "every rank reached " + posted + " on " + comm.name +
            " and timed out in it (a slow or broken network, or the backend)";
@@ -237,8 +248,11 @@ std::vector<std::string> StallLines(RendezvousStore& store, uint32_t world_size)
     std::string text = l.comm + " " + std::to_string(l.seq) + " " + l.coll;
     for (uint32_t r = 0; r < world_size; ++r) {
       Fingerprint f;
+      // Not waited for: ranks that reached it, got past it (marked the next
+      // one) or failed in the one before (stuck there, waiting too).
       if (r == rank || ReadMark(store, l.comm, l.seq, r, milliseconds(0), &f) != 0 ||
-          ReadMark(store, l.comm, l.seq + 1, r, milliseconds(0), &f) != 0) {
+          ReadMark(store, l.comm, l.seq + 1, r, milliseconds(0), &f) != 0 ||
+          (l.seq > 0 && ReadMark(store, l.comm, l.seq - 1, r, milliseconds(0), &f) != 0)) {
         continue;
       }
       text += " " + std::to_string(r);
@@ -250,7 +264,8 @@ std::vector<std::string> StallLines(RendezvousStore& store, uint32_t world_size)
   return {};
 }
 
-std::string StallMismatch(RendezvousStore& store, uint32_t world_size) try {
+std::string StallMismatch(RendezvousStore& store, uint32_t world_size,
+                          const RankLister& list_ranks) try {
   for (const auto& [rank, l] : ReadLines(store, world_size)) {
     std::vector<Fingerprint> marks;
     for (uint32_t r = 0; r < world_size; ++r) {
@@ -259,7 +274,8 @@ std::string StallMismatch(RendezvousStore& store, uint32_t world_size) try {
     }
     for (const Fingerprint& f : marks) {
       if (!SameFingerprint(f, marks.front())) {
-        return "the ranks posted different collectives on " + l.comm + ": " + Groups(marks);
+        return "the ranks posted different collectives on " + l.comm + ": " +
+               Groups(marks, list_ranks);
       }
     }
   }

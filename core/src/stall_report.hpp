@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -47,12 +48,17 @@ std::string ReportStall(CommState& comm, const PostedOp& op);
 // timed out in a collective ("" for the others),
 //   "<communicator> <seq> <collective> <rank it waited for> ...",
 // the ranks waited for being those that never marked that collective (nor
-// the next one, which a rank that completed it would have reached).
+// the next one, which a rank that completed it would have reached, nor the
+// one before, where a rank that failed is stuck waiting too).
 std::vector<std::string> StallLines(RendezvousStore& store, uint32_t world_size);
 
 // For plexus-run: when ranks that timed out posted different collectives,
 // "ranks 1, 2 posted reduce(#0, count 8, float32, sum, root 1), rank 0 posted
-// reduce(#0, ..., root 0) on plexus/0"; else "".
-std::string StallMismatch(RendezvousStore& store, uint32_t world_size);
+// reduce(#0, ..., root 0) on plexus/0"; else "". list_ranks, when given,
+// writes each group of ranks (ascending) instead of RankList, e.g. with their
+// nodes: "ranks 1 (node 0, host a) and 2 (node 1, host b)".
+using RankLister = std::function<std::string(const std::vector<uint32_t>&)>;
+std::string StallMismatch(RendezvousStore& store, uint32_t world_size,
+                          const RankLister& list_ranks = {});
 
 }  // namespace plexus::detail

@@ -20,22 +20,37 @@
 #     and must be more than none.
 #   netns_job_test.sh linkdown PLEXUS_RUN NET_LOOP_RANK [ELEMENTS]
 #     net_loop_rank's allreduce loop; once it runs, node 1's eth0 is set down.
-#     Every rank on nodes 0 and 2 must report an error naming rank 2 or 3
-#     (node 1's) within PLEXUS_TIMEOUT + 5 s of the cut, every launcher must
-#     exit non-zero (nodes 0 and 2 naming node 1), nothing may hang or be left.
-#     Two known gaps are printed as "KNOWN GAP" and fail only with
-#     NET_STRICT=1: a survivor whose error is a peer's failure passed on
-#     (REMOTE) names that peer, not ranks 2 and 3; a stall report may list
-#     healthy ranks already in the next collective beside them.
+#     Every rank on nodes 0 and 2 must report an error naming ranks 2, 3
+#     (node 1's) and no other as not having reached the allreduce, within
+#     PLEXUS_TIMEOUT + 5 s of the cut; every launcher must exit non-zero,
+#     nodes 0 and 2 naming node 1 with its host and ranks and their own first
+#     rank to exit with its node and host; nothing may hang or be left.
 #   netns_job_test.sh blip PLEXUS_RUN NET_LOOP_RANK [ELEMENTS]
 #     The same loop; node 1's eth0 goes down for 1 s and comes back. TCP
 #     retransmits: the loop goes on (PLEXUS_TIMEOUT 30 s, well above the
 #     blip), then is told to stop; every launcher exits 0, every rank did the
 #     same number of allreduces, every result right.
 #   netns_job_test.sh kill PLEXUS_RUN PROG [ARGS...]
-#     PROG runs for long; once the ranks are connected, node 1's plexus-run is
-#     SIGKILLed. Nodes 0 and 2 must exit non-zero within PLEXUS_TIMEOUT + 10 s,
-#     naming node 1, and leave no process behind in their namespaces.
+#     PROG runs for long; once the ranks are connected, every listening TCP
+#     socket in every namespace (the store's, the ranks') must be on that
+#     host's eth0 address, none on loopback or a wildcard; then node 1's
+#     plexus-run is SIGKILLed. Nodes 0 and 2 must exit non-zero within
+#     PLEXUS_TIMEOUT + 10 s, naming node 1 (with its host and ranks) and
+#     their own first rank to exit with its node and host, and leave no
+#     process behind in their namespaces.
+#
+#   netns_job_test.sh ddp PLEXUS_RUN DDP_CHECK [ARGS...]
+#     tests/ddp's equivalence check on 3 x 2 ranks (6 ranks with DDP equal one
+#     process on the 6-fold batch, float64; parameters bit-identical on every
+#     rank after every step): every launcher exits 0, rank 0 says it passed,
+#     no rank says FAILED. Skipped (77) when DDP_CHECK is "none": LibTorch
+#     was not built.
+#   netns_job_test.sh trainer PLEXUS_RUN TRAINER [ARGS...]
+#     plexus-trainer (synthetic data, ARGS bound its steps) on NET_NODES (default
+#     3) x 2 ranks: every launcher exits 0 and rank 0 prints its epoch summary
+#     with the median step time, which is printed as "step time: X ms" for
+#     the scaling table (NET_RATE=1gbit: a tbf rate limit at the bridge's ports).
+#     Skipped (77) when TRAINER is "none".
 #
 #   netns_job_test.sh ifname PLEXUS_RUN PROG [ARGS...]
 #     PLEXUS_SOCKET_IFNAME on one namespace host (lo, eth0 10.A.B.1, and
@@ -53,6 +68,7 @@ run=${2:?plexus-run}
 shift 2
 nodes=3
 [ "$mode" = ifname ] && nodes=1
+[ "$mode" = trainer ] && nodes=${NET_NODES:-3}
 nproc=2
 port=29400
 timeout_s=10 # PLEXUS_TIMEOUT for the ranks
@@ -67,6 +83,10 @@ collectives-ucx)
 linkdown) run_opts=(--grace 20) ;;
 blip) timeout_s=30 ;;
 loss) timeout_s=60 ;; # well above TCP's retransmission backoff under loss
+ddp | trainer)
+  [ "${1:-none}" != none ] || netns_skip "LibTorch was not found when this build was configured (no ddp_check / plexus-trainer; see tests/ddp)"
+  timeout_s=60
+  ;;
 esac
 
 netns_setup $nodes || { echo "FAIL: setting up the namespaces"; exit 1; }
@@ -235,34 +255,17 @@ linkdown | blip)
       f=$NETNS_TMP/loop/rank$r.err
       [ -f "$f" ] && echo "rank $r reported $(awk -v c="$cut" '{ printf "%.1f s after the cut:", $1 - c; $1 = ""; print }' "$f")"
     done
-    # The survivors that time out themselves name node 1's ranks (the stall
-    # report: "ranks 2, 3 have not reached ..."). A survivor whose error is
-    # a peer's failure passed on (REMOTE: "rank 0 failed: ...") names that
-    # peer and what it waited for, not node 1's ranks: issue 15 asks for them,
-    # so that is reported as a known gap, and a failure with NET_STRICT=1.
+    # Every survivor names node 1's ranks, and them alone: one that timed
+    # out itself in its stall report ("ranks 2, 3 have not reached ..."), one
+    # whose error is a peer's failure passed on (REMOTE) beside it ("... (ranks
+    # 2, 3 have not reached ...: the failure above may only have been passed
+    # on)"); ranks already in the next collective count as past this one.
     names='ranks? ([0-9]+(, | and ))*[23]((, | and )[0-9]+)* ha(s|ve) not reached'
     for r in 0 1 4 5; do
       f=$NETNS_TMP/loop/rank$r.err
-      if [ -f "$f" ] && ! grep -Eq "$names" "$f" && grep -q 'REMOTE: .*rank [0-9]* failed' "$f" &&
-        [ "${NET_STRICT:-0}" != 1 ]; then
-        echo "KNOWN GAP (issue 15): rank $r's error is a peer's failure passed on;" \
-          "it names rank $(sed -E 's/.*REMOTE: .*rank ([0-9]+) failed.*/\1/' "$f") (failed), not node 1's ranks 2, 3"
-        check "grep -Eq 'REMOTE: .*rank (0|1|4|5) failed: rank (0|1|4|5) made no progress' '$f'" \
-          "rank $r reported the failure of another survivor, which timed out"
-      else
-        check "[ -f '$f' ] && grep -Eq '$names' '$f'" \
-          "rank $r reported an error naming rank 2 or 3 (node 1's) as not having reached the allreduce"
-        # Ranks ahead of this one (in the next collective) have "not reached"
-        # this one either: the list may hold healthy ranks too.
-        list=$(grep -Eo "$names" "$f" 2>/dev/null | head -n 1 | sed -E 's/ ha(s|ve) not reached//')
-        if [ -n "$list" ] && [ "$list" != "ranks 2, 3" ] && [ "$list" != "ranks 2 and 3" ]; then
-          if [ "${NET_STRICT:-0}" = 1 ]; then
-            check false "rank $r names node 1's ranks alone (it says: $list have not reached it)"
-          else
-            echo "KNOWN GAP (issue 15): rank $r's stall report names healthy ranks too: '$list' (ranks ahead, in the next collective, count as not having reached this one)"
-          fi
-        fi
-      fi
+      list=$(grep -Eo "$names" "$f" 2>/dev/null | head -n 1 | sed -E 's/ ha(s|ve) not reached//')
+      check "[ '$list' = 'ranks 2, 3' ]" \
+        "rank $r reported an error naming node 1's ranks 2, 3 alone as not having reached the allreduce (it says: '${list:-nothing}')"
       check "[ -f '$f' ] && awk -v c=$cut -v l=$((timeout_s + 5)) '{ exit !(\$1 - c <= l) }' '$f'" \
         "rank $r reported within PLEXUS_TIMEOUT + 5 s ($((timeout_s + 5)) s) of the cut"
     done
@@ -273,8 +276,42 @@ linkdown | blip)
       check "[ -z \"\$(ip netns pids ${NETNS_HOSTS[$k]})\" ]" "nothing left running on node $k"
     done
     for k in 0 2; do
-      check "grep -q '^plexus-run: node 1 ' '$NETNS_TMP/err.$k'" "node $k's plexus-run names node 1"
+      check "grep -Eq '^plexus-run: node 1 \(host [^,]+, ranks 2 and 3\) stopped responding' '$NETNS_TMP/err.$k'" \
+        "node $k's plexus-run names node 1 with its host and ranks"
+      # After the verdict, what happened here: the first rank to exit (with
+      # its node and host), or, when the verdict came first, the ranks stopped.
+      check "grep -Eq '^plexus-run: .*(; on node $k, .*rank [0-9]+ \(node $k, host [^,]+, pid [0-9]+\) exited|; stopped 2 ranks here on node $k)' '$NETNS_TMP/err.$k'" \
+        "node $k's plexus-run names its own first rank to exit with its node and host, or the ranks it stopped"
     done
+  fi
+  ;;
+ddp | trainer)
+  prog=("$@")
+  if [ $mode = trainer ] && [ -n "${NET_RATE:-}" ]; then
+    for ((k = 0; k < nodes; ++k)); do
+      tc -n "$NETNS_SWITCH" qdisc add dev "p$k" root tbf rate "$NET_RATE" burst 256kb latency 50ms ||
+        { echo "FAIL: tc tbf rate $NET_RATE"; exit 1; }
+    done
+    echo "tbf rate $NET_RATE at the bridge's ports p0..p$((nodes - 1))"
+  fi
+  for ((k = 0; k < nodes; ++k)); do start_node $k OMP_NUM_THREADS=1; done
+  netns_wait 110 "${launchers[@]}"
+  show
+  for ((k = 0; k < nodes; ++k)); do
+    p=${launchers[$k]}
+    check "[ '${NETNS_RC[$p]}' = 0 ]" "node $k's plexus-run exited 0 (${NETNS_RC[$p]}, after ${NETNS_AT[$p]} s)"
+  done
+  check "! grep -q 'FAILED' '$NETNS_TMP'/out.* '$NETNS_TMP'/err.*" "no rank said FAILED"
+  if [ $mode = ddp ]; then
+    check "grep -q '^\[0\] ddp_check equivalence passed on $((nodes * nproc)) rank(s)' '$NETNS_TMP/out.0'" \
+      "rank 0: DDP on $((nodes * nproc)) ranks across $nodes hosts equals one process on the $((nodes * nproc))-fold batch"
+  else
+    summary=$(grep -m1 '^\[0\] epoch [0-9]*/[0-9]* done: .*step [0-9.]* ms median' "$NETNS_TMP/out.0")
+    check "[ -n '$summary' ]" "rank 0 printed its epoch summary on $((nodes * nproc)) ranks"
+    grep -q "on tcp, $((nodes * nproc)) rank(s)" "$NETNS_TMP/out.0" ||
+      check false "the trainer ran on tcp with $((nodes * nproc)) ranks"
+    echo "step time: $(sed -E 's/.*step ([0-9.]+) ms median.*/\1/' <<<"$summary") ms median" \
+      "($nodes host(s) x $nproc ranks, tcp${NET_RATE:+, tbf rate $NET_RATE})"
   fi
   ;;
 kill)
@@ -292,6 +329,14 @@ kill)
   sleep 1
   for ((k = 0; k < nodes; ++k)); do
     check "kill -0 ${launchers[$k]} 2>/dev/null" "node $k's plexus-run is running before the kill"
+    # ss -Htan: "LISTEN 0 4096 10.231.5.1:29400 0.0.0.0:*", "ESTAB 0 0
+    # 10.231.5.1:29400 10.231.5.2:41234": the local address is field 4. The
+    # TCP backend listens only while its mesh connects, so the connections
+    # are checked too: every one made here starts from this host's address.
+    sockets=$(ip netns exec "${NETNS_HOSTS[$k]}" ss -Htan | awk '{ print $1 "@" $4 }')
+    stray=$(grep -v "@${NETNS_ADDRS[$k]}:" <<<"$sockets" | tr '\n' ' ')
+    check "[ -n '$sockets' ] && [ -z '$stray' ]" \
+      "node $k: every TCP socket (listening or connected, $(wc -l <<<"$sockets")) is on ${NETNS_ADDRS[$k]}${stray:+ (not: $stray)}"
   done
   ranks_1=$(ip netns pids "${NETNS_HOSTS[1]}" | grep -vx "${launchers[1]}" | tr '\n' ' ')
   echo "SIGKILL to node 1's plexus-run (pid ${launchers[1]}; its ranks: $ranks_1)"
@@ -302,8 +347,10 @@ kill)
     p=${launchers[$k]}
     check "[ '${NETNS_RC[$p]}' != hung ] && [ '${NETNS_RC[$p]}' != 0 ]" \
       "node $k's plexus-run exited non-zero (${NETNS_RC[$p]}) within $((timeout_s + 10)) s (${NETNS_AT[$p]} s)"
-    check "grep -q '^plexus-run: node 1 .*stopped responding' '$NETNS_TMP/err.$k'" \
-      "node $k's plexus-run names node 1"
+    check "grep -Eq '^plexus-run: node 1 \(host [^,]+, ranks 2 and 3\) stopped responding' '$NETNS_TMP/err.$k'" \
+      "node $k's plexus-run names node 1 with its host and ranks"
+    check "grep -Eq '^plexus-run: .*; on node $k, .*rank [0-9]+ \(node $k, host [^,]+, pid [0-9]+\) ' '$NETNS_TMP/err.$k'" \
+      "node $k's plexus-run names its own first rank to exit with its node and host"
     check "[ -z \"\$(ip netns pids ${NETNS_HOSTS[$k]})\" ]" "nothing left running on node $k"
   done
   check "[ -z \"\$(ip netns pids ${NETNS_HOSTS[1]})\" ]" "node 1's ranks died with their launcher"

@@ -117,7 +117,9 @@ class Launcher {
   int Report();
   void PrintLocal(const std::string& line);
   std::string StallSummary() const;
-  std::string RankName(int index) const;
+  std::string RankWithPid(int index) const;
+  std::string NodeLabel(int node) const;
+  std::string ListRanks(const std::vector<int>& ranks, bool with_nodes) const;
   std::string NodePrefix() const;
   void PublishFailure();
 
@@ -470,9 +472,22 @@ void Launcher::BeginStop(Cause cause, int sig) {
   if (cause != Cause::kRemote) PublishFailure();
 }
 
-std::string Launcher::RankName(int index) const {
-  std::string name = config_.node_rank >= 0 ? NodePrefix() : "";
-  return name.append("rank ").append(std::to_string(config_.first_rank + index));
+std::string Launcher::NodeLabel(int node) const {
+  return plexus::run::NodeLabel(node, config_.node_hosts);
+}
+
+// "rank 3 (node 1, host b, pid 4242)", or on one host "rank 3 (pid 4242)".
+std::string Launcher::RankWithPid(int index) const {
+  std::string name = "rank " + std::to_string(config_.first_rank + index) + " (";
+  if (config_.node_rank >= 0) name += NodeLabel(config_.node_rank) + ", ";
+  return name + "pid " + std::to_string(ranks_[index].pid) + ")";
+}
+
+// See NodeRankList() (launcher.hpp); "ranks 2, 3 and 4" on one host or
+// without with_nodes.
+std::string Launcher::ListRanks(const std::vector<int>& ranks, bool with_nodes) const {
+  if (config_.node_rank < 0 || !with_nodes) return NodeRankList(ranks, 0, {});
+  return NodeRankList(ranks, static_cast<int>(config_.rank_env.size()), config_.node_hosts);
 }
 
 // "node 1: " when the job spans nodes, "" on one host.
@@ -490,8 +505,7 @@ void Launcher::PublishFailure() {
     case Cause::kRankFailed: {
       const Rank& r = ranks_[failed_rank_];
       kind = r.how == CLD_EXITED ? FailureKind::kExit : FailureKind::kSignal;
-      line = RankName(failed_rank_) + " (pid " + std::to_string(r.pid) + ") " +
-             DescribeExit(r.how, r.value);
+      line = RankWithPid(failed_rank_) + " " + DescribeExit(r.how, r.value);
       // Ranks that timed out leave word of whom they waited for before they
       // exit: name that rank (perhaps on another node) rather than this one.
       std::string stall = StallSummary();
@@ -577,8 +591,7 @@ int Launcher::Report() {
       const Rank& r = ranks_[failed_rank_];
       std::string line = StallSummary();
       if (!line.empty()) line += "; the first to exit: ";
-      line += RankName(failed_rank_) + " (pid " + std::to_string(r.pid) + ") " +
-              DescribeExit(r.how, r.value);
+      line += RankWithPid(failed_rank_) + " " + DescribeExit(r.how, r.value);
       if (stopped_count_ == 1 && ranks_.size() == 2) {
         line += "; stopped the other rank" + killed_note;
       } else if (stopped_count_ == static_cast<int>(ranks_.size()) - 1) {
@@ -656,25 +669,17 @@ std::string Launcher::StallSummary() const {
       }
     }
   }
-  auto list = [](const std::vector<int>& ranks) {
-    std::string text = ranks.size() == 1 ? "rank " : "ranks ";
-    for (size_t i = 0; i < ranks.size(); ++i) {
-      if (i > 0) text += i + 1 == ranks.size() ? " and " : ", ";
-      text += std::to_string(ranks[i]);
-    }
-    return text;
-  };
   std::vector<int> blamed;
   for (int b = 0; b < n; ++b) {
     if (!waiters[b].empty() || stopped_by(b) != 0) blamed.push_back(b);
   }
   if (blamed.empty()) return "";
-  std::string text = list(blamed) + " stopped making progress (";
+  std::string text = ListRanks(blamed, true) + " stopped making progress (";
   std::string details;
   for (int b : blamed) {
     std::string about;
     if (!waiters[b].empty()) {
-      about = list(waiters[b]) + " timed out waiting for " +
+      about = ListRanks(waiters[b], false) + " timed out waiting for " +
               (blamed.size() == 1 ? std::string("it") : "rank " + std::to_string(b)) + " in " +
               where;
     }
@@ -690,6 +695,40 @@ std::string Launcher::StallSummary() const {
 }
 
 }  // namespace
+
+std::string NodeLabel(int node, const std::vector<std::string>& node_hosts) {
+  std::string label = "node " + std::to_string(node);
+  if (node >= 0 && node < static_cast<int>(node_hosts.size()) && !node_hosts[node].empty()) {
+    label += ", host " + node_hosts[node];
+  }
+  return label;
+}
+
+std::string NodeRankList(const std::vector<int>& ranks, int ranks_per_node,
+                         const std::vector<std::string>& node_hosts) {
+  auto plain = [](const std::vector<int>& list) {
+    std::string text = list.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (i > 0) text += i + 1 == list.size() ? " and " : ", ";
+      text += std::to_string(list[i]);
+    }
+    return text;
+  };
+  if (ranks_per_node <= 0) return plain(ranks);
+  std::vector<std::string> groups;
+  for (size_t i = 0; i < ranks.size();) {
+    const int node = ranks[i] / ranks_per_node;
+    std::vector<int> same;
+    for (; i < ranks.size() && ranks[i] / ranks_per_node == node; ++i) same.push_back(ranks[i]);
+    groups.push_back(plain(same) + " (" + NodeLabel(node, node_hosts) + ")");
+  }
+  std::string text;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (i > 0) text += i + 1 == groups.size() ? " and " : ", ";
+    text += groups[i];
+  }
+  return text;
+}
 
 int RunJob(const LaunchConfig& config) {
   if (config.argv.empty() || config.rank_env.empty()) {

@@ -65,6 +65,8 @@ struct LaunchConfig {
   // every message is as it has always been.
   int first_rank = 0;  // the job-wide rank of rank_env[0]; prefixes and messages use job-wide ranks
   int node_rank = -1;  // this host's node rank; -1: one host (no "node K" in messages)
+  // Each node's host name ("" where unknown), for "rank 3 (node 1, host b)".
+  std::vector<std::string> node_hosts;
   // Readable once the job failed on another node: the ranks here are then
   // stopped and remote_failure() is reported. -1: none.
   int remote_failure_fd = -1;
@@ -77,11 +79,22 @@ struct LaunchConfig {
   std::function<std::string()> settle_failure;
 };
 
+// "node 1, host b", or "node 1" where node_hosts does not know its host.
+std::string NodeLabel(int node, const std::vector<std::string>& node_hosts);
+
+// "ranks 2 and 3 (node 1, host b) and rank 4 (node 2, host c)": job-wide ranks,
+// in ascending order, numbered node by node, ranks_per_node on each; with
+// ranks_per_node <= 0 just "ranks 2, 3 and 4".
+std::string NodeRankList(const std::vector<int>& ranks, int ranks_per_node,
+                         const std::vector<std::string>& node_hosts);
+
 // Runs one job to its end and returns plexus-run's exit code: kExitOk when
 // every rank exited 0; kExitRankFailed, kExitTimeout, kExitCannotExecute or
 // kExitSignalBase + signal otherwise, after printing one "plexus-run: ..."
 // line to stderr, e.g.
 //   plexus-run: rank 2 (pid 1234) exited with code 3; stopped the other 3 ranks
+// (across nodes "rank 2 (node 1, host b, pid 1234) ..." and "rank 1 (node 0,
+// host a) stopped making progress ...")
 // or, when ranks timed out waiting for one that stopped making progress,
 //   plexus-run: rank 1 stopped making progress (ranks 0 and 2 timed out waiting
 //   for it in allreduce #3 on plexus/0; it was stopped by SIGSTOP);

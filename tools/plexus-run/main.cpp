@@ -9,6 +9,7 @@
 //
 // This file holds the command line, --help, and the order of things: token,
 // store, node group, environments, job.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <netdb.h>
@@ -32,6 +33,7 @@
 
 #include "launcher.hpp"
 #include "node_group.hpp"
+#include "plexus/launch_env.hpp"
 #include "plexus/rendezvous_store.hpp"
 #include "rank_environment.hpp"
 #include "stall_report.hpp"
@@ -58,7 +60,10 @@ struct Options {
   int node_rank = 0;
   std::string token_file;
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;  // 0: whatever the OS picks
+  bool master_addr_given = false;
+  int master_port = 0;                         // 0: whatever the OS picks
+  bool local_nodes = false;                    // --local-nodes: every node on this host
+  std::chrono::milliseconds node_timeout{-1};  // -1: PLEXUS_TIMEOUT + 5 s
   bool host_store = true;
   bool prefix_output = true;
   std::chrono::milliseconds grace{3000};
@@ -117,13 +122,20 @@ void PrintHelp() {
       "                          node 0 hosts the store\n"
       "      --master-addr ADDR  address the store listens on and ranks connect to:\n"
       "                          with --nnodes, node 0's address as the other nodes\n"
-      "                          reach it (default 127.0.0.1; --master_addr too)\n"
+      "                          reach it, never a loopback one (required there;\n"
+      "                          default 127.0.0.1 on one host; --master_addr too)\n"
       "      --master-port PORT  port of the store (default 0: a free port chosen by\n"
       "                          the OS; required with --nnodes; --master_port too)\n"
       "      --token-file FILE   the job secret, shared by every node (default: a fresh\n"
       "                          one, or PLEXUS_TOKEN, or with --nnodes the file\n"
       "                          PLEXUS_TOKEN_FILE names)\n"
       "      --make-token FILE   write a fresh job secret to FILE (mode 600) and exit\n"
+      "      --node-timeout SEC  with --nnodes, how long a node's plexus-run may go\n"
+      "                          unheard before its node counts as lost (default\n"
+      "                          PLEXUS_TIMEOUT + 5, i.e. 305 where it is unset;\n"
+      "                          once the job is failing, at most 5)\n"
+      "      --local-nodes       with --nnodes, every node runs on this host (to try\n"
+      "                          it out): allows a loopback --master-addr\n"
       "      --no-store          do not host the store; only pick a free port for it\n"
       "                          (PLEXUS_STORE_HOSTED=0: rank 0 hosts it)\n"
       "      --no-prefix         no \"[rank] \" prefix: ranks write straight to\n"
@@ -152,10 +164,16 @@ void PrintHelp() {
       "  ... the same with --node-rank 1 on host 1 and --node-rank 2 on host 2\n"
       "Every plexus-run waits (up to PLEXUS_TIMEOUT, default 300 s) for all nodes to\n"
       "join before starting its ranks. When a rank fails, or a node's plexus-run\n"
-      "is killed or its host or network goes down (nothing heard from it for 5 s),\n"
-      "every plexus-run stops its ranks and exits 1, each naming the node and rank\n"
-      "that failed first. If node 0 goes, the store goes with it and the others\n"
-      "stop too. A node whose ranks finished waits until every node's have.\n"
+      "is killed or its host or network goes down (nothing heard from it for\n"
+      "--node-timeout, or for 5 s once something else failed), every plexus-run\n"
+      "stops its ranks and exits 1, each naming the rank that failed first with its\n"
+      "node and host, \"rank 3 (node 1, host b)\", or the node that was lost. If\n"
+      "node 0 goes, the store goes with it and the others stop too. A node whose\n"
+      "ranks finished waits until every node's have. A loopback --master-addr\n"
+      "(127.x, ::1, localhost, or a name that resolves to one), PLEXUS_SOCKET_IFNAME\n"
+      "naming a loopback interface or a loopback PLEXUS_TCP_ADDR is refused: the\n"
+      "other nodes could not connect there. The store listens on --master-addr;\n"
+      "the ranks, unless those two say otherwise, on the address that routes to it.\n"
       "\n"
       "Variables set for every rank (the rest of the environment, NCCL_*, UCX_*\n"
       "and OMPI_* included, is passed through unchanged):\n";
@@ -280,6 +298,94 @@ bool ReadTokenFile(const std::string& path, const char* what, std::string* token
   return true;
 }
 
+// Whether address (numeric, IPv4 or IPv6) is this host only: 127.0.0.0/8,
+// ::1, or 127.x mapped into IPv6.
+bool IsLoopback(const sockaddr* sa) {
+  if (sa->sa_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(sa);
+    return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (sa->sa_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
+    if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) && in6->sin6_addr.s6_addr[12] == 127;
+  }
+  return false;
+}
+
+// The loopback address that addr is or resolves to ("localhost", and a host
+// name that /etc/hosts maps to 127.0.1.1, as Debian and Ubuntu do), or "".
+std::string LoopbackAddressOf(const std::string& addr) {
+  std::string lower = addr;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  std::string found;
+  if (::getaddrinfo(addr.c_str(), nullptr, &hints, &list) == 0) {
+    for (addrinfo* ai = list; ai != nullptr && found.empty(); ai = ai->ai_next) {
+      if (!IsLoopback(ai->ai_addr)) continue;
+      char text[INET6_ADDRSTRLEN] = {};
+      const void* raw =
+          ai->ai_family == AF_INET
+              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr)
+              : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr);
+      found = ::inet_ntop(ai->ai_family, raw, text, sizeof(text)) != nullptr ? text : addr;
+    }
+    ::freeaddrinfo(list);
+  }
+  if (found.empty() && (lower == "localhost" || lower.ends_with(".localhost"))) found = addr;
+  return found;
+}
+
+// With --nnodes > 1 the other nodes' launchers and ranks connect to
+// --master-addr, and every rank to the address its host's ranks listen on
+// (the local address that routes to the master; PLEXUS_SOCKET_IFNAME or
+// PLEXUS_TCP_ADDR override it). A loopback address in either place is this
+// host only: the job would wait PLEXUS_TIMEOUT for nodes that cannot connect
+// and then fail far from the cause, so it is refused here. Returns "" or the
+// error.
+std::string CheckReachableByOtherNodes(const Options& opts) {
+  const std::string nodes = "--nnodes " + std::to_string(opts.nnodes);
+  const std::string instead =
+      "give node 0's address on the network the nodes share (e.g. one that `hostname -I` "
+      "prints there), the same on every node; to try several nodes on this one host, add "
+      "--local-nodes";
+  if (!opts.master_addr_given) {
+    return nodes + " needs --master-addr ADDR: the default, 127.0.0.1, is a loopback address " +
+           "that the other nodes cannot reach; " + instead;
+  }
+  const std::string loopback = LoopbackAddressOf(opts.master_addr);
+  if (!loopback.empty()) {
+    const std::string what =
+        loopback == opts.master_addr
+            ? "--master-addr " + opts.master_addr + " is"
+            : "--master-addr " + opts.master_addr + " resolves to " + loopback + ", which is";
+    return what + " a loopback address: the other nodes (" + nodes +
+           ") cannot reach node 0's rendezvous store there; " + instead;
+  }
+  const char* ifname = std::getenv("PLEXUS_SOCKET_IFNAME");
+  if (std::string address; ifname != nullptr && *ifname != '\0' &&
+                           InterfaceAddress(ifname, &address).ok() &&
+                           !LoopbackAddressOf(address).empty()) {
+    return std::string("PLEXUS_SOCKET_IFNAME=") + ifname + " is a loopback interface (" + address +
+           "): with " + nodes +
+           " ranks on the other nodes could not connect to the ranks here; name the interface "
+           "of the network the nodes share, or unset it (then the interface that routes to "
+           "--master-addr is used)";
+  }
+  const char* tcp_addr = std::getenv("PLEXUS_TCP_ADDR");
+  if (tcp_addr != nullptr && *tcp_addr != '\0' && !LoopbackAddressOf(tcp_addr).empty()) {
+    return std::string("PLEXUS_TCP_ADDR=") + tcp_addr + " is a loopback address: with " + nodes +
+           " ranks on the other nodes could not connect to the ranks here; give this host's "
+           "address on the network the nodes share, or unset it (then the address that routes "
+           "to --master-addr is used)";
+  }
+  return "";
+}
+
 Options ParseArgs(int argc, char** argv) {
   enum : int {
     kMasterAddr = 1000,
@@ -292,6 +398,8 @@ Options ParseArgs(int argc, char** argv) {
     kNodeRank,
     kTokenFile,
     kMakeToken,
+    kLocalNodes,
+    kNodeTimeout,
   };
   static const option kLongOptions[] = {
       {"nproc", required_argument, nullptr, 'n'},
@@ -310,6 +418,8 @@ Options ParseArgs(int argc, char** argv) {
       {"node_rank", required_argument, nullptr, kNodeRank},
       {"token-file", required_argument, nullptr, kTokenFile},
       {"make-token", required_argument, nullptr, kMakeToken},
+      {"local-nodes", no_argument, nullptr, kLocalNodes},
+      {"node-timeout", required_argument, nullptr, kNodeTimeout},
       {"help", no_argument, nullptr, 'h'},
       {"version", no_argument, nullptr, 'V'},
       {nullptr, 0, nullptr, 0},
@@ -331,6 +441,7 @@ Options ParseArgs(int argc, char** argv) {
       case kMasterAddr:
         if (*optarg == '\0') UsageError("--master-addr needs a non-empty address");
         opts.master_addr = optarg;
+        opts.master_addr_given = true;
         break;
       case kMasterPort:
         opts.master_port = static_cast<int>(ParseInt(name.c_str(), optarg, 0, 65535));
@@ -359,6 +470,15 @@ Options ParseArgs(int argc, char** argv) {
         break;
       case kMakeToken:
         std::exit(MakeTokenFile(optarg));
+      case kLocalNodes:
+        opts.local_nodes = true;
+        break;
+      case kNodeTimeout:
+        opts.node_timeout = ParseSeconds("--node-timeout", optarg);
+        if (opts.node_timeout.count() == 0) {
+          UsageError("--node-timeout must be more than 0 seconds");
+        }
+        break;
       case 'h':
         PrintHelp();
         std::exit(kExitOk);
@@ -507,6 +627,12 @@ int Main(int argc, char** argv) {
     ::setenv("PLEXUS_TOKEN", job.token.c_str(), 1);
   }
 
+  // After the token, whose absence is the first thing to fix on every node.
+  if (multi && !opts.local_nodes) {
+    std::string error = CheckReachableByOtherNodes(opts);
+    if (!error.empty()) UsageError(error);
+  }
+
   // The store is up before any rank starts, so ranks only ever connect; its
   // port is free by construction, no bind-close-rebind race.
   std::unique_ptr<TcpStoreServer> server;
@@ -537,6 +663,19 @@ int Main(int argc, char** argv) {
     gc.master_addr = opts.master_addr;
     gc.master_port = job.master_port;
     gc.join_timeout = JoinTimeout();
+    // A node is lost after as much silence as the ranks' collectives
+    // tolerate (PLEXUS_TIMEOUT) and 5 s more, unless --node-timeout says
+    // otherwise. Not less: the beats cross the same network as the ranks'
+    // traffic, and a launcher that gave up on a node sooner than the ranks
+    // give up on each other would end a job that TCP carries through a short
+    // outage (tests/net 'blip'). A little more: ranks that time out in a
+    // collective say which rank and which collective they waited for, a
+    // sharper report than "node 1 stopped responding", and need a moment
+    // to write it before their launcher stops them. Once the job is failing,
+    // NodeGroup takes at most 5 s (kLostOnceFailing), so that a launcher that
+    // was killed does not hold up the others' exit.
+    gc.lost_after = opts.node_timeout.count() > 0 ? opts.node_timeout
+                                                  : gc.join_timeout + std::chrono::seconds(5);
     std::string error;
     if (!NodeGroup::Join(gc, &group, &error)) {
       std::fprintf(stderr, "plexus-run: node %d: %s\n", opts.node_rank, error.c_str());
@@ -574,9 +713,16 @@ int Main(int argc, char** argv) {
       auto client = connect();
       return client ? detail::StallLines(*client, uint32_t(nproc)) : std::vector<std::string>();
     };
-    config.read_stall_mismatch = [connect, nproc] {
+    // Across nodes the ranks named come with their node and host.
+    detail::RankLister list_ranks;
+    if (group) {
+      list_ranks = [per_node = opts.nproc, hosts = group->hosts()](const std::vector<uint32_t>& r) {
+        return NodeRankList(std::vector<int>(r.begin(), r.end()), per_node, hosts);
+      };
+    }
+    config.read_stall_mismatch = [connect, nproc, list_ranks] {
       auto client = connect();
-      return client ? detail::StallMismatch(*client, uint32_t(nproc)) : std::string();
+      return client ? detail::StallMismatch(*client, uint32_t(nproc), list_ranks) : std::string();
     };
   }
 
@@ -584,6 +730,7 @@ int Main(int argc, char** argv) {
     NodeGroup* g = group.get();
     config.first_rank = opts.node_rank * opts.nproc;
     config.node_rank = opts.node_rank;
+    config.node_hosts = g->hosts();
     config.remote_failure_fd = g->wake_fd();
     config.remote_failure = [g] { return g->Failure(); };
     config.publish_failure = [g](FailureKind kind, const std::string& line) {

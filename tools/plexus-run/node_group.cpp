@@ -18,6 +18,12 @@ using namespace std::chrono_literals;
 constexpr auto kBeatPeriod = 200ms;
 constexpr auto kCallTimeout = 1000ms;  // for SET and ADD; a GET that polls gets 0
 constexpr auto kJoinPoll = 200ms;
+// Once the job is failing (a failure reported here, read by the arbiter, or
+// the verdict known), silence this long makes a node lost even when
+// lost_after is longer: nothing is left to protect by waiting (the job ends
+// anyway), and a launcher that was killed must not hold the others' exit for
+// PLEXUS_TIMEOUT. 25 beats: a live launcher is never that quiet.
+constexpr std::chrono::milliseconds kLostOnceFailing = 5000ms;
 
 const std::string kPrefix = "plexus/launch/";
 
@@ -212,12 +218,16 @@ NodeGroup::~NodeGroup() {
   if (wake_write_ >= 0) ::close(wake_write_);
 }
 
+// "node 1 (host b, ranks 2 and 3)": the node with its host and its ranks.
 std::string NodeGroup::NodeName(int node) const {
-  std::string name = "node " + std::to_string(node);
+  std::string name = "node " + std::to_string(node) + " (";
   if (node >= 0 && node < static_cast<int>(hosts_.size()) && !hosts_[node].empty()) {
-    name += " (" + hosts_[node] + ")";
+    name += "host " + hosts_[node] + ", ";
   }
-  return name;
+  const int first = node * config_.nproc, last = first + config_.nproc - 1;
+  if (first == last) return name + "rank " + std::to_string(first) + ")";
+  return name + "ranks " + std::to_string(first) + (last == first + 1 ? " and " : " to ") +
+         std::to_string(last) + ")";
 }
 
 void NodeGroup::Start() {
@@ -250,9 +260,14 @@ void NodeGroup::ReportLocalFailure(FailureKind kind, const std::string& line) {
   cv_.notify_all();
 }
 
+std::chrono::milliseconds NodeGroup::Silence(bool failing) const {
+  return failing ? std::min(config_.lost_after, kLostOnceFailing) : config_.lost_after;
+}
+
 std::string NodeGroup::SettleFailure() {
   std::unique_lock<std::mutex> lock(mutex_);
-  cv_.wait_for(lock, config_.lost_after + 2 * kCallTimeout, [&] { return !verdict_.empty(); });
+  cv_.wait_for(lock, Silence(true) + 2 * kCallTimeout + kBeatPeriod,
+               [&] { return !verdict_.empty(); });
   if (verdict_.empty() || verdict_ == pending_line_) return "";
   return verdict_;
 }
@@ -281,7 +296,9 @@ void NodeGroup::Leave(bool ok) {
     // The store goes with this process: wait until every launcher that is
     // still alive has read what it needs.
     lock.lock();
-    cv_.wait_for(lock, config_.lost_after + kCallTimeout, [&] {
+    // The job is over: a live launcher reads what it needs within a few
+    // beats, so one that has not left by then is gone.
+    cv_.wait_for(lock, Silence(true) + kCallTimeout, [&] {
       int live = 0;
       for (int j = 1; j < config_.nnodes; ++j) live += lost_[j] ? 0 : 1;
       return left_ >= live;
@@ -317,8 +334,10 @@ void NodeGroup::Round() {
   std::string line, done;
   int kind = 0;
   bool finished_ok = false;
+  bool failing = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    failing = !pending_line_.empty() || !verdict_.empty();
     if (!pending_sent_) {
       line = pending_line_;
       kind = pending_kind_;
@@ -340,7 +359,7 @@ void NodeGroup::Round() {
   const bool got_failed = st.ok() && store_->Get(Key("failed"), &failed, 0ms).ok();
   const bool got_all_done =
       st.ok() && me != 0 && finished_ok && store_->Get(Key("all_done"), &all_done, 0ms).ok();
-  if (st.ok() && me == 0) Arbitrate(now);
+  if (st.ok() && me == 0) Arbitrate(now, failing);
 
   std::lock_guard<std::mutex> lock(mutex_);
   if (st.ok()) {
@@ -355,17 +374,19 @@ void NodeGroup::Round() {
   }
   if (!store_failing_since_) store_failing_since_ = now;
   store_error_ = st.ToString();
-  if (me != 0 && now - *store_failing_since_ >= config_.lost_after) {
+  const auto silence = Silence(failing);
+  if (me != 0 && now - *store_failing_since_ >= silence) {
     SetVerdict(NodeName(0) + " is gone: its launcher, which hosts the rendezvous store at " +
                config_.master_addr + ":" + std::to_string(config_.master_port) +
-               ", has not answered for " + Seconds(config_.lost_after) +
+               ", has not answered for " + Seconds(silence) +
                " (it was killed, or its host or the network is down; last error: " + store_error_ +
                ")");
   }
 }
 
 // Node 0's thread: watches beats and reports, and writes the verdict.
-void NodeGroup::Arbitrate(Clock::time_point now) {
+void NodeGroup::Arbitrate(Clock::time_point now, bool failing) {
+  const auto silence = Silence(failing || !candidates_.empty());
   for (int j = 1; j < config_.nnodes; ++j) {
     if (done_[j].empty()) {
       Bytes value;
@@ -377,11 +398,11 @@ void NodeGroup::Arbitrate(Clock::time_point now) {
       beat_changed_[j] = now;
       ++beats_since_report_[j];
     }
-    if (!lost_[j] && done_[j].empty() && now - beat_changed_[j] >= config_.lost_after) {
+    if (!lost_[j] && done_[j].empty() && now - beat_changed_[j] >= silence) {
       lost_[j] = true;
       candidates_.push_back({static_cast<int>(FailureKind::kNodeLost), -1,
                              NodeName(j) + " stopped responding: its launcher has not been " +
-                                 "heard from for " + Seconds(config_.lost_after) +
+                                 "heard from for " + Seconds(silence) +
                                  " (it was killed, or its host or the network is down)"});
     }
   }

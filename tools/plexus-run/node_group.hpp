@@ -17,13 +17,15 @@
 //
 // Node 0's launcher is the arbiter. It watches the other launchers' beats: a
 // node that is not done and whose beat has not moved for lost_after is lost
-// (its launcher was killed, or its host or link is down). When a failure is
+// (its launcher was killed, or its host or link is down); once the job is
+// failing, 5 s of silence do (see Silence()). When a failure is
 // reported it waits until every other live launcher has beaten twice more, or
 // one is found lost, so that a rank that merely exited because a peer
 // vanished is not blamed for it; then it writes "failed" with the report of
 // the lowest kind (the earliest among equals). The other launchers poll
-// "failed"; a launcher whose store calls fail for lost_after declares node 0
-// (and the store with it) gone. Node 0 keeps serving the store at the end
+// "failed"; a launcher whose store calls fail for as long (lost_after, or
+// 5 s once it is failing itself) declares node 0 (and the store with it)
+// gone. Node 0 keeps serving the store at the end
 // until every live launcher has left, so that none of them mistakes the end
 // for node 0's death.
 //
@@ -53,7 +55,9 @@ struct NodeGroupConfig {
   std::string master_addr;
   uint16_t master_port = 0;
   std::chrono::milliseconds join_timeout{300000};  // every node must have joined by then
-  std::chrono::milliseconds lost_after{5000};      // silence that makes a node lost
+  // Silence that makes a node lost while the job is healthy (plexus-run:
+  // --node-timeout, default PLEXUS_TIMEOUT); once it is failing, at most 5 s.
+  std::chrono::milliseconds lost_after{300000};
 };
 
 class NodeGroup {
@@ -81,7 +85,7 @@ class NodeGroup {
   void ReportLocalFailure(FailureKind kind, const std::string& line);
 
   // After a local failure, once the local ranks are gone: waits (at most
-  // lost_after + a moment) for the verdict; returns it when it is another
+  // min(lost_after, 5 s) + a moment) for the verdict; returns it when it is another
   // failure than the one reported here, "" when it is ours or none came.
   std::string SettleFailure();
 
@@ -101,7 +105,10 @@ class NodeGroup {
   NodeGroup(const NodeGroupConfig& config, std::unique_ptr<RendezvousStore> store);
   void Loop();
   void Round();
-  void Arbitrate(std::chrono::steady_clock::time_point now);
+  void Arbitrate(std::chrono::steady_clock::time_point now, bool failing);
+  // The silence after which a node counts as lost: lost_after, or at most
+  // kLostOnceFailing (node_group.cpp) once the job is failing.
+  std::chrono::milliseconds Silence(bool failing) const;
   void SetVerdict(const std::string& line);  // holds mutex_
   std::string NodeName(int node) const;
 
