@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -168,6 +169,49 @@ int DriverVersion(const CudaApi& api) {
     v = 0;
   }
   return v;
+}
+
+int ThreadHasCudaContext() {
+  // cuCtxGetCurrent(CUcontext*), declared here to keep cuda.h out. Looked up
+  // until found: before the runtime's first call no libcuda is loaded (and
+  // then no thread can have a context anyway).
+  using CtxGetCurrent = int (*)(void**);
+  static std::atomic<CtxGetCurrent> fn{nullptr};
+  CtxGetCurrent f = fn.load(std::memory_order_acquire);
+  if (!f) {
+    void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+    if (!driver) return -1;
+    f = reinterpret_cast<CtxGetCurrent>(dlsym(driver, "cuCtxGetCurrent"));
+    // The handle is kept (NOLOAD took a reference): libcuda stays loaded
+    // for the life of the process anyway, and f must stay valid.
+    if (!f) return -1;
+    fn.store(f, std::memory_order_release);
+  }
+  void* ctx = nullptr;
+  if (f(&ctx) != 0) return -1;  // CUDA_SUCCESS is 0
+  return ctx ? 1 : 0;
+}
+
+DeviceGuard::DeviceGuard(const CudaApi& api, int device) : api_(api) {
+  int current = -1;
+  if (api_.GetDevice(&current) != cudaSuccess) {
+    api_.GetLastError();
+    current = -1;
+  }
+  if (current == device) return;  // the common case: nothing to do or undo
+  // Unknown (-1) counts as "had one": the thread keeps its device then, as
+  // it did before this check existed.
+  restore_ = current >= 0 && ThreadHasCudaContext() != 0;
+  previous_ = current;
+  result_ = api_.SetDevice(device);
+  if (result_ != cudaSuccess) {
+    api_.GetLastError();
+    restore_ = false;  // nothing was changed
+  }
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (restore_ && api_.SetDevice(previous_) != cudaSuccess) api_.GetLastError();
 }
 
 std::string CudaVersionText(int version) {

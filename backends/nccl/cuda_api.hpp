@@ -88,6 +88,35 @@ int DriverVersion(const CudaApi& api);
 // the dlopen itself.
 const CudaApi* LoadCudaApi(std::string* why);
 
+// Whether the calling thread has a current CUDA context, asked of the driver
+// (cuCtxGetCurrent, found with dlsym in the libcuda.so.1 the runtime already
+// loaded: never loads it). 1 yes, 0 no, -1 unknown (no libcuda in the
+// process, or the call failed). Only call after the runtime has been used.
+int ThreadHasCudaContext();
+
+// Makes `device` current on the calling thread for a scope, and afterwards
+// gives the thread back the device it had -- but only where the thread had a
+// context. Why: cudaGetDevice says 0 on a thread that never used CUDA, and
+// "restoring" 0 with cudaSetDevice(0) would create a context on GPU 0 in
+// every rank (hundreds of MiB of GPU 0's memory, and the wrong device for the
+// next CUDA call of that thread). A thread without a context keeps ours,
+// which is also the device it touched last. Costs one cudaGetDevice (a
+// thread-local read) when the device is already current.
+class DeviceGuard {
+ public:
+  DeviceGuard(const CudaApi& api, int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  cudaError_t result() const { return result_; }
+
+ private:
+  const CudaApi& api_;
+  int previous_ = -1;
+  bool restore_ = false;
+  cudaError_t result_ = cudaSuccess;
+};
+
 // "12.4" from 12040; "none" for 0; "not asked yet" for -1.
 std::string CudaVersionText(int version);
 // "2.28.9" from 22809 (NCCL >= 2.9 codes).

@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -50,27 +52,6 @@ std::string NcclError(const CudaApi& api, const char* call, ncclResult_t r, nccl
          (last && *last ? std::string(" (") + last + ")" : std::string());
 }
 
-// Makes device current for the scope and gives the thread its device back.
-class DeviceScope {
- public:
-  DeviceScope(const CudaApi& api, int device) : api_(api) {
-    if (api_.GetDevice(&previous_) != cudaSuccess) {
-      api_.GetLastError();
-      previous_ = -1;
-    }
-    result_ = api_.SetDevice(device);
-  }
-  ~DeviceScope() {
-    if (previous_ >= 0) api_.SetDevice(previous_);
-  }
-  cudaError_t result() const { return result_; }
-
- private:
-  const CudaApi& api_;
-  int previous_ = -1;
-  cudaError_t result_ = cudaSuccess;
-};
-
 std::string VisibleDevices() {
   // Only to explain a count in a message; never changes behaviour.
   const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
@@ -100,8 +81,11 @@ int32_t StatusOfNccl(ncclResult_t r) {
 int32_t CreateCommunicator(const CudaApi& api, const plexus_host_v1& host,
                            const plexus_comm_config_v1& config, std::shared_ptr<CommCore>* out,
                            std::string* error) {
+  // One deadline for the whole of comm_create (the ABI's TIMEOUT "after
+  // config->timeout_ms"): each step below gets what is left of it, not the
+  // full timeout again. Clamped: a huge timeout ("for ever") must not wrap.
   const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + std::chrono::milliseconds(config.timeout_ms);
+  const int64_t deadline = DeadlineAfterMs(NowNs(), config.timeout_ms);
   const std::string name = config.name ? config.name : "";
   const std::string me =
       "rank " + std::to_string(config.rank) + " of " + std::to_string(config.size) + " of " + name;
@@ -121,7 +105,25 @@ int32_t CreateCommunicator(const CudaApi& api, const plexus_host_v1& host,
   // 2. This rank's device: the host's choice (options.device, else the local
   // rank: the launch convention of DESIGN.md), checked; the result is
   // shared below, so it is each rank's own fault that gets named.
-  const int device = config.device >= 0 ? config.device : int(config.local_rank);
+  int device = config.device >= 0 ? config.device : int(config.local_rank);
+  // The host passes the local rank as the device by default. Where each
+  // process sees fewer GPUs than there are processes on the host (the
+  // per-rank CUDA_VISIBLE_DEVICES convention: one GPU each), that ordinal
+  // does not exist; the device then is local_rank % count (0 with one GPU).
+  // Said at INFO, since it silently differs from the host's choice.
+  if (device >= count && device == int(config.local_rank) &&
+      (count == 1 || uint32_t(count) < config.local_size)) {
+    const int chosen = int(config.local_rank % uint32_t(count));
+    if (host.log) {
+      host.log(host.ctx, PLEXUS_LOG_INFO,
+               ("nccl " + me + ": local rank " + std::to_string(config.local_rank) + " of " +
+                std::to_string(config.local_size) + " sees " + std::to_string(count) +
+                " CUDA device(s)" + VisibleDevices() + "; using device " + std::to_string(chosen) +
+                " (local rank % device count)")
+                   .c_str());
+    }
+    device = chosen;
+  }
   RankReport mine{};
   mine.status = PLEXUS_OK;
   mine.device = device;
@@ -133,10 +135,13 @@ int32_t CreateCommunicator(const CudaApi& api, const plexus_host_v1& host,
                     std::to_string(config.local_rank) +
                     ") does not exist: " + std::to_string(count) + " visible" + VisibleDevices();
   }
-  DeviceScope scope(api, device < count ? device : 0);
-  if (mine.status == PLEXUS_OK && scope.result() != cudaSuccess) {
+  // Our device for the rest of comm_create (NCCL's init, the stream, the
+  // events); the calling thread gets its own back where it had one.
+  std::optional<DeviceGuard> scope;
+  if (device < count) scope.emplace(api, device);
+  if (mine.status == PLEXUS_OK && scope && scope->result() != cudaSuccess) {
     mine.status = PLEXUS_ERR_SYSTEM;
-    local_failure = CudaError(api, "cudaSetDevice", scope.result());
+    local_failure = CudaError(api, "cudaSetDevice", scope->result());
   }
   if (mine.status == PLEXUS_OK) {
     const cudaError_t be = api.DeviceGetPCIBusId(mine.bus_id, sizeof mine.bus_id, device);
@@ -156,7 +161,7 @@ int32_t CreateCommunicator(const CudaApi& api, const plexus_host_v1& host,
       Copy(idm.reason, sizeof idm.reason, NcclError(api, "ncclGetUniqueId", r, nullptr));
     }
   }
-  int32_t rc = host.oob_broadcast(host.ctx, config.oob, &idm, sizeof idm, 0, config.timeout_ms);
+  int32_t rc = host.oob_broadcast(host.ctx, config.oob, &idm, sizeof idm, 0, RemainingMs(deadline));
   if (rc != PLEXUS_OK) {
     *error =
         me + ": waiting for rank 0's NCCL unique id (out-of-band broadcast) failed with status " +
@@ -167,7 +172,8 @@ int32_t CreateCommunicator(const CudaApi& api, const plexus_host_v1& host,
   // 4. Everybody's device report: a bad device or two ranks on one GPU is
   // named here, on every rank, rather than found by NCCL.
   std::vector<RankReport> all(config.size);
-  rc = host.oob_allgather(host.ctx, config.oob, &mine, all.data(), sizeof mine, config.timeout_ms);
+  rc = host.oob_allgather(host.ctx, config.oob, &mine, all.data(), sizeof mine,
+                          RemainingMs(deadline));
   if (rc != PLEXUS_OK) {
     *error = me + ": exchanging device reports (out-of-band allgather) failed with status " +
              std::to_string(rc);
@@ -211,7 +217,21 @@ int32_t CreateCommunicator(const CudaApi& api, const plexus_host_v1& host,
                                          config.timeout_ms, name);
   ncclConfig_t nc_config = NCCL_CONFIG_INITIALIZER;
   nc_config.blocking = 0;
-  nc_config.commName = name.c_str();
+  // NCCL keeps this pointer (no copy) for the communicator's life: the
+  // core's own name, which lives as long as the core that owns the comm.
+  nc_config.commName = core->name().c_str();
+  // NCCL_COMM_BLOCKING in the environment overrides config.blocking. Then
+  // every NCCL call blocks: comm_create's deadline no longer holds inside
+  // NCCL's init, and a comm_abort cannot interrupt a post stuck in NCCL
+  // (it waits for the post mutex). Warned, not refused: the user set it on
+  // purpose (debugging), and a healthy job still runs correctly.
+  if (const char* b = std::getenv("NCCL_COMM_BLOCKING"); b && *b && std::strcmp(b, "0") != 0) {
+    core->Log(PLEXUS_LOG_WARN,
+              "nccl " + me + ": NCCL_COMM_BLOCKING=" + b +
+                  " overrides this backend's non-blocking NCCL communicator: NCCL calls may "
+                  "block without a timeout, and comm_abort is not prompt while one does "
+                  "(unset it for bounded waits)");
+  }
   ncclComm_t comm = nullptr;
   ncclResult_t r =
       api.CommInitRankConfig(&comm, int(config.size), idm.id, int(config.rank), &nc_config);
@@ -229,7 +249,7 @@ int32_t CreateCommunicator(const CudaApi& api, const plexus_host_v1& host,
     r = api.CommGetAsyncError(comm, &async);
     if (r == ncclSuccess) r = async;
     if (r == ncclSuccess) break;
-    if (r == ncclInProgress && std::chrono::steady_clock::now() >= deadline) {
+    if (r == ncclInProgress && NowNs() >= deadline) {
       api.CommAbort(comm);
       *error = me + ": NCCL did not finish connecting within " + std::to_string(config.timeout_ms) +
                " ms: ncclCommInitRankConfig waits until all " + std::to_string(config.size) +

@@ -46,12 +46,27 @@ constexpr int64_t kYieldUntilNs = 4'000'000;
 constexpr int64_t kMinSleepNs = 10'000;
 constexpr int64_t kMaxSleepNs = 500'000;
 
-// A timeout in ms as nanoseconds from now, without overflow (INT64_MAX ms
-// is "for ever" to a caller).
-int64_t DeadlineAfterMs(int64_t now_ns, int64_t ms) {
-  constexpr int64_t kMaxMs = INT64_MAX / 1'000'000 / 2;
-  return now_ns + std::min(ms, kMaxMs) * 1'000'000;
+// Settling a non-blocking NCCL call (SettleLocked, Destroy): NCCL's own
+// thread finishes it within microseconds once the peers are connected, so
+// the first 100 us only yield (a sleep costs its wake-up plus Linux's 50 us
+// timer slack: 60-80 us per 20 us sleep, against a target of <= 2 us added
+// to an 8-byte allreduce); after that, sleep elapsed/64 (first use: NCCL
+// connects to its peers, milliseconds), at most 1 ms.
+constexpr int64_t kSettleYieldNs = 100'000;
+constexpr int64_t kSettleMaxSleepNs = 1'000'000;
+
+void SettlePause(int64_t elapsed_ns) {
+  if (elapsed_ns < kSettleYieldNs) {
+    std::this_thread::yield();
+    return;
+  }
+  std::this_thread::sleep_for(
+      std::chrono::nanoseconds(std::clamp(elapsed_ns / 64, kMinSleepNs, kSettleMaxSleepNs)));
 }
+
+// comm_destroy's bound on ncclCommFinalize (with the communicator's timeout,
+// whichever is shorter): destroy must not hang on a dead peer.
+constexpr int64_t kFinalizeMaxNs = 5'000'000'000;
 
 std::string NcclFailureText(const CudaApi& api, ncclComm_t comm, ncclResult_t r) {
   const char* last = comm ? api.GetNcclLastError(comm) : nullptr;
@@ -61,6 +76,20 @@ std::string NcclFailureText(const CudaApi& api, ncclComm_t comm, ncclResult_t r)
 
 }  // namespace
 
+int64_t MsToNs(int64_t ms) {
+  constexpr int64_t kMaxMs = INT64_MAX / 1'000'000 / 4;  // ~73 years
+  return std::clamp<int64_t>(ms, 0, kMaxMs) * 1'000'000;
+}
+
+int64_t DeadlineAfterMs(int64_t now_ns, int64_t ms) {
+  return now_ns + MsToNs(ms);  // now_ns (steady clock) is far below INT64_MAX / 4
+}
+
+int64_t RemainingMs(int64_t deadline_ns) {
+  const int64_t left = deadline_ns - NowNs();
+  return std::max<int64_t>(1, (left + 999'999) / 1'000'000);
+}
+
 CommCore::CommCore(const CudaApi* api, const plexus_host_v1& host, uint32_t rank, uint32_t size,
                    int device, int64_t timeout_ms, std::string name)
     : api_(api),
@@ -69,6 +98,7 @@ CommCore::CommCore(const CudaApi* api, const plexus_host_v1& host, uint32_t rank
       size_(size),
       device_(device),
       timeout_ms_(timeout_ms),
+      timeout_ns_(MsToNs(timeout_ms)),
       name_(std::move(name)) {
   NoteProgress();
 }
@@ -76,6 +106,8 @@ CommCore::CommCore(const CudaApi* api, const plexus_host_v1& host, uint32_t rank
 CommCore::~CommCore() {
   // Reverse order of comm_create: the communicator (if comm_destroy did not
   // already), then events, scratch, stream. None of these waits for peers.
+  // The last owner may be any thread (a request freed late): our device.
+  DeviceGuard on_device(*api_, device_);
   if (nccl_) api_->CommAbort(nccl_);
   for (cudaEvent_t e : free_events_) api_->EventDestroy(e);
   if (scratch_) api_->Free(scratch_);
@@ -87,6 +119,7 @@ void CommCore::Adopt(ncclComm_t comm, cudaStream_t stream, void* scratch) {
   nccl_ = comm;
   stream_ = stream;
   scratch_ = scratch;
+  nccl_released_.store(comm == nullptr, std::memory_order_release);
 }
 
 bool CommCore::AcquireEvent(cudaEvent_t* event, std::string* why) {
@@ -99,12 +132,9 @@ bool CommCore::AcquireEvent(cudaEvent_t* event, std::string* why) {
     }
   }
   // Events belong to the device current at creation: make it ours for the
-  // call, and give the calling thread its own device back.
-  int previous = -1;
-  if (api_->GetDevice(&previous) != cudaSuccess) previous = -1;
-  if (previous != device_) api_->SetDevice(device_);
+  // call (a no-op inside Post, which already did).
+  DeviceGuard on_device(*api_, device_);
   const cudaError_t e = api_->EventCreateWithFlags(event, cudaEventDisableTiming);
-  if (previous >= 0 && previous != device_) api_->SetDevice(previous);
   if (e != cudaSuccess) {
     api_->GetLastError();
     *why = std::string("cudaEventCreateWithFlags: ") + api_->GetErrorName(e) + ": " +
@@ -152,9 +182,69 @@ void CommCore::AbortLocked(int32_t code, const std::string& message) {
   if (nccl_) {
     // Local and bounded: NCCL's kernels leave, its threads stop, its device
     // memory is freed (which waits for the kernels), and no peer is asked.
+    DeviceGuard on_device(*api_, device_);
     api_->CommAbort(nccl_);
     nccl_ = nullptr;
   }
+  // Only now may a request NCCL was given report the failure: its buffers
+  // are the caller's again (PLEXUS_CAP_ABORT). Set after the call returned.
+  nccl_released_.store(true, std::memory_order_release);
+}
+
+void CommCore::Destroy() {
+  DeviceGuard on_device(*api_, device_);
+  std::string why;
+  if (Failure(&why) == 0) {
+    std::lock_guard<std::mutex> lock(nccl_mutex_);
+    // Queued sends/recvs (a caller that broke the precondition) were never
+    // given to NCCL: finalize cannot flush them; abort instead.
+    if (nccl_ && queued_.empty() && !abort_requested() && SettleLocked(true, &why) == PLEXUS_OK &&
+        nccl_) {
+      const int64_t start = NowNs();
+      const int64_t deadline = start + std::min(timeout_ns_, kFinalizeMaxNs);
+      ncclResult_t r = api_->CommFinalize(nccl_);
+      while (r == ncclSuccess || r == ncclInProgress) {
+        ncclResult_t async = ncclInProgress;
+        const ncclResult_t q = api_->CommGetAsyncError(nccl_, &async);
+        r = q != ncclSuccess ? q : async;
+        if (r != ncclInProgress || abort_requested()) break;
+        const int64_t now = NowNs();
+        if (now >= deadline) break;
+        SettlePause(now - start);
+      }
+      if (r == ncclSuccess) {
+        // Quiescent: ncclCommDestroy only frees local resources now.
+        const ncclResult_t d = api_->CommDestroy(nccl_);
+        nccl_ = nullptr;
+        nccl_released_.store(true, std::memory_order_release);
+        if (d != ncclSuccess) {
+          Log(PLEXUS_LOG_WARN,
+              "nccl comm_destroy (" + name_ + "): ncclCommDestroy: " + api_->GetNcclErrorString(d));
+        }
+      } else {
+        Log(PLEXUS_LOG_WARN,
+            "nccl comm_destroy (" + name_ + ", rank " + std::to_string(rank_) +
+                "): ncclCommFinalize " +
+                (r == ncclInProgress ? std::string("did not finish in time")
+                                     : std::string("failed: ") + api_->GetNcclErrorString(r)) +
+                "; aborting the communicator instead");
+      }
+    }
+  }
+  // Broken, or finalize failed or overran: abort (a no-op on the NCCL side
+  // once destroyed above; it still fails any request a buggy caller kept).
+  Abort(PLEXUS_ERR_ABORTED, "the communicator was destroyed");
+}
+
+void CommCore::NoteOwnStreamDone(uint64_t seq) {
+  uint64_t seen = own_done_seq_.load(std::memory_order_relaxed);
+  while (seen < seq && !own_done_seq_.compare_exchange_weak(seen, seq, std::memory_order_release,
+                                                            std::memory_order_relaxed)) {
+  }
+}
+
+void CommCore::MarkHanded(const Pending* reqs, size_t n) {
+  for (size_t i = 0; i < n; ++i) reqs[i].req->handed.store(true, std::memory_order_release);
 }
 
 void CommCore::DropQueuesLocked() {
@@ -167,12 +257,24 @@ void CommCore::DropQueuesLocked() {
 namespace {
 
 // Records the events of n requests whose NCCL call has been enqueued, in
-// order; a request counts as launched from then on.
+// order; a request counts as launched from then on. A caller-stream request
+// needs no event (complete = enqueued) unless own-stream work may still run
+// ahead of it: then its event, recorded on the own stream, is its gate.
 int32_t RecordEvents(CommCore& c, const CommCore::Pending* reqs, size_t n, std::string* why) {
   const CudaApi& api = c.api();
+  const int64_t now = NowNs();
   for (size_t i = 0; i < n; ++i) {
     plexus_request* req = reqs[i].req;
-    const cudaError_t e = api.EventRecord(req->event, reqs[i].stream);
+    cudaStream_t on = reqs[i].stream;
+    bool record = true;
+    if (req->stream_ordered) {
+      record = c.OwnStreamBusyLocked();
+      on = c.own_stream();
+      req->gated.store(record, std::memory_order_release);
+    } else {
+      c.NoteOwnStreamLaunchedLocked(req->seq);
+    }
+    const cudaError_t e = record ? api.EventRecord(req->event, on) : cudaSuccess;
     if (e != cudaSuccess) {
       api.GetLastError();
       // The operation is on the stream but cannot be tracked: stop it.
@@ -182,6 +284,7 @@ int32_t RecordEvents(CommCore& c, const CommCore::Pending* reqs, size_t n, std::
       c.AbortLocked(PLEXUS_ERR_SYSTEM, *why);
       return PLEXUS_ERR_SYSTEM;
     }
+    req->launched_ns.store(now, std::memory_order_relaxed);
     req->launched.store(true, std::memory_order_release);
   }
   return PLEXUS_OK;
@@ -189,23 +292,26 @@ int32_t RecordEvents(CommCore& c, const CommCore::Pending* reqs, size_t n, std::
 
 }  // namespace
 
-int32_t CommCore::AfterCallLocked(ncclResult_t r, const Pending* reqs, size_t n, bool group,
+int32_t CommCore::AfterCallLocked(ncclResult_t r, const Pending* reqs, size_t n, int64_t start_ns,
                                   const std::string& what, std::string* why) {
   if (r == ncclSuccess) return RecordEvents(*this, reqs, n, why);
   if (r == ncclInProgress) {
     in_progress_.assign(reqs, reqs + n);
     in_progress_what_ = what;
-    in_progress_since_ns_ = NowNs();
+    in_progress_since_ns_ = start_ns;
     return PLEXUS_OK;
   }
   *why = what + ": " + NcclFailureText(*api_, nccl_, r);
-  const int32_t code = StatusOfNccl(r);
-  // NCCL checks a single call's arguments before it enqueues anything: the
-  // communicator is still usable then. Anything else, and any failure of a
-  // group (whose requests are already the caller's), breaks it.
-  if (group || (code != PLEXUS_ERR_INVALID_ARGUMENT && code != PLEXUS_ERR_INVALID_USAGE)) {
-    AbortLocked(code, *why);
+  int32_t code = StatusOfNccl(r);
+  // A non-blocking communicator keeps any error of a call, an argument error
+  // too, as its asynchronous error: it cannot be used again, so abort it.
+  // The plugin checked every argument before the call, so NCCL refusing one
+  // is our bug (INTERNAL), not the caller's (INVALID_ARGUMENT would tell the
+  // caller the communicator is still usable).
+  if (code == PLEXUS_ERR_INVALID_ARGUMENT || code == PLEXUS_ERR_INVALID_USAGE) {
+    code = PLEXUS_ERR_INTERNAL;
   }
+  AbortLocked(code, *why);
   return code;
 }
 
@@ -232,12 +338,13 @@ int32_t CommCore::SettleLocked(bool block, std::string* why) {
     if (r != ncclInProgress) {
       *why = in_progress_what_ + ": NCCL failed while it completed the call in the background: " +
              NcclFailureText(*api_, nccl_, r);
-      const int32_t code = r == ncclInvalidArgument ? PLEXUS_ERR_INTERNAL : StatusOfNccl(r);
+      const int32_t code =
+          r == ncclInvalidArgument || r == ncclInvalidUsage ? PLEXUS_ERR_INTERNAL : StatusOfNccl(r);
       AbortLocked(code, *why);
       return code;
     }
-    if (!block) return PLEXUS_IN_PROGRESS;
-    if (NowNs() - in_progress_since_ns_ >= timeout_ms_ * 1'000'000) {
+    const int64_t elapsed = NowNs() - in_progress_since_ns_;
+    if (elapsed >= timeout_ns_) {
       *why = in_progress_what_ + ": NCCL did not finish enqueueing the call within " +
              std::to_string(timeout_ms_) +
              " ms (it connects to the peers on first use; one of them is missing, stuck, or "
@@ -245,8 +352,9 @@ int32_t CommCore::SettleLocked(bool block, std::string* why) {
       AbortLocked(PLEXUS_ERR_TIMEOUT, *why);
       return PLEXUS_ERR_TIMEOUT;
     }
+    if (!block) return PLEXUS_IN_PROGRESS;
     // Holding the mutex is fine: comm_abort raises its flag first, seen above.
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    SettlePause(elapsed);
   }
   return PLEXUS_OK;
 }
@@ -262,28 +370,39 @@ int32_t CommCore::LaunchQueuedLocked(bool block, std::string* why) {
   }
   // One group, in posting order: NCCL keeps the order of operations to the
   // same peer within a group and lets all of them progress together.
-  ncclResult_t r = api_->GroupStart();
+  // Zero-count entries make no NCCL call (their events come with the group,
+  // which keeps them in order); a queue of only those needs no group.
+  bool any_call = false;
+  for (const QueuedP2P& q : queued_) any_call = any_call || q.count > 0;
+  const int64_t start = NowNs();
+  ncclResult_t r = ncclSuccess;
   size_t bad = queued_.size();
-  if (r == ncclSuccess) {
-    for (size_t i = 0; i < queued_.size(); ++i) {
-      const QueuedP2P& q = queued_[i];
-      const ncclResult_t ri =
-          q.is_send ? api_->Send(q.buf, q.count, q.type, q.peer, nccl_, q.pending.stream)
-                    : api_->Recv(q.buf, q.count, q.type, q.peer, nccl_, q.pending.stream);
-      if (ri != ncclSuccess && ri != ncclInProgress) {
-        r = ri;
-        bad = i;
-        break;
+  if (any_call) {
+    r = api_->GroupStart();
+    if (r == ncclSuccess) {
+      for (size_t i = 0; i < queued_.size(); ++i) {
+        const QueuedP2P& q = queued_[i];
+        if (q.count == 0) continue;
+        MarkHanded(&q.pending, 1);
+        const ncclResult_t ri =
+            q.is_send ? api_->Send(q.buf, q.count, q.type, q.peer, nccl_, q.pending.stream)
+                      : api_->Recv(q.buf, q.count, q.type, q.peer, nccl_, q.pending.stream);
+        if (ri != ncclSuccess && ri != ncclInProgress) {
+          r = ri;
+          bad = i;
+          break;
+        }
       }
+      // Always closed, even after a failed call; its result covers the launch.
+      const ncclResult_t end = api_->GroupEnd();
+      if (r == ncclSuccess) r = end;
     }
-    // Always closed, even after a failed call; its result covers the launch.
-    const ncclResult_t end = api_->GroupEnd();
-    if (r == ncclSuccess) r = end;
   }
   std::string what;
   if (r != ncclSuccess) {
-    // Only built when needed: names each operation (op, seq, count, dtype,
-    // peer), the failed one first where NCCL refused one call.
+    // Only built when needed (a failure, or a launch NCCL completes in the
+    // background, whose messages come later): names each operation (op, seq,
+    // count, dtype, peer), the failed one first where NCCL refused one call.
     const auto one = [](const QueuedP2P& q) {
       return std::string(q.is_send ? "send" : "recv") + " #" + std::to_string(q.pending.req->seq) +
              " (" + std::to_string(q.plexus_count) + " x " + q.dtype_name +
@@ -294,11 +413,12 @@ int32_t CommCore::LaunchQueuedLocked(bool block, std::string* why) {
     what += "a group of " + std::to_string(queued_.size()) + " point-to-point operation(s): ";
     for (size_t i = 0; i < queued_.size() && i < 4; ++i) what += (i ? ", " : "") + one(queued_[i]);
     if (queued_.size() > 4) what += ", ...";
+    what += " (" + name_ + ", rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ")";
   }
   record_scratch_.clear();
   for (const QueuedP2P& q : queued_) record_scratch_.push_back(q.pending);
   queued_.clear();
-  rc = AfterCallLocked(r, record_scratch_.data(), record_scratch_.size(), true, what, why);
+  rc = AfterCallLocked(r, record_scratch_.data(), record_scratch_.size(), start, what, why);
   record_scratch_.clear();
   return rc;
 }
@@ -376,7 +496,17 @@ int32_t PollRequest(plexus_request* req, bool poll_async) {
            ", rank " + std::to_string(c.rank()) + " of " + std::to_string(c.size()) + ")";
   };
   std::string why;
-  if (!req->event) return Finish(req, PLEXUS_OK, "");
+  // A failure (or comm_abort) ends the request -- but one NCCL was given
+  // only once ncclCommAbort has returned: until then its kernel may still
+  // read or write the buffers (PLEXUS_CAP_ABORT promises they are the
+  // caller's once it completes). The aborting thread is inside that bounded
+  // call; wait() polls again.
+  const auto fail = [&](int32_t code, const std::string& text) {
+    if (req->handed.load(std::memory_order_acquire) && !c.nccl_released()) {
+      return int32_t(PLEXUS_IN_PROGRESS);
+    }
+    return Finish(req, code, where() + ": " + text);
+  };
 
   if (!req->launched.load(std::memory_order_acquire)) {
     // Queued (a send/recv waiting for its group) or enqueued by NCCL in the
@@ -388,53 +518,55 @@ int32_t PollRequest(plexus_request* req, bool poll_async) {
       if (!c.abort_requested()) return PLEXUS_IN_PROGRESS;
       nl.lock();
     }
+    // Settling (also without blocking) fails a call that made no progress
+    // for timeout_ms since it started (not since req was posted: a request
+    // first looked at late is not late itself).
     if (c.Failure(&why) == 0) {
       if (c.SettleLocked(false, &why) == PLEXUS_OK) c.LaunchQueuedLocked(false, &why);
     }
     if (!req->launched.load(std::memory_order_acquire)) {
       if (const int32_t f = c.Failure(&why)) {
-        // The queues must not name req once its owner may free it.
+        // The queues must not name req once its owner may free it (every
+        // failure path has emptied them already; this is the guarantee).
         c.DropQueuesLocked();
-        return Finish(req, f, where() + ": " + why);
-      }
-      if (NowNs() - std::max(req->posted_ns, c.last_progress_ns()) >= c.timeout_ms() * 1'000'000) {
-        const std::string msg = "NCCL did not finish enqueueing it within " +
-                                std::to_string(c.timeout_ms()) +
-                                " ms (it connects to the peers on first use; a peer is missing, "
-                                "stuck, or never posted the matching operation); the "
-                                "communicator was aborted";
-        c.AbortLocked(PLEXUS_ERR_TIMEOUT, msg);
-        return Finish(req, PLEXUS_ERR_TIMEOUT, where() + ": " + msg);
+        return fail(f, why);
       }
       return PLEXUS_IN_PROGRESS;
     }
   }
   // A failure seen anywhere on the communicator (or comm_abort) ends every
   // pending request: NCCL's kernels were stopped, the result is unknown.
-  if (const int32_t f = c.Failure(&why)) return Finish(req, f, where() + ": " + why);
+  if (const int32_t f = c.Failure(&why)) return fail(f, why);
 
-  const cudaError_t q = api.EventQuery(req->event);
+  // Caller's stream, nothing ahead of it on the own stream: complete now
+  // (complete = enqueued on the stream; nccl_comm.hpp).
+  const bool needs_event = !req->stream_ordered || req->gated.load(std::memory_order_acquire);
+  const cudaError_t q = needs_event ? api.EventQuery(req->event) : cudaSuccess;
   if (q == cudaSuccess) {
     // An operation NCCL's abort (after a peer failed) cut short completes
     // too: ask NCCL. Without blocking: a post may hold the mutex for a while
     // (a first-use connection); the periodic asks in wait() cover that case.
     std::string text;
     const ncclResult_t a = c.AsyncError(false, &text);
-    if (const int32_t f = c.Failure(&why)) return Finish(req, f, where() + ": " + why);
     if (a != ncclSuccess && a != ncclInProgress) {
       const std::string msg = "NCCL reported an asynchronous error: " + text;
       c.Abort(PLEXUS_ERR_REMOTE, msg);
-      return Finish(req, PLEXUS_ERR_REMOTE, where() + ": " + msg);
     }
+    // Checked after the event: a comm_abort that came meanwhile wins over OK.
+    if (const int32_t f = c.Failure(&why)) return fail(f, why);
+    if (!req->stream_ordered) c.NoteOwnStreamDone(req->seq);
     c.NoteProgress();
     return Finish(req, PLEXUS_OK, "");
   }
+  // cudaEventQuery's cudaErrorNotReady is also left as the runtime's last
+  // error: clear it (as PyTorch does), or a LibTorch sharing this libcudart
+  // would find it in its own cudaGetLastError() and fail there.
+  api.GetLastError();  // also clears a non-sticky real error; a sticky one stays
   if (q != cudaErrorNotReady) {
-    api.GetLastError();  // clears a non-sticky error; a sticky one stays
     const std::string msg =
         std::string("cudaEventQuery: ") + api.GetErrorName(q) + ": " + api.GetErrorString(q);
     c.Abort(PLEXUS_ERR_SYSTEM, msg);
-    return Finish(req, PLEXUS_ERR_SYSTEM, where() + ": " + msg);
+    return fail(PLEXUS_ERR_SYSTEM, msg);
   }
   if (poll_async) {
     std::string text;
@@ -444,11 +576,16 @@ int32_t PollRequest(plexus_request* req, bool poll_async) {
       const std::string msg =
           "NCCL reported an asynchronous error (a peer failed or aborted): " + text;
       c.Abort(PLEXUS_ERR_REMOTE, msg);
-      return Finish(req, PLEXUS_ERR_REMOTE, where() + ": " + msg);
+      if (const int32_t f = c.Failure(&why)) return fail(f, why);
+      return fail(PLEXUS_ERR_REMOTE, msg);
     }
   }
-  const int64_t since = std::max(req->posted_ns, c.last_progress_ns());
-  if (NowNs() - since >= c.timeout_ms() * 1'000'000) {
+  // No progress counted from the launch (not the post: a request first
+  // polled late is not late), or from the last completion on the
+  // communicator, whichever is later.
+  const int64_t since =
+      std::max(req->launched_ns.load(std::memory_order_relaxed), c.last_progress_ns());
+  if (NowNs() - since >= c.timeout_ns()) {
     std::string others;
     if (c.size() <= 16) {
       for (uint32_t r = 0; r < c.size(); ++r) {
@@ -464,7 +601,8 @@ int32_t PollRequest(plexus_request* req, bool poll_async) {
         (c.size() == 1 ? std::string("them") : "ranks " + others) +
         " stopped, froze or never posted it); the communicator was aborted";
     c.Abort(PLEXUS_ERR_TIMEOUT, msg);
-    return Finish(req, PLEXUS_ERR_TIMEOUT, where() + ": " + msg);
+    if (const int32_t f = c.Failure(&why)) return fail(f, why);
+    return fail(PLEXUS_ERR_TIMEOUT, msg);
   }
   return PLEXUS_IN_PROGRESS;
 }

@@ -263,8 +263,11 @@ struct P2PArgs {
 // stream, takes an event, then either queues it (point-to-point: launched
 // with the others of its group, nccl_comm.hpp) or, after launching what is
 // queued and letting a call NCCL still completes in the background settle,
-// runs enqueue (the NCCL calls) and records the event (or leaves that to the
-// settle when NCCL says ncclInProgress). No copy, no host sync.
+// runs enqueue (the NCCL calls; none for count 0) and records the event.
+// When NCCL says ncclInProgress (every call with work at world size >= 2),
+// the call is settled here before returning, so that a returned post means
+// "enqueued on the stream": work the caller then queues on the same stream
+// runs after it. No copy, no host sync.
 template <typename Enqueue>
 int32_t Post(plexus_comm* comm, const OpInfo& op, const plexus_placement* placement,
              std::initializer_list<Buffer> buffers, const P2PArgs* p2p, Enqueue&& enqueue,
@@ -275,6 +278,9 @@ int32_t Post(plexus_comm* comm, const OpInfo& op, const plexus_placement* placem
   auto req = std::make_unique<plexus_request>();
   req->core = comm->core;
   req->op = what;
+  // NCCL and the events need the communicator's device current, whatever
+  // thread posts (and without making a context on GPU 0: DeviceGuard).
+  DeviceGuard device(api, c.device());
   std::unique_lock<std::mutex> lock(c.post_mutex());
   std::string why;
   if (const int32_t f = c.Failure(&why)) {
@@ -284,44 +290,52 @@ int32_t Post(plexus_comm* comm, const OpInfo& op, const plexus_placement* placem
   if (!nc) {
     return Reject(comm, PLEXUS_ERR_ABORTED, std::string("nccl ") + what + ": aborted");
   }
+  if (device.result() != cudaSuccess) {
+    return Reject(comm, PLEXUS_ERR_SYSTEM,
+                  std::string("nccl ") + what + ": cudaSetDevice(" + std::to_string(c.device()) +
+                      "): " + api.GetErrorString(device.result()));
+  }
   req->seq = c.NextSeq();
   req->posted_ns = NowNs();
-  if (op.count == 0) {  // a real operation that needs no peer: done at once
-    req->status = PLEXUS_OK;
-    *req_out = req.release();
-    return PLEXUS_OK;
-  }
-  for (const Buffer& b : buffers) {
-    if (b.ptr) {
-      const int32_t rc = CheckBuffer(comm, what, b.role, b.ptr);
-      if (rc != PLEXUS_OK) return rc;
+  // count 0 is a real operation in the posting order (ABI) but touches no
+  // buffer: they may be NULL, and are not checked.
+  if (op.count > 0) {
+    for (const Buffer& b : buffers) {
+      if (b.ptr) {
+        const int32_t rc = CheckBuffer(comm, what, b.role, b.ptr);
+        if (rc != PLEXUS_OK) return rc;
+      }
     }
   }
   auto stream = static_cast<cudaStream_t>(placement ? placement->stream : nullptr);
   if (!stream) {
     stream = c.own_stream();
-  } else if (stream != comm->checked_stream && api.StreamGetDevice) {
-    int dev = -1;
-    const cudaError_t e = api.StreamGetDevice(stream, &dev);
-    if (e != cudaSuccess || dev != c.device()) {
-      if (e != cudaSuccess) api.GetLastError();
-      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT,
-                    std::string("nccl ") + what + ": the placement's stream " +
-                        (e != cudaSuccess
-                             ? std::string("is not a valid stream (") + api.GetErrorString(e) + ")"
-                             : "belongs to CUDA device " + std::to_string(dev)) +
-                        "; this communicator uses device " + std::to_string(c.device()));
+  } else {
+    req->stream_ordered = true;  // complete = enqueued on it (nccl_comm.hpp)
+    if (stream != comm->checked_stream && api.StreamGetDevice) {
+      int dev = -1;
+      const cudaError_t e = api.StreamGetDevice(stream, &dev);
+      if (e != cudaSuccess || dev != c.device()) {
+        if (e != cudaSuccess) api.GetLastError();
+        return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT,
+                      std::string("nccl ") + what + ": the placement's stream " +
+                          (e != cudaSuccess ? std::string("is not a valid stream (") +
+                                                  api.GetErrorString(e) + ")"
+                                            : "belongs to CUDA device " + std::to_string(dev)) +
+                          "; this communicator uses device " + std::to_string(c.device()));
+      }
+      comm->checked_stream = stream;
     }
-    comm->checked_stream = stream;
   }
   cudaEvent_t event = nullptr;
   if (!c.AcquireEvent(&event, &why)) {
-    return Reject(comm, PLEXUS_ERR_SYSTEM, std::string("nccl ") + what + ": " + why);
+    return Reject(comm, PLEXUS_ERR_SYSTEM, Describe(op, req->seq) + ": " + why);
   }
   req->event = event;  // given back by ~plexus_request on every path below
 
   if (p2p) {
-    // Checked and tracked now; the NCCL call comes with the group launch.
+    // Checked and tracked now; the NCCL call comes with the group launch
+    // (none for count 0: its event is recorded with the group, in order).
     c.QueueP2PLocked({{req.get(), stream},
                       p2p->is_send,
                       p2p->buf,
@@ -343,11 +357,23 @@ int32_t Post(plexus_comm* comm, const OpInfo& op, const plexus_placement* placem
                   Describe(op, req->seq) + ": could not be posted: " +
                       (rc == PLEXUS_ERR_ABORTED ? std::string("aborted") : why));
   }
-  const ncclResult_t r = enqueue(nc, stream);
   const CommCore::Pending pending{req.get(), stream};
-  rc = c.AfterCallLocked(r, &pending, 1, false,
+  const int64_t start = NowNs();
+  ncclResult_t r = ncclSuccess;
+  if (op.count > 0) {
+    CommCore::MarkHanded(&pending, 1);
+    r = enqueue(nc, stream);
+  }
+  rc = c.AfterCallLocked(r, &pending, 1, start,
                          r == ncclSuccess ? std::string() : Describe(op, req->seq), &why);
   if (rc != PLEXUS_OK) return Reject(comm, rc, why);
+  if (r == ncclInProgress) {
+    // Settled before returning (see above). If that fails (timeout, NCCL
+    // error, comm_abort), the communicator is aborted; the operation was
+    // handed to NCCL all the same, so the post stands: test/wait report the
+    // failure once NCCL has let go of the buffers.
+    c.SettleLocked(true, &why);
+  }
   *req_out = req.release();
   return PLEXUS_OK;
 }
@@ -463,9 +489,11 @@ int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
 void CommDestroy(plexus_comm* comm) {
   try {
     if (comm && comm->core) {
-      // Abort, not ncclCommDestroy: destroy may wait for peers (a dead one
-      // would hang it); every request has completed by the ABI's contract.
-      comm->core->Abort(PLEXUS_ERR_ABORTED, "the communicator was destroyed");
+      // Finalize + destroy when healthy (flushes what NCCL still runs: with
+      // complete = enqueued, a caller-stream kernel may still be on the
+      // GPU), bounded by min(timeout, 5 s); abort when broken or overrun
+      // (CommCore::Destroy). Never waits on a dead peer beyond that bound.
+      comm->core->Destroy();
     }
     delete comm;  // the core lives on while a (leaked) request holds it
   } catch (...) {
@@ -492,6 +520,7 @@ size_t CommLastError(plexus_comm* comm, char* buf, size_t len) {
 int32_t Test(plexus_request* req) {
   if (!req || !req->core) return PLEXUS_ERR_INVALID_ARGUMENT;
   try {
+    DeviceGuard device(req->core->api(), req->core->device());
     return PollRequest(req, true);
   } catch (...) {
     return PLEXUS_ERR_INTERNAL;
@@ -501,6 +530,7 @@ int32_t Test(plexus_request* req) {
 int32_t Wait(plexus_request* req, int64_t timeout_ms) {
   if (!req || !req->core) return PLEXUS_ERR_INVALID_ARGUMENT;
   try {
+    DeviceGuard device(req->core->api(), req->core->device());
     return WaitRequest(req, timeout_ms);
   } catch (...) {
     return PLEXUS_ERR_INTERNAL;

@@ -3,7 +3,11 @@
 // whose sums, products and averages are exact in every dtype (float16 and
 // bfloat16 included) and in any order of reduction.
 //
-//   gpu_collectives                 the battery (any world size; send/recv from 2)
+//   gpu_collectives                 the battery (any world size; send/recv from 2):
+//                                   every collective, stream ordering on the caller's
+//                                   stream, in-order completion (count 0 included),
+//                                   200 requests in flight, alltoall in a loop, wait(0);
+//                                   at world size 1 then abort (posts fail ABORTED)
 //   gpu_collectives --abort         2 ranks: comm.abort() from another thread ends a pending
 //                                   allreduce promptly with ABORTED
 //   gpu_collectives --dead-peer     2 ranks: rank 1 leaves; rank 0's allreduce fails within
@@ -325,27 +329,120 @@ void Battery(plexus::Communicator& comm, int device) {
     comm.allreduce(z.p, z.p, 0, DType::Float32, ReduceOp::Sum, &where).wait();
     Check(true, "count 0 allreduce completes");
   }
-  // Stream ordering with the caller's stream: fill, reduce and read back on
-  // one stream, synchronising only the stream, before waiting on the Work.
+  // Stream ordering with the caller's stream. With PLEXUS_CAP_STREAM_ORDERED
+  // "complete" means "enqueued on the stream", so the results may be read
+  // only after wait(), and then only by work ordered on the same stream
+  // (here a copy, then a synchronisation of that stream alone). Out of
+  // place, into a buffer poisoned on the stream first: at world size 1 too
+  // NCCL must really copy the input (an in-place sum over one rank is a
+  // no-op and could not fail), so any reordering shows.
   {
     cudaStream_t st;
     Cuda(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "cudaStreamCreate");
     const size_t count = size_t(1) << 22;
-    std::vector<float> in(count, float(me + 1)), out(count, -1.f);
-    DeviceBuf d(count * 4);
+    std::vector<float> out(count, -1.f);
+    DeviceBuf d(count * 4), r(count * 4);
     plexus_placement on{sizeof(plexus_placement), PLEXUS_MEMORY_CUDA, device, 0, st};
     for (int round = 0; round < 3; ++round) {
+      std::vector<float> in(count, float(me + 1 + round));
       Cuda(cudaMemcpyAsync(d.p, in.data(), count * 4, cudaMemcpyHostToDevice, st), "H2D");
-      plexus::Work w = comm.allreduce(d.p, d.p, count, DType::Float32, ReduceOp::Sum, &on);
-      Cuda(cudaMemcpyAsync(out.data(), d.p, count * 4, cudaMemcpyDeviceToHost, st), "D2H");
+      Cuda(cudaMemsetAsync(r.p, 0xff, count * 4, st), "cudaMemsetAsync");  // NaN
+      plexus::Work w = comm.allreduce(d.p, r.p, count, DType::Float32, ReduceOp::Sum, &on);
+      w.wait();
+      Cuda(cudaMemcpyAsync(out.data(), r.p, count * 4, cudaMemcpyDeviceToHost, st), "D2H");
       Cuda(cudaStreamSynchronize(st), "cudaStreamSynchronize");
-      const float want = float(n) * float(n + 1) / 2;
+      const float want = float(n) * float(n + 1) / 2 + float(n) * float(round);
       bool ok = true;
       for (float v : out) ok = ok && v == want;
       Check(ok, "allreduce ordered on the caller's stream, round " + std::to_string(round));
-      w.wait();
     }
+    // In-order completion across streams: a caller-stream request posted
+    // after an own-stream one completes only after it.
+    DeviceBuf big(count * 4);
+    Cuda(cudaMemset(big.p, 0, count * 4), "cudaMemset");
+    plexus::Work a = comm.allreduce(big.p, big.p, count, DType::Float32, ReduceOp::Sum, &where);
+    plexus::Work b = comm.allreduce(d.p, r.p, count, DType::Float32, ReduceOp::Sum, &on);
+    b.wait();
+    Check(a.test(), "an own-stream request completes before a later caller-stream one");
+    a.wait();
+    Cuda(cudaStreamSynchronize(st), "cudaStreamSynchronize");
     cudaStreamDestroy(st);
+  }
+  // A zero-count operation completes in posting order, not at once.
+  {
+    const size_t count = size_t(1) << 22;
+    DeviceBuf big(count * 4);
+    Cuda(cudaMemset(big.p, 0, count * 4), "cudaMemset");
+    plexus::Work a = comm.allreduce(big.p, big.p, count, DType::Float32, ReduceOp::Sum, &where);
+    DeviceBuf zb(4);
+    plexus::Work z = comm.allreduce(zb.p, zb.p, 0, DType::Float32, ReduceOp::Sum, &where);
+    z.wait();
+    Check(a.test(), "a count-0 allreduce completes only after the one posted before it");
+    a.wait();
+  }
+  // Many requests in flight (the event pool grows), waited in order.
+  {
+    DeviceBuf v(200 * 4);
+    std::vector<float> ones(200, 1.f);
+    Cuda(cudaMemcpy(v.p, ones.data(), 200 * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+    std::vector<plexus::Work> works;
+    for (int i = 0; i < 200; ++i) {
+      works.push_back(comm.allreduce(static_cast<float*>(v.p) + i, static_cast<float*>(v.p) + i, 1,
+                                     DType::Float32, ReduceOp::Max, &where));
+    }
+    bool ok = true;
+    for (plexus::Work& w : works) {
+      try {
+        w.wait();
+      } catch (const plexus::Error&) {
+        ok = false;
+      }
+    }
+    std::vector<float> back(200);
+    Cuda(cudaMemcpy(back.data(), v.p, 200 * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    for (float x : back) ok = ok && x == 1.f;
+    Check(ok, "200 allreduces posted back to back, then waited in order");
+  }
+  // alltoall again and again (one group per call; settled before the next).
+  {
+    const size_t count = 1000;
+    std::vector<float> in(count * n), want(count * n);
+    for (uint32_t j = 0; j < n; ++j) {
+      for (size_t i = 0; i < count; ++i) {
+        in[j * count + i] = float(me * 100 + j);
+        want[j * count + i] = float(j * 100 + me);
+      }
+    }
+    DeviceBuf s(in.size() * 4), r(in.size() * 4);
+    Cuda(cudaMemcpy(s.p, in.data(), in.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+    bool ok = true;
+    for (int round = 0; round < 50 && ok; ++round) {
+      Cuda(cudaMemset(r.p, 0, in.size() * 4), "cudaMemset");
+      comm.alltoall(s.p, r.p, count, DType::Float32, &where).wait();
+      std::vector<float> got(in.size());
+      Cuda(cudaMemcpy(got.data(), r.p, got.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      ok = got == want;
+    }
+    Check(ok, "alltoall 50 times in a row");
+  }
+  // wait(0) polls: it returns (done) or says TIMEOUT (still pending), never
+  // anything else.
+  {
+    const size_t count = size_t(1) << 22;
+    DeviceBuf big(count * 4);
+    Cuda(cudaMemset(big.p, 0, count * 4), "cudaMemset");
+    plexus::Work w = comm.allreduce(big.p, big.p, count, DType::Float32, ReduceOp::Sum, &where);
+    bool ok = true;
+    for (int i = 0; i < 100000 && !w.completed(); ++i) {
+      try {
+        w.wait(std::chrono::milliseconds(0));
+      } catch (const plexus::Error& e) {
+        ok = ok && e.status() == PLEXUS_ERR_TIMEOUT;
+        if (e.status() != PLEXUS_ERR_TIMEOUT) break;
+      }
+    }
+    Check(ok, "wait(0) returns or says TIMEOUT, nothing else");
+    w.wait();
   }
   // Host memory: refused with UNSUPPORTED that says so.
   {
@@ -370,6 +467,50 @@ void Battery(plexus::Communicator& comm, int device) {
     Check(code == PLEXUS_ERR_UNSUPPORTED && msg.find("host memory") != std::string::npos,
           "a host pointer under a CUDA placement is UNSUPPORTED (" + msg + ")");
   }
+}
+
+// comm.abort() at world size 1, after the battery (it breaks the
+// communicator): posts fail with ABORTED, a second abort is harmless, a
+// request that completed before stays completed, a pending one ends ABORTED.
+void AbortWorld1(plexus::Communicator& comm, int device) {
+  plexus_placement where{sizeof(plexus_placement), PLEXUS_MEMORY_CUDA, device, 0, nullptr};
+  const size_t count = size_t(1) << 22;
+  DeviceBuf b(count * 4);
+  Cuda(cudaMemset(b.p, 0, count * 4), "cudaMemset");
+  plexus::Work done = comm.allreduce(b.p, b.p, 1, DType::Float32, ReduceOp::Sum, &where);
+  done.wait();
+  plexus::Work pending = comm.allreduce(b.p, b.p, count, DType::Float32, ReduceOp::Sum, &where);
+  comm.abort();
+  bool twice = true;
+  try {
+    comm.abort();
+  } catch (...) {
+    twice = false;
+  }
+  Check(twice, "a second abort() is harmless");
+  int32_t code = 0;
+  try {
+    done.wait();
+  } catch (const plexus::Error& e) {
+    code = e.status();
+  }
+  Check(code == 0, "waiting on a request that completed before the abort still says OK");
+  code = 0;
+  try {
+    pending.wait(std::chrono::milliseconds(10000));
+  } catch (const plexus::Error& e) {
+    code = e.status();
+  }
+  // It may have finished on the GPU before the abort took effect.
+  Check(code == 0 || code == PLEXUS_ERR_ABORTED,
+        "a request pending at abort ends OK or ABORTED (got " + std::to_string(code) + ")");
+  code = 0;
+  try {
+    comm.allreduce(b.p, b.p, 1, DType::Float32, ReduceOp::Sum, &where).wait();
+  } catch (const plexus::Error& e) {
+    code = e.status();
+  }
+  Check(code == PLEXUS_ERR_ABORTED, "a post after abort fails with ABORTED");
 }
 
 int Abort(plexus::Communicator& comm, int device) {
@@ -434,7 +575,12 @@ int main(int argc, char** argv) {
   if (mode == "--dead-peer") opts.timeout = std::chrono::seconds(8);
   plexus::Communicator comm = plexus::Communicator::from_env(opts);
   g_rank = comm.rank();
-  const int device = int(comm.local_rank());
+  // As the backend chooses: the local rank, or local rank % count where
+  // each process sees fewer GPUs (per-rank CUDA_VISIBLE_DEVICES).
+  int visible = 0;
+  Cuda(cudaGetDeviceCount(&visible), "cudaGetDeviceCount");
+  int device = int(comm.local_rank());
+  if (device >= visible && visible > 0) device %= visible;
   Cuda(cudaSetDevice(device), "cudaSetDevice");
   if (comm.rank() == 0) {
     std::printf("gpu_collectives: %u rank(s), backend %s %s\n", comm.size(),
@@ -446,6 +592,7 @@ int main(int argc, char** argv) {
     DeadPeer(comm, device);
   } else {
     Battery(comm, device);
+    if (comm.size() == 1) AbortWorld1(comm, device);
   }
   std::printf("gpu_collectives: rank %u: %d checks passed, %d failed\n", comm.rank(),
               g_checks - g_failures, g_failures);

@@ -213,11 +213,14 @@ step() {  # step NAME SECONDS ENV... -- CMD...
   eval "out_$name=\$out"
 }
 base=(PLEXUS_TIMEOUT=60)
-step world1 150 "${base[@]}" PLEXUS_BACKEND=nccl -- "$run" -n 1 "$bin/gpu_collectives"
+# The collective runs: a 20 s operation timeout, so that a hang is a clear
+# TIMEOUT well inside each step's own limit; NCCL's warnings shown.
+coll=(PLEXUS_TIMEOUT=20 NCCL_DEBUG=WARN PLEXUS_BACKEND=nccl)
+step world1 150 "${coll[@]}" -- "$run" -n 1 "$bin/gpu_collectives"
 if [ "$gpus" -ge 2 ] || [ $dry -eq 1 ]; then
-  step world2 150 "${base[@]}" PLEXUS_BACKEND=nccl -- "$run" -n 2 "$bin/gpu_collectives"
-  step abort 60 "${base[@]}" PLEXUS_BACKEND=nccl -- "$run" -n 2 "$bin/gpu_collectives" --abort
-  step dead_peer 60 "${base[@]}" PLEXUS_BACKEND=nccl -- "$run" -n 2 "$bin/gpu_collectives" --dead-peer
+  step world2 150 "${coll[@]}" -- "$run" -n 2 "$bin/gpu_collectives"
+  step abort 60 "${coll[@]}" -- "$run" -n 2 "$bin/gpu_collectives" --abort
+  step dead_peer 60 "${coll[@]}" -- "$run" -n 2 "$bin/gpu_collectives" --dead-peer
 else
   result[world2]="skipped(1 GPU)"; result[abort]="skipped(1 GPU)"; result[dead_peer]="skipped(1 GPU)"
 fi
@@ -241,7 +244,8 @@ done
 
 # --- 4. one summary line ----------------------------------------------------
 stream=ok
-grep -q "FAIL .*caller's stream" <<<"${out_world1:-}" && { stream=FAIL; failed=1; }
+printf '%s\n%s\n' "${out_world1:-}" "${out_world2:-}" | grep -q "FAIL .*caller's stream" &&
+  { stream=FAIL; failed=1; }
 bench_text="${result[bench]}"
 if [ "${result[bench]}" = ok ] && [ -f "$build/gpu-suite-bench.json" ]; then
   bench_text=$(python3 - "$build/gpu-suite-bench.json" <<'PY' 2>/dev/null || echo "ok (no python3 to summarise)"
