@@ -18,6 +18,12 @@
 #     instead (tail drop), or the test is skipped when tc cannot do either. The
 #     job slows but every check passes; the packets dropped are counted (tc -s)
 #     and must be more than none.
+#   netns_job_test.sh delay PLEXUS_RUN PROG [ARGS...]
+#     The battery on tcp with every host's eth0 a port of the user-space delay
+#     switch (NET_DELAY_SWITCH: tests/net/delay_switch.cpp), which holds each
+#     frame NET_DELAY_US (default 1000) µs: tc netem's delay, for kernels
+#     without sch_netem. A TCP round trip between two hosts must take at least
+#     twice the delay (the switch is on the path), and every check passes.
 #   netns_job_test.sh linkdown PLEXUS_RUN NET_LOOP_RANK [ELEMENTS]
 #     net_loop_rank's allreduce loop; once it runs, node 1's eth0 is set down.
 #     Every rank on nodes 0 and 2 must report an error naming ranks 2, 3
@@ -49,7 +55,8 @@
 #     plexus-trainer (synthetic data, ARGS bound its steps) on NET_NODES (default
 #     3) x 2 ranks: every launcher exits 0 and rank 0 prints its epoch summary
 #     with the median step time, which is printed as "step time: X ms" for
-#     the scaling table (NET_RATE=1gbit: a tbf rate limit at the bridge's ports).
+#     the scaling table (NET_RATE=1gbit: a tbf rate limit at the bridge's ports;
+#     NET_DELAY_US=1000 with NET_DELAY_SWITCH: the delay switch, as in "delay").
 #     Skipped (77) when TRAINER is "none".
 #
 #   netns_job_test.sh ifname PLEXUS_RUN PROG [ARGS...]
@@ -83,6 +90,10 @@ collectives-ucx)
 linkdown) run_opts=(--grace 20) ;;
 blip) timeout_s=30 ;;
 loss) timeout_s=60 ;; # well above TCP's retransmission backoff under loss
+delay)
+  [ -x "${NET_DELAY_SWITCH:-}" ] || netns_skip "the delay switch is not built (${NET_DELAY_SWITCH:-no path given})"
+  timeout_s=60
+  ;;
 ddp | trainer)
   [ "${1:-none}" != none ] || netns_skip "LibTorch was not found when this build was configured (no ddp_check / plexus-trainer; see tests/ddp)"
   timeout_s=60
@@ -90,6 +101,10 @@ ddp | trainer)
 esac
 
 netns_setup $nodes || { echo "FAIL: setting up the namespaces"; exit 1; }
+delay_us=${NET_DELAY_US:-1000}
+if [ $mode = delay ] || { [ $mode = trainer ] && [ -n "${NET_DELAY_US:-}" ]; }; then
+  netns_delay_links "$delay_us" "${NET_DELAY_SWITCH:-}" || { echo "FAIL: the delay switch"; exit 1; }
+fi
 "$run" --make-token "$NETNS_TMP/token" >/dev/null || { echo "FAIL: --make-token"; exit 1; }
 
 launchers=()
@@ -175,6 +190,22 @@ collectives-ucx)
   node_env=(UCX_TLS=tcp)
   battery 240
   ;;
+delay)
+  prog=("$@")
+  rtt=$(netns_tcp_rtt_ms 0 2)
+  if [ -n "$rtt" ]; then
+    check "awk -v r='$rtt' -v d='$delay_us' 'BEGIN { exit !(r * 1000 >= 2 * d) }'" \
+      "a TCP round trip from node 0 to node 2 takes $rtt ms, at least 2 x $delay_us us"
+  else
+    echo "no python3: the round trip is not measured"
+  fi
+  battery 240
+  kill -TERM $(ip netns pids "$NETNS_SWITCH") 2>/dev/null
+  sleep 0.3
+  sed 's/^/switch: /' "$NETNS_TMP/delay_switch.log"
+  check "grep -Eq 'port ${NETNS_HOSTS[0]}: [1-9][0-9]* frames in, [1-9][0-9]* out' '$NETNS_TMP/delay_switch.log'" \
+    "the switch forwarded node 0's frames"
+  ;;
 loss)
   prog=("$@")
   sw=$NETNS_SWITCH
@@ -256,16 +287,17 @@ linkdown | blip)
       [ -f "$f" ] && echo "rank $r reported $(awk -v c="$cut" '{ printf "%.1f s after the cut:", $1 - c; $1 = ""; print }' "$f")"
     done
     # Every survivor names node 1's ranks, and them alone: one that timed
-    # out itself in its stall report ("ranks 2, 3 have not reached ..."), one
+    # out itself in its stall report ("ranks 2, 3 (node 1) have not reached
+    # ..."), one
     # whose error is a peer's failure passed on (REMOTE) beside it ("... (ranks
     # 2, 3 have not reached ...: the failure above may only have been passed
     # on)"); ranks already in the next collective count as past this one.
-    names='ranks? ([0-9]+(, | and ))*[23]((, | and )[0-9]+)* ha(s|ve) not reached'
+    names='ranks? ([0-9]+(, | and ))*[23]((, | and )[0-9]+)*( \([^)]*\))? ha(s|ve) not reached'
     for r in 0 1 4 5; do
       f=$NETNS_TMP/loop/rank$r.err
       list=$(grep -Eo "$names" "$f" 2>/dev/null | head -n 1 | sed -E 's/ ha(s|ve) not reached//')
-      check "[ '$list' = 'ranks 2, 3' ]" \
-        "rank $r reported an error naming node 1's ranks 2, 3 alone as not having reached the allreduce (it says: '${list:-nothing}')"
+      check "[ '$list' = 'ranks 2, 3 (node 1)' ]" \
+        "rank $r reported an error naming node 1's ranks 2, 3 alone, and their node, as not having reached the allreduce (it says: '${list:-nothing}')"
       check "[ -f '$f' ] && awk -v c=$cut -v l=$((timeout_s + 5)) '{ exit !(\$1 - c <= l) }' '$f'" \
         "rank $r reported within PLEXUS_TIMEOUT + 5 s ($((timeout_s + 5)) s) of the cut"
     done
@@ -311,7 +343,7 @@ ddp | trainer)
     grep -q "on tcp, $((nodes * nproc)) rank(s)" "$NETNS_TMP/out.0" ||
       check false "the trainer ran on tcp with $((nodes * nproc)) ranks"
     echo "step time: $(sed -E 's/.*step ([0-9.]+) ms median.*/\1/' <<<"$summary") ms median" \
-      "($nodes host(s) x $nproc ranks, tcp${NET_RATE:+, tbf rate $NET_RATE})"
+      "($nodes host(s) x $nproc ranks, tcp${NET_RATE:+, tbf rate $NET_RATE}${NET_DELAY_US:+, delay $NET_DELAY_US us})"
   fi
   ;;
 kill)

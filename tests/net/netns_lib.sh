@@ -169,3 +169,58 @@ netns_in_host0() {
   shift
   ip netns exec "${NETNS_HOSTS[0]}" timeout -k 5 "$limit" "$@"
 }
+
+# netns_delay_links DELAY_US SWITCH_PROG: after netns_setup, every host's eth0
+# becomes a port of SWITCH_PROG (tests/net/delay_switch.cpp), a user-space
+# switch that holds each frame DELAY_US microseconds, instead of the bridge:
+# tc netem's `delay` for kernels without sch_netem. The hosts keep their
+# addresses; the switch runs in the switch namespace (so cleanup kills it) and
+# logs to $NETNS_TMP/delay_switch.log. Returns non-zero, saying why, if the
+# switch cannot be made.
+netns_delay_links() {
+  local delay_us=$1 prog=$2 k ready=$NETNS_TMP/delay_switch.ready
+  for ((k = 0; k < ${#NETNS_HOSTS[@]}; ++k)); do
+    ip -n "$NETNS_SWITCH" link del "p$k" 2>/dev/null # takes the host's eth0 with it
+  done
+  ip netns exec "$NETNS_SWITCH" "$prog" --delay-us "$delay_us" --ready "$ready" "${NETNS_HOSTS[@]}" \
+    >"$NETNS_TMP/delay_switch.log" 2>&1 &
+  NETNS_PIDS+=($!)
+  for ((k = 0; k < 100; ++k)); do
+    [ -e "$ready" ] && break
+    kill -0 $! 2>/dev/null || break
+    sleep 0.05
+  done
+  if [ ! -e "$ready" ]; then
+    echo "the delay switch did not start: $(tail -n 3 "$NETNS_TMP/delay_switch.log")"
+    return 1
+  fi
+  for ((k = 0; k < ${#NETNS_HOSTS[@]}; ++k)); do
+    ip -n "${NETNS_HOSTS[$k]}" addr add "${NETNS_ADDRS[$k]}/24" dev eth0 || return 1
+    # A longer queue than tun's 500 frames: the kernel drops at the tap when
+    # the switch falls behind, and TCP's bursts at a few GB/s are longer.
+    ip -n "${NETNS_HOSTS[$k]}" link set eth0 txqueuelen 10000 up || return 1
+  done
+  echo "links: $(head -n 1 "$NETNS_TMP/delay_switch.log")"
+}
+
+# netns_tcp_rtt_ms A B: the median round trip, in ms, of a 1-byte exchange
+# over TCP from host A to host B (indices), with python3 (ping is not always
+# installed); prints nothing when python3 is missing or the exchange fails.
+netns_tcp_rtt_ms() {
+  command -v python3 >/dev/null || return 0
+  ip netns exec "${NETNS_HOSTS[$2]}" timeout 10 python3 -c '
+import socket, sys
+s = socket.create_server((sys.argv[1], 0)); print(s.getsockname()[1], flush=True)
+c, _ = s.accept()
+while c.recv(1): c.sendall(b"q")' "${NETNS_ADDRS[$2]}" | {
+    read -r port || exit 0
+    ip netns exec "${NETNS_HOSTS[$1]}" timeout 10 python3 -c '
+import socket, sys, time
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+t = []
+for i in range(11):
+    a = time.perf_counter(); c.sendall(b"p"); c.recv(1); t.append(time.perf_counter() - a)
+print("%.3f" % (sorted(t)[5] * 1e3))' "${NETNS_ADDRS[$2]}" "$port"
+  }
+}
