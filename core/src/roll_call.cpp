@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <string>
 #include <utility>
@@ -13,14 +15,23 @@ namespace {
 
 const std::string kPrefix = "plexus/join/";
 
-// "size=3\nbackend=tcp\nhost=node1\npid=123\n" (backend "-" when unset).
+// "size=3\nbackend=tcp\nhost=node1\npid=123\n" (backend "-" when unset),
+// and "node=1\n" in a job across hosts whose launcher sets GROUP_RANK
+// (plexus-run, torchrun): then errors can say which node a silent rank is on.
 std::string Card(const LaunchInfo& l) {
   char host[256] = "?";
   gethostname(host, sizeof host - 1);
   const char* backend = std::getenv("PLEXUS_BACKEND");
-  return "size=" + std::to_string(l.size) +
-         "\nbackend=" + (backend && *backend ? std::string(backend) : "-") + "\nhost=" + host +
-         "\npid=" + std::to_string(long(getpid())) + "\n";
+  std::string card = "size=" + std::to_string(l.size) +
+                     "\nbackend=" + (backend && *backend ? std::string(backend) : "-") +
+                     "\nhost=" + host + "\npid=" + std::to_string(long(getpid())) + "\n";
+  const char* node = std::getenv("PLEXUS_GROUP_RANK");
+  if (!node || !*node) node = std::getenv("GROUP_RANK");
+  if (l.size != l.local_size && node && *node &&
+      std::strspn(node, "0123456789") == std::strlen(node)) {
+    card += "node=" + std::string(node) + "\n";
+  }
+  return card;
 }
 
 std::map<std::string, std::string> Parse(const Bytes& b) {
@@ -133,6 +144,40 @@ Status RollCall(const LaunchInfo& l, RendezvousStore& store, std::chrono::millis
     if (st.ok() && claims > 1) return duplicate(r);
   }
   return Status::Ok();
+}
+
+std::string RankNodes(RendezvousStore& store, const std::vector<uint32_t>& ranks,
+                      std::chrono::milliseconds wait) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + wait;
+  // node -> its ranks, in the order given
+  std::vector<std::pair<std::string, std::vector<uint32_t>>> nodes;
+  for (uint32_t r : ranks) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    Bytes b;
+    if (left.count() <= 0 || !store.Get(kPrefix + "card/" + std::to_string(r), &b, left).ok()) {
+      return "";
+    }
+    const auto card = Parse(b);
+    const auto node = card.find("node");
+    if (node == card.end()) return "";
+    auto at = std::find_if(nodes.begin(), nodes.end(),
+                           [&](const auto& n) { return n.first == node->second; });
+    if (at == nodes.end()) at = nodes.insert(nodes.end(), {node->second, {}});
+    at->second.push_back(r);
+  }
+  if (nodes.empty()) return "";
+  if (nodes.size() == 1) return " (node " + nodes[0].first + ")";
+  std::string text;
+  for (const auto& [node, on] : nodes) {
+    std::string list;
+    for (size_t i = 0; i < on.size(); ++i) {
+      list += (i == 0 ? "" : i + 1 == on.size() ? " and " : ", ") + std::to_string(on[i]);
+    }
+    text += (text.empty() ? "" : ", ") + list + " on node " + node;
+  }
+  return " (" + text + ")";
 }
 
 }  // namespace plexus

@@ -1,5 +1,7 @@
 #include "stall_report.hpp"
 
+#include "roll_call.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -42,6 +44,16 @@ std::string LineKey(uint32_t rank) {
 // Key of rank's mark of collective #seq (from 0) on comm: its Fingerprint.
 std::string MarkKey(const std::string& comm, uint64_t seq, uint32_t rank) {
   return comm + "/stalled/" + std::to_string(seq) + "/" + std::to_string(rank);
+}
+
+// Which nodes `ranks` run on (" (node 1)"), in a job across hosts; "" on
+// one host. The communicator's ranks are the job's (from_env), but say
+// nothing if the sizes ever differ.
+std::string Nodes(CommState& comm, const std::vector<uint32_t>& ranks) {
+  if (comm.size != comm.job->launch.size || comm.job->launch.size == comm.job->launch.local_size) {
+    return "";
+  }
+  return RankNodes(*comm.job->store, ranks, kStoreCallLimit);
 }
 
 bool CanTell(const CommState& comm, const PostedOp& op) {
@@ -178,8 +190,8 @@ std::string MarkReached(CommState& comm, const PostedOp& op, const std::string& 
     if (!named) unnamed.push_back(r);
   }
   if (unnamed.empty()) return "";
-  return RankList(m.missing) + (m.missing.size() == 1 ? " has" : " have") + " not reached " +
-         DescribeFingerprint(mine) + " on " + comm.name +
+  return RankList(m.missing) + Nodes(comm, m.missing) + (m.missing.size() == 1 ? " has" : " have") +
+         " not reached " + DescribeFingerprint(mine) + " on " + comm.name +
          " (unreachable, frozen or dead?): the failure above may only have been passed on";
 } catch (const std::exception&) {
   return "";
@@ -201,12 +213,14 @@ std::string ReportStall(CommState& comm, const PostedOp& op) try {
   // When ranks disagree that is the cause; a rank without a mark may then
   // simply have completed its version (a reduce's leaf sends and is done).
   if (!m.missing.empty() && m.differing.empty()) {
-    parts.push_back(RankList(m.missing) + (m.missing.size() == 1 ? " has" : " have") +
-                    " not reached " + posted + " on " + comm.name +
+    parts.push_back(RankList(m.missing) + Nodes(comm, m.missing) +
+                    (m.missing.size() == 1 ? " has" : " have") + " not reached " + posted + " on " +
+                    comm.name +
                     " or stopped making progress (frozen, dead, or busy outside Plexus)");
   }
   if (!m.behind.empty() && m.differing.empty()) {
-    parts.push_back(RankList(m.behind) + (m.behind.size() == 1 ? " has" : " have") +
+    parts.push_back(RankList(m.behind) + Nodes(comm, m.behind) +
+                    (m.behind.size() == 1 ? " has" : " have") +
                     " failed in the collective before it, waiting too");
   }
   if (parts.empty()) {

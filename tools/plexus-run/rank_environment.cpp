@@ -14,12 +14,14 @@ constexpr VariableDoc kVariables[] = {
     {"WORLD_SIZE", "number of ranks in the job: --nnodes * -n"},
     {"LOCAL_RANK", "rank on this host, 0..LOCAL_WORLD_SIZE-1 (equal to RANK on one host)"},
     {"LOCAL_WORLD_SIZE", "ranks on this host: -n (equal to WORLD_SIZE on one host)"},
+    {"GROUP_RANK", "this host's node rank: --node-rank (0 on one host), as torchrun sets it"},
     {"MASTER_ADDR", "address of the rendezvous store (--master-addr)"},
     {"MASTER_PORT", "port of the rendezvous store"},
     {"PLEXUS_RANK", "same as RANK"},
     {"PLEXUS_WORLD_SIZE", "same as WORLD_SIZE"},
     {"PLEXUS_LOCAL_RANK", "same as LOCAL_RANK"},
     {"PLEXUS_LOCAL_WORLD_SIZE", "same as LOCAL_WORLD_SIZE"},
+    {"PLEXUS_GROUP_RANK", "same as GROUP_RANK"},
     {"PLEXUS_MASTER_ADDR", "same as MASTER_ADDR"},
     {"PLEXUS_MASTER_PORT", "same as MASTER_PORT"},
     {"PLEXUS_STORE_HOSTED",
@@ -86,6 +88,7 @@ std::vector<std::string> BuildRankEnvironment(const std::vector<std::string>& ba
     env.push_back(p + "WORLD_SIZE=" + n);
     env.push_back(p + "LOCAL_RANK=" + lr);
     env.push_back(p + "LOCAL_WORLD_SIZE=" + ln);
+    env.push_back(p + "GROUP_RANK=" + std::to_string(job.node_rank));
     env.push_back(p + "MASTER_ADDR=" + job.master_addr);
     env.push_back(p + "MASTER_PORT=" + port);
   }
