@@ -401,11 +401,20 @@ int32_t Allreduce(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_
     const bool ring =
         comm->algo == Algo::kRing ||
         (comm->algo == Algo::kAuto && count * algos::DtypeSize(dtype) > kRecursiveDoublingMaxBytes);
+    // Two pointers only, so that std::function keeps the body in place
+    // rather than allocating it (a third capture would cost a malloc a post).
+    if (ring) {
+      return comm->impl->Post(
+          sig,
+          [sendbuf, recvbuf](algos::PeerTransport& t, const algos::OpSignature& s) {
+            return algos::RingAllreduce(t, s, sendbuf, recvbuf);
+          },
+          req_out);
+    }
     return comm->impl->Post(
         sig,
-        [sendbuf, recvbuf, ring](algos::PeerTransport& t, const algos::OpSignature& s) {
-          return ring ? algos::RingAllreduce(t, s, sendbuf, recvbuf)
-                      : algos::RecursiveDoublingAllreduce(t, s, sendbuf, recvbuf);
+        [sendbuf, recvbuf](algos::PeerTransport& t, const algos::OpSignature& s) {
+          return algos::RecursiveDoublingAllreduce(t, s, sendbuf, recvbuf);
         },
         req_out);
   });

@@ -182,6 +182,7 @@ class UcxTransport final : public algos::PeerTransport {
   const uint32_t rank_, size_;
   const int64_t timeout_ms_;
   const std::chrono::microseconds spin_;  // Drive's busy-poll before sleeping
+  std::vector<Transfer> batch_;           // Exchange's transfers, reused
   const std::string name_;
   uint32_t comm_id_ = 0;
 
