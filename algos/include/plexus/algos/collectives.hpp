@@ -15,6 +15,13 @@ namespace plexus::algos {
 // Ring reduce-scatter followed by ring allgather. sendbuf may equal recvbuf.
 Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendbuf, void* recvbuf);
 
+// Two ranks: both send the whole vector and reduce locally, one step
+// instead of the ring's two, bit-identical to RingAllreduce; for vectors up
+// to about 1 MiB. Runs RingAllreduce on any other number of ranks. sendbuf
+// may equal recvbuf.
+Status PairExchangeAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
+                             void* recvbuf);
+
 // Recursive doubling (with a fold for non-powers of two): log2(size) rounds
 // of whole-vector exchanges; for small vectors. sendbuf may equal recvbuf.
 Status RecursiveDoublingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
