@@ -12,6 +12,10 @@ namespace plexus::algos {
 // Largest payload of one frame; also the size of a ring step's scratch buffer.
 inline constexpr size_t kSegmentBytes = size_t{1} << 18;
 
+// The most segments of one ring step in flight at once, whatever the
+// transport's PipelineDepth (scratch: up to this many kSegmentBytes).
+inline constexpr uint64_t kMaxPipelineDepth = 16;
+
 class BlockLayout {
  public:
   BlockLayout(uint64_t count, uint32_t parts) : base_(count / parts), extra_(count % parts) {}

@@ -11,7 +11,9 @@
 //
 // Every rank sends and receives 2 (size-1)/size of the vector: the bandwidth
 // optimum. Blocks larger than kSegmentBytes travel as several frames so the
-// scratch buffer stays small; a zero-length block sends no frame at all.
+// scratch buffer stays small; a zero-length block sends no frame at all. As
+// many segments of a step are in flight as the transport's PipelineDepth
+// asks (two on one host; more across hosts, to fill a link's delay).
 #include <cstring>
 #include <vector>
 
@@ -41,12 +43,21 @@ Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendb
   const uint32_t right = (r + 1) % n;
   const BlockLayout blocks(sig.count, n);
   const uint64_t seg = std::max<uint64_t>(1, kSegmentBytes / elem);
-  Scratch scratch[2];
-  for (auto& sc : scratch) sc = Scratch(std::min(blocks.max_length(), seg) * elem);
+  // One scratch buffer cut into `window` slots (one allocation, which the
+  // per-thread cache keeps): as many as the transport wants in flight, no
+  // more than a step has segments.
+  const uint64_t slot_bytes = std::min(blocks.max_length(), seg) * elem;
+  const uint64_t window = std::clamp<uint64_t>(
+      std::min<uint64_t>(t.PipelineDepth(), SegmentCount(blocks.max_length(), seg)), 1,
+      kMaxPipelineDepth);
+  Scratch scratch(window * slot_bytes);
+  auto slot = [&](uint64_t k) { return scratch.data() + (k % window) * slot_bytes; };
+  std::vector<uint64_t> tickets(window);
 
   // One ring step: send block send_b to the right, receive block recv_b from
-  // the left, segment by segment. When reducing, segments go into two scratch
-  // buffers in turn so that segment k is reduced while k+1 is in flight.
+  // the left, segment by segment, up to `window` segments in flight. When
+  // reducing, segment k arrives in slot k % window, is reduced while the
+  // next ones are in flight, and its slot then takes segment k + window.
   // With AVG, the last reduce-scatter step divides as it reduces (one pass
   // over the block instead of two).
   auto step = [&](uint32_t send_b, uint32_t recv_b, bool reduce, bool first,
@@ -54,30 +65,29 @@ Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendb
     const uint64_t send_len = blocks.length(send_b);
     const uint64_t recv_len = blocks.length(recv_b);
     const uint64_t segs = std::max(SegmentCount(send_len, seg), SegmentCount(recv_len, seg));
-    uint64_t tickets[2] = {0, 0};
     auto start = [&](uint64_t k) -> Status {
       const uint64_t s_elems = SegmentLength(send_len, seg, k);
       const uint64_t r_elems = SegmentLength(recv_len, seg, k);
       uint8_t* dest = out + (blocks.offset(recv_b) + k * seg) * elem;
       const uint8_t* src = first ? in : out;
       SendSpec send{right, src + (blocks.offset(send_b) + k * seg) * elem, s_elems * elem};
-      RecvSpec recv{left, reduce ? scratch[k % 2].data() : dest, r_elems * elem};
+      RecvSpec recv{left, reduce ? slot(k) : dest, r_elems * elem};
       return t.Start(sig, std::span(&send, s_elems ? 1 : 0), std::span(&recv, r_elems ? 1 : 0),
-                     &tickets[k % 2]);
+                     &tickets[k % window]);
     };
-    if (segs > 0) PLEXUS_ALGOS_RETURN_IF_ERROR(start(0));
+    for (uint64_t k = 0; k < std::min(segs, window); ++k) PLEXUS_ALGOS_RETURN_IF_ERROR(start(k));
     for (uint64_t k = 0; k < segs; ++k) {
-      if (k + 1 < segs) PLEXUS_ALGOS_RETURN_IF_ERROR(start(k + 1));
-      PLEXUS_ALGOS_RETURN_IF_ERROR(t.Finish(tickets[k % 2]));
+      PLEXUS_ALGOS_RETURN_IF_ERROR(t.Finish(tickets[k % window]));
       const uint64_t r_elems = SegmentLength(recv_len, seg, k);
       if (reduce && r_elems) {
         const uint64_t at = (blocks.offset(recv_b) + k * seg) * elem;
         if (average) {
-          ReduceToAverage(out + at, in + at, scratch[k % 2].data(), r_elems, sig.dtype, n);
+          ReduceToAverage(out + at, in + at, slot(k), r_elems, sig.dtype, n);
         } else {
-          ReduceTo(out + at, in + at, scratch[k % 2].data(), r_elems, sig.dtype, sig.op);
+          ReduceTo(out + at, in + at, slot(k), r_elems, sig.dtype, sig.op);
         }
       }
+      if (k + window < segs) PLEXUS_ALGOS_RETURN_IF_ERROR(start(k + window));
     }
     return {};
   };

@@ -68,6 +68,8 @@ class SocketTransport final : public algos::PeerTransport {
   algos::Status Start(const algos::OpSignature& sig, std::span<const algos::SendSpec> sends,
                       std::span<const algos::RecvSpec> recvs, uint64_t* ticket) override;
   algos::Status Finish(uint64_t ticket) override;
+  // 2 when every peer is on this host; kRemotePipelineDepth when one is not.
+  uint32_t PipelineDepth() const override { return pipeline_depth_; }
 
   // Queues t behind the transfers already queued for its peer and direction.
   void Post(Transfer* t);
@@ -130,6 +132,7 @@ class SocketTransport final : public algos::PeerTransport {
   };
   std::deque<Batch> batches_;
   uint64_t last_ticket_ = 0;
+  uint32_t pipeline_depth_ = 2;
 };
 
 }  // namespace plexus::tcp
