@@ -64,7 +64,7 @@ bool PeerIsRemote(int fd) {
 }  // namespace
 
 SocketTransport::SocketTransport(uint32_t rank, uint32_t size, std::vector<int> peer_fds,
-                                 int64_t timeout_ms, int64_t spin_us)
+                                 int64_t timeout_ms, int64_t spin_us, uint32_t pipeline_depth)
     : rank_(rank),
       size_(size),
       fds_(std::move(peer_fds)),
@@ -72,6 +72,7 @@ SocketTransport::SocketTransport(uint32_t rank, uint32_t size, std::vector<int> 
       spin_(std::chrono::microseconds(spin_us)),
       sendq_(size),
       recvq_(size) {
+  if (pipeline_depth > 0) pipeline_depth_ = pipeline_depth;
   abort_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   // Every socket is registered once, edge-triggered for both directions:
@@ -81,7 +82,7 @@ SocketTransport::SocketTransport(uint32_t rank, uint32_t size, std::vector<int> 
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   for (uint32_t p = 0; p < size_; ++p) {
     if (fds_[p] < 0) continue;
-    if (PeerIsRemote(fds_[p])) pipeline_depth_ = kRemotePipelineDepth;
+    if (pipeline_depth == 0 && PeerIsRemote(fds_[p])) pipeline_depth_ = kRemotePipelineDepth;
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
     ev.data.u32 = p;

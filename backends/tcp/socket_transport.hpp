@@ -57,8 +57,9 @@ class SocketTransport final : public algos::PeerTransport {
   // Takes ownership of peer_fds (index = peer rank; -1 at index rank).
   // timeout_ms: how long the transport may go without progress.
   // spin_us: how long Drive retries without progress before it sleeps.
+  // pipeline_depth: PipelineDepth(); 0 chooses by where the peers are.
   SocketTransport(uint32_t rank, uint32_t size, std::vector<int> peer_fds, int64_t timeout_ms,
-                  int64_t spin_us = 0);
+                  int64_t spin_us = 0, uint32_t pipeline_depth = 0);
   ~SocketTransport() override;
 
   uint32_t rank() const override { return rank_; }
@@ -68,7 +69,8 @@ class SocketTransport final : public algos::PeerTransport {
   algos::Status Start(const algos::OpSignature& sig, std::span<const algos::SendSpec> sends,
                       std::span<const algos::RecvSpec> recvs, uint64_t* ticket) override;
   algos::Status Finish(uint64_t ticket) override;
-  // 2 when every peer is on this host; kRemotePipelineDepth when one is not.
+  // As given, else 2 when every peer is on this host and
+  // kRemotePipelineDepth when one is not.
   uint32_t PipelineDepth() const override { return pipeline_depth_; }
 
   // Queues t behind the transfers already queued for its peer and direction.

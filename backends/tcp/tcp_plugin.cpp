@@ -183,8 +183,21 @@ int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
       }
       spin_us = us;
     }
-    auto transport = std::make_unique<SocketTransport>(config->rank, config->size, std::move(fds),
-                                                       config->timeout_ms, spin_us);
+    // PLEXUS_TCP_PIPELINE_DEPTH: ring segments in flight (default: 2 on one
+    // host, 16 when a peer is on another; socket_transport.cpp says why).
+    int64_t depth = 0;
+    if (const std::string v = algos::CommSetting(ctx->host, *config, "PLEXUS_TCP_PIPELINE_DEPTH");
+        !v.empty()) {
+      char* end = nullptr;
+      depth = std::strtoll(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end != '\0' || depth < 1 || depth > 16) {
+        WriteError(error_buf, error_len,
+                   "tcp: PLEXUS_TCP_PIPELINE_DEPTH='" + v + "' is not a number of segments (1-16)");
+        return PLEXUS_ERR_INVALID_ARGUMENT;
+      }
+    }
+    auto transport = std::make_unique<SocketTransport>(
+        config->rank, config->size, std::move(fds), config->timeout_ms, spin_us, uint32_t(depth));
     Algo algo = Algo::kAuto;
     if (const std::string v = algos::CommSetting(ctx->host, *config, "PLEXUS_TCP_ALGO");
         !v.empty()) {
