@@ -2,8 +2,10 @@
 # Ranks on one host reach each other over UCX's shared memory, not over tcp
 # on loopback (which UCX 1.13 picks when an endpoint asks for peer failure
 # reports: the backend's default therefore asks for them only for peers on
-# other hosts and watches local peers through /proc). Also: a malformed
-# PLEXUS_UCX_SPIN_US fails comm_create naming the setting.
+# other hosts and watches local peers through /proc). On one host the
+# backend raises UCX's rendezvous threshold to 1 MiB (and says so), unless
+# UCX_RNDV_THRESH is set. Also: a malformed PLEXUS_UCX_SPIN_US fails
+# comm_create naming the setting.
 #
 #   local_transport.sh PLEXUS_RUN PROG
 #
@@ -32,6 +34,19 @@ done
 grep "peers reached over" "$out" | grep -q "tcp/" && fail "a rank reaches its local peer over tcp"
 grep "peers reached over" "$out" | grep -vq "\(sysv\|posix\)/memory" &&
   fail "a rank does not reach its local peer over shared memory"
+for r in 0 1; do
+  grep "rank $r of 2: peers reached over" "$out" | grep -q "messages below 1 MiB are copied through shared memory" ||
+    fail "rank $r does not say that it copies messages below 1 MiB through shared memory"
+done
+
+# The user's UCX_RNDV_THRESH wins: the backend leaves the threshold alone.
+UCX_RNDV_THRESH=auto PLEXUS_LOG_LEVEL=info PLEXUS_BACKEND=ucx PLEXUS_TIMEOUT=30 timeout 120 \
+  "$run" -n 2 "$prog" >"$out" 2>&1
+rc=$?
+[ "$rc" -eq 0 ] || { cat "$out"; fail "the job with UCX_RNDV_THRESH=auto exited $rc"; }
+[ "$(grep -c "peers reached over" "$out")" -ge 2 ] || fail "UCX_RNDV_THRESH=auto: no transports logged"
+grep "peers reached over" "$out" | grep -q "copied through shared memory" &&
+  fail "UCX_RNDV_THRESH=auto: the backend still set its own threshold"
 
 PLEXUS_UCX_SPIN_US=soon PLEXUS_BACKEND=ucx PLEXUS_TIMEOUT=30 timeout 120 "$run" -n 2 "$prog" >"$out" 2>&1
 rc=$?

@@ -6,7 +6,10 @@
 //   longer   rank 0 sends 2n elements, rank 1 receives n: UCX's truncation
 //   shorter  rank 0 sends n/2 elements, rank 1 receives n: the received length
 //
-// for n = 64 (an eager message) and n = 1 Mi float32 (4 MiB: rendezvous).
+// for n = 64 (an eager message), n = 64 Ki float32 (256 KiB: eager in many
+// fragments on one host, where the backend copies messages below 1 MiB
+// through shared memory; rendezvous elsewhere) and n = 1 Mi float32 (4 MiB:
+// rendezvous).
 // Rank 1's receive buffer sits inside a larger allocation filled with a
 // pattern; after the failure every byte behind (and, for "longer", inside
 // nothing but the n elements asked for) must still hold the pattern. Exit 0
@@ -87,7 +90,7 @@ void RunCase(const char* name, uint64_t n, uint64_t sent) {
 
 int main() {
   try {
-    for (uint64_t n : {uint64_t(64), uint64_t(1) << 20}) {
+    for (uint64_t n : {uint64_t(64), uint64_t(1) << 16, uint64_t(1) << 20}) {
       RunCase("longer", n, 2 * n);
       RunCase("shorter", n, n / 2);
     }
