@@ -106,23 +106,24 @@ int32_t CheckCommon(plexus_comm* comm, const char* what, uint64_t count, plexus_
                     const plexus_placement* placement, plexus_request** req_out,
                     bool per_rank = false) {
   if (!comm || !comm->impl) return PLEXUS_ERR_INVALID_ARGUMENT;
-  const std::string where = std::string("ucx ") + what + ": ";
-  if (!req_out) return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, where + "req_out is NULL");
+  // Built only for an error: every post passes here.
+  auto where = [what] { return std::string("ucx ") + what + ": "; };
+  if (!req_out) return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, where() + "req_out is NULL");
   *req_out = nullptr;
   if (algos::DtypeSize(dtype) == 0) {
     return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT,
-                  where + "unknown dtype code " + std::to_string(dtype));
+                  where() + "unknown dtype code " + std::to_string(dtype));
   }
   if (placement && placement->memory_type != PLEXUS_MEMORY_HOST) {
     return Reject(comm, PLEXUS_ERR_UNSUPPORTED,
-                  where + "only host memory is supported (memory type " +
+                  where() + "only host memory is supported (memory type " +
                       std::to_string(placement->memory_type) + ")");
   }
   // Buffers of size blocks (allgather, reduce_scatter, alltoall) must fit too.
   const uint64_t blocks = per_rank ? comm->impl->size() : 1;
   if (count > (uint64_t(1) << 62) / algos::DtypeSize(dtype) / blocks) {
     return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT,
-                  where + "count " + std::to_string(count) + " is too large" +
+                  where() + "count " + std::to_string(count) + " is too large" +
                       (per_rank ? " for " + std::to_string(blocks) + " ranks" : ""));
   }
   return PLEXUS_OK;
@@ -418,6 +419,8 @@ int32_t Wait(plexus_request* req, int64_t timeout_ms) {
     req->comm->RunInlineIfNext(req);
     lock.lock();
   }
+  // Done (typically: run inline just now): no deadline to compute.
+  if (req->status != PLEXUS_IN_PROGRESS) return req->status;
   const bool done = req->done_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),
                                           [&] { return req->status != PLEXUS_IN_PROGRESS; });
   return done ? req->status : PLEXUS_ERR_TIMEOUT;

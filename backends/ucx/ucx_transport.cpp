@@ -464,7 +464,9 @@ algos::OpSignature UcxTransport::WaitingFor() const {
 }
 
 algos::Status UcxTransport::Drive(const std::function<bool()>& done) {
-  auto last_event = Clock::now();
+  // The clocks start at the first round without news, so that an operation
+  // that completes while UCX reports events never reads them.
+  Clock::time_point last_event{};
   bool event_seen = false;
   for (;;) {
     if (aborted_.load()) return {PLEXUS_ERR_ABORTED, "the communicator was aborted"};
@@ -482,6 +484,11 @@ algos::Status UcxTransport::Drive(const std::function<bool()>& done) {
       continue;
     }
     const auto now = Clock::now();
+    if (last_event == Clock::time_point{}) last_event = now;
+    if (restart_clock_) {
+      last_progress_ = now;
+      restart_clock_ = false;
+    }
     if (moved) last_progress_ = now;
     if (moved || event_seen) {
       last_event = now;
@@ -608,7 +615,7 @@ algos::Status UcxTransport::Exchange(const algos::OpSignature& sig,
     batch[i++] = {true, s.peer, sig, static_cast<uint8_t*>(const_cast<void*>(s.data)), s.bytes};
   }
   current_ = &sig;
-  last_progress_ = Clock::now();
+  restart_clock_ = true;  // Drive starts the no-progress clock if it has to wait
   auto all_done = [&] {
     for (const Transfer& t : batch) {
       if (!t.complete) return false;

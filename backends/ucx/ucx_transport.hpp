@@ -111,7 +111,10 @@ class UcxTransport final : public algos::PeerTransport {
   // failure call Cancel() before the transfers' owners go away.
   algos::Status Drive(const std::function<bool()>& done);
   // Restarts the no-progress clock (a send/recv batch begins).
-  void StartClock() { last_progress_ = Clock::now(); }
+  void StartClock() {
+    last_progress_ = Clock::now();
+    restart_clock_ = false;
+  }
   // Cancels every transfer still in flight and waits (bounded) until UCX has
   // let go of their buffers. Idempotent.
   void Cancel();
@@ -200,6 +203,7 @@ class UcxTransport final : public algos::PeerTransport {
   bool failed_once_ = false;                     // Fail() ran
   const algos::OpSignature* current_ = nullptr;  // the collective in Exchange, if any
   Clock::time_point last_progress_;
+  bool restart_clock_ = false;  // Exchange began: the next clock read restarts last_progress_
 
   std::vector<uint8_t> control_buf_;  // the control receive's buffer
   void* control_req_ = nullptr;
