@@ -6,6 +6,13 @@
 //
 //   PLEXUS_BACKEND=mpi mpirun -np 2 ... mpi_paired_bench
 //       [-b MIN] [-e MAX] [-f FACTOR] [-r ROUNDS] [-t BLOCK_MS] [-w WARMUP] [--json FILE]
+//       [--backend NAME]
+//
+// --backend (default mpi) names the Plexus backend the run must get:
+// `PLEXUS_BACKEND=ucx ... --backend ucx` times Plexus' UCX backend against
+// MPI_Allreduce the same way (both libraries in one process, one idle while
+// the other runs), which cancels this VM's slow phases that two launches
+// cannot.
 //
 // The program initialises MPI itself (MPI_THREAD_MULTIPLE), as an
 // application that owns MPI does; the backend then uses that MPI and leaves
@@ -43,6 +50,7 @@ struct Options {
   int rounds = 10, warmup = 5;
   double block_ms = 20;
   std::string json;
+  std::string backend = "mpi";  // the Plexus backend the run must get
 };
 
 struct Row {
@@ -72,10 +80,12 @@ bool ParseSize(std::string_view s, uint64_t* out) {
 
 const char kUsage[] =
     "usage: mpi_paired_bench [-b MIN] [-e MAX] [-f FACTOR] [-r ROUNDS] [-t BLOCK_MS]\n"
-    "                        [-w WARMUP] [--json FILE]\n"
+    "                        [-w WARMUP] [--json FILE] [--backend NAME]\n"
     "Under mpirun with PLEXUS_BACKEND=mpi: allreduce float32 sum through Plexus and\n"
     "through MPI_Allreduce in the same process, ROUNDS alternating blocks of about\n"
-    "BLOCK_MS each per size (defaults: 8 B .. 64 MiB x2, 10 rounds, 20 ms, 5 warm-up).\n";
+    "BLOCK_MS each per size (defaults: 8 B .. 64 MiB x2, 10 rounds, 20 ms, 5 warm-up).\n"
+    "--backend: the Plexus backend the run must get (default mpi; e.g. ucx, with\n"
+    "PLEXUS_BACKEND=ucx).\n";
 
 bool Parse(int argc, char** argv, Options* o) {
   for (int i = 1; i < argc; ++i) {
@@ -98,6 +108,8 @@ bool Parse(int argc, char** argv, Options* o) {
       o->block_ms = double(n);
     } else if (a == "--json") {
       o->json = std::string(v);
+    } else if (a == "--backend") {
+      o->backend = std::string(v);
     } else {
       return false;
     }
@@ -163,9 +175,9 @@ int Run(const Options& o) {
     return 1;
   }
   const std::string backend = comm.backend_name();
-  if (backend != "mpi") {
-    std::fprintf(stderr, "mpi_paired_bench: needs PLEXUS_BACKEND=mpi (got backend %s)\n",
-                 backend.c_str());
+  if (backend != o.backend) {
+    std::fprintf(stderr, "mpi_paired_bench: needs PLEXUS_BACKEND=%s (got backend %s)\n",
+                 o.backend.c_str(), backend.c_str());
     return 2;
   }
   if (rank == 0) {
