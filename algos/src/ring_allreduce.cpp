@@ -14,8 +14,9 @@
 // scratch buffer stays small; a zero-length block sends no frame at all. As
 // many segments of a step are in flight as the transport's PipelineDepth
 // asks (two on one host; more across hosts, to fill a link's delay).
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
-#include <vector>
 
 #include "blocks.hpp"
 #include "plexus/algos/collectives.hpp"
@@ -52,7 +53,7 @@ Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendb
       kMaxPipelineDepth);
   Scratch scratch(window * slot_bytes);
   auto slot = [&](uint64_t k) { return scratch.data() + (k % window) * slot_bytes; };
-  std::vector<uint64_t> tickets(window);
+  uint64_t tickets[kMaxPipelineDepth] = {};  // window <= kMaxPipelineDepth: no allocation
 
   // One ring step: send block send_b to the right, receive block recv_b from
   // the left, segment by segment, up to `window` segments in flight. When

@@ -61,10 +61,12 @@ constexpr int64_t kDefaultSpinUs = 50;
 // rendezvous protocol, which there means a cma copy (process_vm_readv) after
 // a handshake; copying them through the shared-memory FIFO instead (eager)
 // was faster at every size the algorithms send (up to kSegmentBytes,
-// 256 KiB): 2 ranks, medians of 8 alternating launches, 64 KiB 16.6 vs
-// 21.7 us, 512 KiB 79.8 vs 101.8 us, 1 MiB 150 vs 197 us, 4 MiB 862 vs
-// 1157 us. Larger messages (a big send/recv) keep the zero-copy rendezvous.
-// Across hosts (verbs, tcp) UCX's own choice stands.
+// 256 KiB): 2 ranks, allreduce, medians of 6 alternating launches against
+// UCX_RNDV_THRESH=auto, 16 KiB 5.5 vs 8.7 us, 64 KiB 14.3 vs 20.6 us, 1 MiB
+// 156 vs 195 us, 4 MiB 763 vs 1132 us, 16 MiB 5.0 vs 6.3 ms. Larger
+// messages (a big send/recv) keep the zero-copy rendezvous. Across hosts
+// (verbs, tcp) UCX's own choice stands. The protocol is the sender's
+// choice, so ranks whose contexts differ still understand each other.
 constexpr const char* kOneHostRndvThresh = "1m";
 constexpr const char* kOneHostRndvText = "1 MiB";
 }  // namespace plexus::ucx
