@@ -129,15 +129,23 @@ netns_wait() {
 # netns_mpirun_setup SLOTS: Open MPI's mpirun across the hosts, its rsh
 # launcher pointed at `ip netns exec` instead of ssh. Writes an agent script
 # ("AGENT HOST COMMAND...": runs the shell command line COMMAND, as ssh would
-# pass it, in the namespace of the host whose address is HOST; every call is
-# logged to $NETNS_TMP/agent.log) and a hostfile (the hosts' addresses, SLOTS
-# slots each), and sets NETNS_MPIRUN_OPTS to the mpirun options that use them,
-# with MPI's and Open MPI's own traffic on eth0 by TCP (btl tcp,self: ranks on
-# one host use TCP too, for all namespaces share the hostname Open MPI takes
-# for "same node"). Run mpirun in host 0's namespace (netns_in_host0).
+# pass it, in the namespace of the host whose address is HOST, under that
+# host's own host name; every call is logged to $NETNS_TMP/agent.log) and a
+# hostfile (the hosts' addresses, SLOTS slots each), and sets
+# NETNS_MPIRUN_OPTS to the mpirun options that use them, with MPI's and Open
+# MPI's own traffic on eth0 by TCP (btl tcp,self). Run mpirun in host 0's
+# namespace (netns_in_host0).
+#
+# Why a host name each (a UTS namespace, `unshare --uts`): Open MPI names a
+# daemon's session directory after the host name and the job, so daemons
+# that share both share the directory, and its hwloc topology file. With the
+# one name of this machine, one of the three daemons died at start-up in
+# about 1 launch of 10 and mpirun waited for it forever (8 hangs in 85
+# launches; none in 90 with a name per host).
 NETNS_MPIRUN_OPTS=()
 netns_mpirun_setup() {
   local slots=$1 k agent=$NETNS_TMP/netns-rsh hostfile=$NETNS_TMP/hostfile
+  command -v unshare >/dev/null || netns_skip "no unshare(1) (util-linux) to give each host its name"
   : >"$hostfile"
   {
     echo '#!/bin/sh'
@@ -150,11 +158,10 @@ netns_mpirun_setup() {
     echo '*) echo "netns-rsh: unknown host $host" >&2; exit 255 ;;'
     echo 'esac'
     echo "echo \"\$host -> \$ns: \$*\" >>'$NETNS_TMP/agent.log'"
-    echo 'exec ip netns exec "$ns" /bin/sh -c "$*"'
+    echo 'exec ip netns exec "$ns" unshare --uts /bin/sh -c "hostname $ns && exec /bin/sh -c \"\$0\"" "$*"'
   } >"$agent"
   chmod +x "$agent"
-  # Every namespace shares /tmp and the host name, so each job gets session
-  # directories of its own (Open MPI names them by host name and uid).
+  # Every namespace shares /tmp: each job gets session directories of its own.
   mkdir -p "$NETNS_TMP/ompi"
   NETNS_MPIRUN_OPTS=(--allow-run-as-root --oversubscribe --bind-to none --hostfile "$hostfile"
     --mca orte_tmpdir_base "$NETNS_TMP/ompi"
@@ -162,12 +169,14 @@ netns_mpirun_setup() {
     --mca oob_tcp_if_include eth0 --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include eth0)
 }
 
-# netns_in_host0 SECONDS COMMAND...: COMMAND in host 0's namespace, killed
-# (timeout(1)) after SECONDS.
+# netns_in_host0 SECONDS COMMAND...: COMMAND in host 0's namespace, under its
+# own host name (as the agent of netns_mpirun_setup runs the other hosts'),
+# killed (timeout(1)) after SECONDS.
 netns_in_host0() {
   local limit=$1
   shift
-  ip netns exec "${NETNS_HOSTS[0]}" timeout -k 5 "$limit" "$@"
+  ip netns exec "${NETNS_HOSTS[0]}" unshare --uts /bin/sh -c 'hostname "$0" && exec "$@"' \
+    "${NETNS_HOSTS[0]}" timeout -k 5 "$limit" "$@"
 }
 
 # netns_delay_links DELAY_US SWITCH_PROG: after netns_setup, every host's eth0

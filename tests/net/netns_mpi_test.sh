@@ -8,10 +8,10 @@
 # mpirun runs in host 0's namespace; the hostfile holds the hosts' addresses
 # (2 slots each, ranks 0-1 on host 0, 2-3 on host 1, 4-5 on host 2);
 # plm_rsh_agent is a script that maps an address to its namespace and runs
-# the command there (`ip netns exec NS sh -c ...`, as sshd would), which is how
-# the orted daemons of hosts 1 and 2 start. MPI's traffic goes by TCP over
-# eth0 (btl tcp,self: ranks on one host use TCP too, since all namespaces
-# share the hostname Open MPI would take for "same node"). Plexus' store (its
+# the command there under the host's own name (`ip netns exec NS unshare
+# --uts sh -c ...`, as sshd on that machine would), which is how the orted
+# daemons of hosts 1 and 2 start. MPI's traffic goes by TCP over eth0 (btl
+# tcp,self, ranks on one host included). Plexus' store (its
 # host side joins one under every launcher) is hosted by rank 0 at host 0's
 # address; the job secret comes from a file (PLEXUS_TOKEN_FILE).
 #
