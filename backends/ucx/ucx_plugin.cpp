@@ -65,8 +65,13 @@ constexpr int64_t kDefaultSpinUs = 50;
 // UCX_RNDV_THRESH=auto, 16 KiB 5.5 vs 8.7 us, 64 KiB 14.3 vs 20.6 us, 1 MiB
 // 156 vs 195 us, 4 MiB 763 vs 1132 us, 16 MiB 5.0 vs 6.3 ms. Larger
 // messages (a big send/recv) keep the zero-copy rendezvous. Across hosts
-// (verbs, tcp) UCX's own choice stands. The protocol is the sender's
-// choice, so ranks whose contexts differ still understand each other.
+// (verbs, tcp) UCX's own choice stands, and so it does with more ranks on
+// the host than CPUs: an eager copy then waits for the receiver to be
+// scheduled to drain the FIFO, where a cma rendezvous lets it pull the whole
+// message in one call (plexus-conformance at 3 ranks plus the battery at 5
+// on 2 CPUs: 64-66 s eager, 46-47 s with UCX's threshold). The protocol is
+// the sender's choice, so ranks whose contexts differ still understand each
+// other.
 constexpr const char* kOneHostRndvThresh = "1m";
 constexpr const char* kOneHostRndvText = "1 MiB";
 }  // namespace plexus::ucx
@@ -338,8 +343,9 @@ int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
       spin_us = us;
     }
     // Every rank of a communicator makes the same choice: each sees all
-    // ranks on its host, or none does.
-    const bool one_host = config->size > 1 && config->local_size == config->size;
+    // ranks on its host, or none does (and the same CPU count, on one host).
+    const bool one_host = config->size > 1 && config->local_size == config->size &&
+                          config->size <= std::thread::hardware_concurrency();
     std::atomic<bool>* no_peer_errors = &ctx->no_peer_errors;
     ucp_context_h context = one_host ? OneHostContext(ctx, &no_peer_errors) : ctx->context;
     const bool eager = context != ctx->context;

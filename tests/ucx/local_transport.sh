@@ -4,14 +4,15 @@
 # reports: the backend's default therefore asks for them only for peers on
 # other hosts and watches local peers through /proc). On one host the
 # backend raises UCX's rendezvous threshold to 1 MiB (and says so), unless
-# UCX_RNDV_THRESH is set. Also: a malformed PLEXUS_UCX_SPIN_US fails
-# comm_create naming the setting.
+# UCX_RNDV_THRESH is set or the host has fewer CPUs than ranks. Also: a
+# malformed PLEXUS_UCX_SPIN_US fails comm_create naming the setting.
 #
-#   local_transport.sh PLEXUS_RUN PROG
+#   local_transport.sh PLEXUS_RUN PROG DEMO
 #
-# PROG is any 2-rank Plexus program (tests/ucx/truncation_check).
+# PROG is any 2-rank Plexus program (tests/ucx/truncation_check), DEMO one
+# that runs at any size (samples/demo/plexus-demo).
 set -uo pipefail
-run=$1 prog=$2
+run=$1 prog=$2 demo=$3
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 failures=0
@@ -34,10 +35,27 @@ done
 grep "peers reached over" "$out" | grep -q "tcp/" && fail "a rank reaches its local peer over tcp"
 grep "peers reached over" "$out" | grep -vq "\(sysv\|posix\)/memory" &&
   fail "a rank does not reach its local peer over shared memory"
-for r in 0 1; do
-  grep "rank $r of 2: peers reached over" "$out" | grep -q "messages below 1 MiB are copied through shared memory" ||
-    fail "rank $r does not say that it copies messages below 1 MiB through shared memory"
-done
+cpus=$(getconf _NPROCESSORS_ONLN)
+if [ "$cpus" -ge 2 ]; then
+  for r in 0 1; do
+    grep "rank $r of 2: peers reached over" "$out" | grep -q "messages below 1 MiB are copied through shared memory" ||
+      fail "rank $r does not say that it copies messages below 1 MiB through shared memory"
+  done
+else
+  echo "one CPU: the 2-rank job keeps UCX's threshold, not checked"
+fi
+
+# More ranks than CPUs: UCX's own threshold (eager copies would wait for the
+# receiver to be scheduled).
+n=$((cpus + 1))
+PLEXUS_LOG_LEVEL=info PLEXUS_BACKEND=ucx PLEXUS_TIMEOUT=60 timeout 240 \
+  "$run" -n "$n" "$demo" --count 16 --iters 2 >"$out" 2>&1
+rc=$?
+[ "$rc" -eq 0 ] || { tail -n 20 "$out"; fail "the $n-rank job on $cpus CPUs exited $rc"; }
+[ "$(grep -c "of $n: peers reached over" "$out")" -eq "$n" ] ||
+  fail "$n ranks on $cpus CPUs: not every rank logged its transports"
+grep "peers reached over" "$out" | grep -q "copied through shared memory" &&
+  fail "$n ranks on $cpus CPUs: the backend still raised the threshold"
 
 # The user's UCX_RNDV_THRESH wins: the backend leaves the threshold alone.
 UCX_RNDV_THRESH=auto PLEXUS_LOG_LEVEL=info PLEXUS_BACKEND=ucx PLEXUS_TIMEOUT=30 timeout 120 \
