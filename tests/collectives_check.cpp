@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "check_util.hpp"
 #include "plexus/algos/half.hpp"
 #include "plexus/plexus.hpp"
 
@@ -34,39 +35,52 @@ using plexus::DType;
 using plexus::ReduceOp;
 namespace algos = plexus::algos;
 
-int g_failures = 0;
-int g_passes = 0;
-uint32_t g_rank = 0;
-
-void Expect(bool ok, const std::string& what) {
-  if (ok) {
-    ++g_passes;
-    return;
-  }
-  if (++g_failures <= 20) std::fprintf(stderr, "rank %u: FAILED %s\n", g_rank, what.c_str());
-}
+using plexus_check::Expect;
 
 bool IsSigned(DType t) {
   return t == DType::Int8 || t == DType::Int16 || t == DType::Int32 || t == DType::Int64 ||
-         t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32 ||
-         t == DType::Float64;
+         t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32 || t == DType::Float64;
 }
 
 // Writes the small integer v as element i of a buffer of type t.
 void Put(DType t, void* buf, uint64_t i, int64_t v) {
   switch (t) {
-    case DType::Int8: static_cast<int8_t*>(buf)[i] = int8_t(v); break;
-    case DType::UInt8: static_cast<uint8_t*>(buf)[i] = uint8_t(v); break;
-    case DType::Int16: static_cast<int16_t*>(buf)[i] = int16_t(v); break;
-    case DType::UInt16: static_cast<uint16_t*>(buf)[i] = uint16_t(v); break;
-    case DType::Int32: static_cast<int32_t*>(buf)[i] = int32_t(v); break;
-    case DType::UInt32: static_cast<uint32_t*>(buf)[i] = uint32_t(v); break;
-    case DType::Int64: static_cast<int64_t*>(buf)[i] = v; break;
-    case DType::UInt64: static_cast<uint64_t*>(buf)[i] = uint64_t(v); break;
-    case DType::Float16: static_cast<uint16_t*>(buf)[i] = algos::FloatToFloat16(float(v)); break;
-    case DType::BFloat16: static_cast<uint16_t*>(buf)[i] = algos::FloatToBFloat16(float(v)); break;
-    case DType::Float32: static_cast<float*>(buf)[i] = float(v); break;
-    case DType::Float64: static_cast<double*>(buf)[i] = double(v); break;
+    case DType::Int8:
+      static_cast<int8_t*>(buf)[i] = int8_t(v);
+      break;
+    case DType::UInt8:
+      static_cast<uint8_t*>(buf)[i] = uint8_t(v);
+      break;
+    case DType::Int16:
+      static_cast<int16_t*>(buf)[i] = int16_t(v);
+      break;
+    case DType::UInt16:
+      static_cast<uint16_t*>(buf)[i] = uint16_t(v);
+      break;
+    case DType::Int32:
+      static_cast<int32_t*>(buf)[i] = int32_t(v);
+      break;
+    case DType::UInt32:
+      static_cast<uint32_t*>(buf)[i] = uint32_t(v);
+      break;
+    case DType::Int64:
+      static_cast<int64_t*>(buf)[i] = v;
+      break;
+    case DType::UInt64:
+      static_cast<uint64_t*>(buf)[i] = uint64_t(v);
+      break;
+    case DType::Float16:
+      static_cast<uint16_t*>(buf)[i] = algos::FloatToFloat16(float(v));
+      break;
+    case DType::BFloat16:
+      static_cast<uint16_t*>(buf)[i] = algos::FloatToBFloat16(float(v));
+      break;
+    case DType::Float32:
+      static_cast<float*>(buf)[i] = float(v);
+      break;
+    case DType::Float64:
+      static_cast<double*>(buf)[i] = double(v);
+      break;
   }
 }
 
@@ -95,10 +109,18 @@ int64_t Expected(DType t, ReduceOp op, uint32_t n, uint64_t i) {
     const int64_t x = Input(t, op, r, n, i);
     switch (op) {
       case ReduceOp::Sum:
-      case ReduceOp::Avg: acc += x; break;
-      case ReduceOp::Prod: acc *= x; break;
-      case ReduceOp::Min: acc = std::min(acc, x); break;
-      case ReduceOp::Max: acc = std::max(acc, x); break;
+      case ReduceOp::Avg:
+        acc += x;
+        break;
+      case ReduceOp::Prod:
+        acc *= x;
+        break;
+      case ReduceOp::Min:
+        acc = std::min(acc, x);
+        break;
+      case ReduceOp::Max:
+        acc = std::max(acc, x);
+        break;
     }
   }
   return op == ReduceOp::Avg ? acc / int64_t(n) : acc;
@@ -179,8 +201,8 @@ void CheckAllreduce(plexus::Communicator& comm, DType t, uint64_t count, bool in
     j.work = comm.allreduce(j.send.data(), out, count, t, j.op);
   }
   for (Job& j : jobs) {
-    const std::string what = Name("allreduce", t, count, std::string(plexus::ToString(j.op)) +
-                                                              (in_place ? " in-place" : ""));
+    const std::string what = Name(
+        "allreduce", t, count, std::string(plexus::ToString(j.op)) + (in_place ? " in-place" : ""));
     try {
       j.work.wait();
     } catch (const plexus::Error& e) {
@@ -213,8 +235,8 @@ void CheckBroadcast(plexus::Communicator& comm, DType t, uint64_t count) {
       Expect(false, what + ": " + e.what());
       continue;
     }
-    const int64_t bad = FirstMismatch(t, bufs[root], count,
-                                      [&](uint64_t i) { return int64_t((i + root) % 100); });
+    const int64_t bad =
+        FirstMismatch(t, bufs[root], count, [&](uint64_t i) { return int64_t((i + root) % 100); });
     Expect(bad < 0, what + " wrong at element " + std::to_string(bad));
   }
 }
@@ -233,8 +255,8 @@ void CheckAllgather(plexus::Communicator& comm, DType t, uint64_t count, bool in
     Expect(false, what + ": " + e.what());
     return;
   }
-  const int64_t bad = FirstMismatch(t, recv, n * count,
-                                    [&](uint64_t i) { return value(uint32_t(i / count), i % count); });
+  const int64_t bad = FirstMismatch(
+      t, recv, n * count, [&](uint64_t i) { return value(uint32_t(i / count), i % count); });
   Expect(bad < 0, what + " wrong at element " + std::to_string(bad));
 }
 
@@ -410,7 +432,7 @@ int main(int argc, char** argv) {
   }
   try {
     auto comm = plexus::Communicator::from_env();
-    g_rank = comm.rank();
+    plexus_check::rank = comm.rank();
     const uint32_t n = comm.size();
     const bool reduce = Supported(comm, PLEXUS_COLL_REDUCE, "reduce");
     const bool reduce_scatter = Supported(comm, PLEXUS_COLL_REDUCE_SCATTER, "reduce_scatter");
@@ -457,10 +479,10 @@ int main(int argc, char** argv) {
     if (send_recv) CheckEmptyMessage(comm);
     for (int i = 0; i < 10; ++i) comm.barrier().wait();
     std::printf("rank %u of %u (%s): %d checks passed, %d failed\n", comm.rank(), comm.size(),
-                comm.backend_name().c_str(), g_passes, g_failures);
+                comm.backend_name().c_str(), plexus_check::passes, plexus_check::failures);
   } catch (const plexus::Error& e) {
-    std::fprintf(stderr, "rank %u: %s\n", g_rank, e.what());
+    std::fprintf(stderr, "rank %u: %s\n", plexus_check::rank, e.what());
     return 1;
   }
-  return g_failures == 0 ? 0 : 1;
+  return plexus_check::failures == 0 ? 0 : 1;
 }

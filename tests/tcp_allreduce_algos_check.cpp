@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "check_util.hpp"
 #include "plexus/algos/half.hpp"
 #include "plexus/plexus.hpp"
 
@@ -29,17 +30,7 @@ namespace {
 using plexus::DType;
 using plexus::ReduceOp;
 
-int g_failures = 0;
-int g_passes = 0;
-uint32_t g_rank = 0;
-
-void Expect(bool ok, const std::string& what) {
-  if (ok) {
-    ++g_passes;
-    return;
-  }
-  if (++g_failures <= 20) std::fprintf(stderr, "rank %u: FAILED %s\n", g_rank, what.c_str());
-}
+using plexus_check::Expect;
 
 // A value for element i on rank r, as a double, or NaN (payload from r).
 double Value(uint32_t r, uint64_t i) {
@@ -169,7 +160,7 @@ int main() {
       comms.push_back(plexus::Communicator::from_env(options));
     }
     plexus::Communicator& ring = comms[0];
-    g_rank = ring.rank();
+    plexus_check::rank = ring.rank();
     const DType dtypes[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16,
                             DType::Int32};
     for (DType t : dtypes) {
@@ -195,11 +186,11 @@ int main() {
       }
     }
     for (auto& comm : comms) comm.barrier().wait();
-    std::printf("rank %u of %u: %d checks passed, %d failed\n", ring.rank(), ring.size(), g_passes,
-                g_failures);
-    return g_failures == 0 ? 0 : 1;
+    std::printf("rank %u of %u: %d checks passed, %d failed\n", ring.rank(), ring.size(),
+                plexus_check::passes, plexus_check::failures);
+    return plexus_check::failures == 0 ? 0 : 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %u: %s\n", g_rank, e.what());
+    std::fprintf(stderr, "rank %u: %s\n", plexus_check::rank, e.what());
     return 1;
   }
 }
