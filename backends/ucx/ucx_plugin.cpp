@@ -329,7 +329,10 @@ int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
         return PLEXUS_ERR_INVALID_ARGUMENT;
       }
     }
-    int64_t spin_us = config->size <= std::thread::hardware_concurrency() ? kDefaultSpinUs : 0;
+    // A CPU for every rank (with fewer, spinning and eager copies wait for a
+    // peer that needs this CPU; see kDefaultSpinUs and kOneHostRndvThresh).
+    const bool cpu_per_rank = config->size <= std::thread::hardware_concurrency();
+    int64_t spin_us = cpu_per_rank ? kDefaultSpinUs : 0;
     if (const std::string v = algos::CommSetting(ctx->host, *config, "PLEXUS_UCX_SPIN_US");
         !v.empty()) {
       char* end = nullptr;
@@ -343,9 +346,8 @@ int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
       spin_us = us;
     }
     // Every rank of a communicator makes the same choice: each sees all
-    // ranks on its host, or none does (and the same CPU count, on one host).
-    const bool one_host = config->size > 1 && config->local_size == config->size &&
-                          config->size <= std::thread::hardware_concurrency();
+    // ranks on its host, or none does.
+    const bool one_host = config->size > 1 && config->local_size == config->size && cpu_per_rank;
     std::atomic<bool>* no_peer_errors = &ctx->no_peer_errors;
     ucp_context_h context = one_host ? OneHostContext(ctx, &no_peer_errors) : ctx->context;
     const bool eager = context != ctx->context;
