@@ -5,7 +5,8 @@
 // contracts: no crash, leak or undefined behaviour (ASan/UBSan); a complete
 // frame consumes exactly the size its header announces and never more than
 // the input; every accepted length is within its limit; a parsed request
-// re-encodes to a frame that parses back to the same request.
+// re-encodes to a frame that parses back to the same request (CLAIM included).
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <span>
@@ -37,6 +38,14 @@ void CheckRequestRoundTrip(const Request& r) {
     case Command::kWait:
       s = EncodeWait(r.keys, r.timeout_ms, &again);
       break;
+    case Command::kClaim: {
+      Check(r.value.size() >= kIdentityKeyBytes);
+      IdentityKey key{};
+      std::copy_n(r.value.begin(), key.size(), key.begin());
+      const std::string label(r.value.begin() + key.size(), r.value.end());
+      s = EncodeClaim(r.key, key, label, &again);
+      break;
+    }
     case Command::kReply:
       std::abort();  // ParseRequest must never return a reply
   }

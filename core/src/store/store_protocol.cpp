@@ -44,6 +44,7 @@ bool KnownCommand(uint8_t c) {
     case Command::kGet:
     case Command::kAdd:
     case Command::kWait:
+    case Command::kClaim:
     case Command::kReply:
       return true;
   }
@@ -103,6 +104,8 @@ const char* CommandName(Command command) {
       return "ADD";
     case Command::kWait:
       return "WAIT";
+    case Command::kClaim:
+      return "CLAIM";
     case Command::kReply:
       return "REPLY";
   }
@@ -158,6 +161,17 @@ Status ParseHeader(std::span<const uint8_t> bytes, FrameHeader* out) {
       if (h.key_len != 0) return bad_len("key", h.key_len, "0");
       if (h.value_len < 12 || h.value_len > kMaxWaitBodyBytes) {
         return bad_len("value", h.value_len, "12.." + std::to_string(kMaxWaitBodyBytes));
+      }
+      break;
+    case Command::kClaim:
+      if (h.key_len == 0 || h.key_len > kMaxIdentityBytes) {
+        return bad_len("key", h.key_len, "1.." + std::to_string(kMaxIdentityBytes));
+      }
+      if (h.value_len < kIdentityKeyBytes ||
+          h.value_len > kIdentityKeyBytes + kMaxIdentityLabelBytes) {
+        return bad_len("value", h.value_len,
+                       std::to_string(kIdentityKeyBytes) + ".." +
+                           std::to_string(kIdentityKeyBytes + kMaxIdentityLabelBytes));
       }
       break;
     case Command::kReply:
@@ -230,6 +244,14 @@ Status ParseRequest(std::span<const uint8_t> bytes, Request* out, size_t* consum
       }
       break;
     }
+    case Command::kClaim:
+      r.key.assign(reinterpret_cast<const char*>(key), h.key_len);
+      if (!ValidIdentity(r.key)) {
+        return Malformed("CLAIM of " + QuoteKey(r.key) +
+                         ", which is not an identity (rank/N or node/N)");
+      }
+      r.value.assign(value, value + value_len);  // key bytes, then the label
+      break;
     case Command::kReply:
       return Malformed("a REPLY frame where a request was expected");
   }
@@ -321,6 +343,81 @@ Status EncodeWait(const std::vector<std::string>& keys, uint64_t timeout_ms, Byt
     PutBytes(out, k.data(), k.size());
   }
   return Status::Ok();
+}
+
+Status EncodeClaim(std::string_view identity, const IdentityKey& key, std::string_view label,
+                   Bytes* out) {
+  if (!ValidIdentity(identity)) {
+    return Status::InvalidArgument("CLAIM of " + QuoteKey(identity) +
+                                   ", which is not an identity (rank/N or node/N)");
+  }
+  label = label.substr(0, std::min(label.size(), kMaxIdentityLabelBytes));
+  PutHeader(out, Command::kClaim, static_cast<uint32_t>(identity.size()),
+            key.size() + label.size());
+  PutBytes(out, identity.data(), identity.size());
+  PutBytes(out, key.data(), key.size());
+  PutBytes(out, label.data(), label.size());
+  return Status::Ok();
+}
+
+namespace {
+
+// "rank/12" -> true; digits only after the slash, no leading zeros, < 2^32.
+bool ParseIdentityNumber(std::string_view digits) {
+  if (digits.empty() || digits.size() > 10) return false;
+  if (digits.size() > 1 && digits[0] == '0') return false;
+  uint64_t v = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + uint64_t(c - '0');
+  }
+  return v <= std::numeric_limits<uint32_t>::max();
+}
+
+}  // namespace
+
+bool ValidIdentity(std::string_view identity) {
+  for (std::string_view kind : {std::string_view("rank/"), std::string_view("node/")}) {
+    if (identity.substr(0, kind.size()) == kind) {
+      return ParseIdentityNumber(identity.substr(kind.size()));
+    }
+  }
+  return false;
+}
+
+std::string KeyOwner(std::string_view key) {
+  constexpr std::string_view kOwned = "plexus/";
+  if (key.substr(0, kOwned.size()) != kOwned) return "";
+  const std::string_view rest = key.substr(kOwned.size());
+  // "rank/3/..." or "node/1/...": the identity is the first two components.
+  const size_t first = rest.find('/');
+  if (first == std::string_view::npos) return "";
+  const size_t second = rest.find('/', first + 1);
+  const std::string_view identity =
+      rest.substr(0, second == std::string_view::npos ? rest.size() : second);
+  const std::string_view kind = rest.substr(0, first);
+  if (kind != "rank" && kind != "node") return "";
+  // A malformed number under an owned prefix is owned by nobody who can
+  // claim it ("rank/x"): nobody may write it.
+  return ValidIdentity(identity) ? std::string(identity) : std::string(kind) + "/?";
+}
+
+std::string OwnedKey(std::string_view identity, std::string_view rest) {
+  return "plexus/" + std::string(identity) + "/" + std::string(rest);
+}
+
+std::string RankKey(uint32_t rank, std::string_view rest) {
+  return OwnedKey("rank/" + std::to_string(rank), rest);
+}
+
+std::string NodeKey(uint32_t node, std::string_view rest) {
+  return OwnedKey("node/" + std::to_string(node), rest);
+}
+
+std::string DescribeIdentity(std::string_view identity) {
+  const size_t slash = identity.find('/');
+  if (slash == std::string_view::npos) return std::string(identity);
+  return std::string(identity.substr(0, slash)) + " " + std::string(identity.substr(slash + 1));
 }
 
 void EncodeReply(int32_t status, std::string_view message, std::span<const uint8_t> payload,

@@ -23,6 +23,9 @@
 //   ADD   key = key; value = i64 delta (exactly 8 bytes)
 //   WAIT  key empty; value = u64 timeout_ms, u32 count (<= kStoreMaxKeysPerWait),
 //         then count times { u32 len (<= kStoreMaxKeyBytes), len key bytes }; nothing after
+//   CLAIM key = an identity, "rank/N" or "node/N" (ValidIdentity); value = the
+//         32-byte identity key, then a label (<= kMaxIdentityLabelBytes,
+//         e.g. "host a, pid 123", shown to whoever is refused it)
 //   REPLY key empty; value = i32 status (an ABI status code, <= 0),
 //         u32 message_len (<= kMaxReplyMessageBytes), message bytes, then the payload:
 //         GET -> the stored value, ADD -> i64 new value, SET/WAIT/errors -> empty
@@ -32,10 +35,23 @@
 // 4 GiB value costs the receiver nothing. The server answers each request with exactly
 // one REPLY, in order; a client sends its next request only after the reply.
 //
+// Identities. Keys that begin "plexus/rank/N/" belong to rank N of the job,
+// keys that begin "plexus/node/N/" to node N's launcher (KeyOwner): the server
+// accepts a SET or ADD of such a key only on a connection that holds that
+// identity, and answers any other with INVALID_USAGE (reads, ADD of 0
+// included, are open to every client that passed the handshake). A connection takes an identity
+// with CLAIM: the first claim of an identity binds it to the key it carries, for the life of the
+// server; a later claim with the same key (the same process reconnecting) is accepted, one with
+// another key is refused, naming the holder. So once a job's ranks and launchers have joined, a
+// process that has the job secret but is not one of them cannot write what a rank or node says
+// about itself: its roll-call card, stall marks, heartbeats, failure reports,
+// or the job's verdict (node 0's). A connection holds at most one identity.
+//
 // Counters written by ADD are stored as 8 little-endian bytes, so GET of a counter
 // returns those 8 bytes (the in-process store uses the same encoding).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -68,8 +84,15 @@ enum class Command : uint8_t {
   kGet = 2,
   kAdd = 3,
   kWait = 4,
+  kClaim = 5,
   kReply = 16,
 };
+
+// Limits of CLAIM (see the identities above).
+inline constexpr size_t kMaxIdentityBytes = 64;
+inline constexpr size_t kIdentityKeyBytes = 32;
+inline constexpr size_t kMaxIdentityLabelBytes = 256;
+using IdentityKey = std::array<uint8_t, kIdentityKeyBytes>;
 
 // "SET", "GET", ...; "UNKNOWN" for any other value.
 const char* CommandName(Command command);
@@ -130,6 +153,9 @@ Status EncodeSet(std::string_view key, std::span<const uint8_t> value, Bytes* ou
 Status EncodeGet(std::string_view key, uint64_t timeout_ms, Bytes* out);
 Status EncodeAdd(std::string_view key, int64_t delta, Bytes* out);
 Status EncodeWait(const std::vector<std::string>& keys, uint64_t timeout_ms, Bytes* out);
+// label is cut to kMaxIdentityLabelBytes.
+Status EncodeClaim(std::string_view identity, const IdentityKey& key, std::string_view label,
+                   Bytes* out);
 // message is truncated to kMaxReplyMessageBytes; payload must be <= kStoreMaxValueBytes.
 void EncodeReply(int32_t status, std::string_view message, std::span<const uint8_t> payload,
                  Bytes* out);
@@ -145,6 +171,21 @@ inline constexpr uint64_t kMaxTimeoutMs = uint64_t{365} * 24 * 3600 * 1000;  // 
 uint64_t TimeoutToWire(std::chrono::milliseconds timeout);
 // The same clamp applied to a value read from the wire.
 uint64_t ClampTimeoutMs(uint64_t timeout_ms);
+
+// --- Identities and the keys they own.
+
+// "rank/N" or "node/N", N a decimal number below 2^32 without leading zeros.
+bool ValidIdentity(std::string_view identity);
+// The identity that owns key: "rank/3" for "plexus/rank/3/...", "node/1" for
+// "plexus/node/1/..."; "rank/?" or "node/?" for a malformed number there (owned
+// by nobody, so written by nobody); "" for a key anyone may write.
+std::string KeyOwner(std::string_view key);
+// "plexus/<identity>/<rest>", and the same for rank N and node N.
+std::string OwnedKey(std::string_view identity, std::string_view rest);
+std::string RankKey(uint32_t rank, std::string_view rest);
+std::string NodeKey(uint32_t node, std::string_view rest);
+// "rank 3" for "rank/3".
+std::string DescribeIdentity(std::string_view identity);
 
 // --- Messages shared by the TCP server and the in-process store, so that both
 // report the same thing in the same words.
@@ -217,11 +258,19 @@ struct TcpStoreClientOptions {
   // The job secret. Unset: from the environment (PLEXUS_TOKEN, or PLEXUS_TOKEN_FILE:
   // TokenFromEnvironment). Empty: no authentication.
   std::optional<std::string> token;
+  // The identity this client claims ("rank/3", "node/1"; "" for none), on its
+  // first connection and again after every reconnection, with a key made
+  // at random when the client is created. A refused claim is final, like a
+  // refused secret: ConnectTcpStoreWithOptions fails with the server's reason.
+  std::string identity;
+  // Shown to a process that is refused this identity ("host a, pid 123").
+  std::string label;
 };
 
 // ConnectTcpStore with options. A server that refuses this client's proof of the
 // secret (or a server without a secret, when this client has one) is an error at
-// once, not retried until timeout.
+// once, not retried until timeout: REMOTE. So is a refused identity (another
+// process holds it), which is INVALID_USAGE with the server's words.
 Status ConnectTcpStoreWithOptions(const std::string& host, uint16_t port,
                                   std::chrono::milliseconds timeout,
                                   const TcpStoreClientOptions& options,

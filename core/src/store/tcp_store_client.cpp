@@ -24,6 +24,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -152,25 +153,124 @@ bool ConnectOnce(const std::string& host, uint16_t port, Clock::time_point deadl
   return false;
 }
 
-// ConnectOnce, then (with a secret) the handshake. On failure *refused tells
-// whether authentication itself failed (final) rather than the connection.
+Status SendAll(int fd, const Bytes& data, Clock::time_point deadline) {
+  size_t sent = 0;
+  while (sent < data.size()) {
+    ssize_t n = send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+      return Status::Remote("connection to the server failed while sending: " + ErrnoText(errno));
+    }
+    int ready = PollOne(fd, POLLOUT, deadline);
+    if (ready == 0) return Status::Timeout("timed out sending the request");
+    if (ready < 0) return Status::System("poll: " + ErrnoText(errno));
+  }
+  return Status::Ok();
+}
+
+// Reads exactly buf.size() - *have more bytes into buf.
+Status RecvInto(int fd, Bytes& buf, size_t* have, Clock::time_point deadline) {
+  while (*have < buf.size()) {
+    ssize_t n = recv(fd, buf.data() + *have, buf.size() - *have, 0);
+    if (n > 0) {
+      *have += static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0) return Status::Remote("the server closed the connection");
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      return Status::Remote("connection to the server failed: " + ErrnoText(errno));
+    }
+    int ready = PollOne(fd, POLLIN, deadline);
+    if (ready == 0) return Status::Timeout("timed out waiting for the reply");
+    if (ready < 0) return Status::System("poll: " + ErrnoText(errno));
+  }
+  return Status::Ok();
+}
+
+Status ReceiveReply(int fd, Clock::time_point deadline, Reply* reply) {
+  Bytes buf(kHeaderBytes);
+  size_t have = 0;
+  Status s = RecvInto(fd, buf, &have, deadline);
+  if (!s.ok()) return s;
+  FrameHeader header;
+  s = ParseHeader(buf, &header);
+  if (s.ok() && header.command != Command::kReply) {
+    s = Status::InvalidArgument(std::string("a ") + CommandName(header.command) +
+                                " frame instead of a reply");
+  }
+  if (!s.ok()) return Status::Remote("the server sent a bad reply: " + s.message());
+  buf.resize(header.FrameBytes());  // bounded: ParseHeader checked the lengths
+  s = RecvInto(fd, buf, &have, deadline);
+  if (!s.ok()) return s;
+  size_t consumed = 0;
+  s = ParseReply(buf, reply, &consumed);
+  if (!s.ok() || consumed != buf.size()) {
+    return Status::Remote("the server sent a bad reply: " +
+                          (s.ok() ? std::string("length mismatch") : s.message()));
+  }
+  return Status::Ok();
+}
+
+// Who this client is to the server (store_protocol.hpp, identities): empty
+// identity for none.
+struct Identity {
+  std::string name;   // "rank/3"
+  std::string label;  // "host a, pid 123"
+  IdentityKey key{};  // random, made once per client
+};
+
+// Sends CLAIM on a fresh connection and reads the answer.
+bool Claim(int fd, const Identity& id, Clock::time_point deadline, std::string* error,
+           bool* refused) {
+  Bytes frame;
+  Status st = EncodeClaim(id.name, id.key, id.label, &frame);
+  if (st.ok()) st = SendAll(fd, frame, deadline);
+  Reply reply;
+  if (st.ok()) st = ReceiveReply(fd, deadline, &reply);
+  if (!st.ok()) {
+    *error = "claiming " + DescribeIdentity(id.name) + ": " + st.message();
+    return false;
+  }
+  if (reply.status != PLEXUS_OK) {
+    *refused = true;  // final: the same key would be refused again
+    *error = reply.message;
+    return false;
+  }
+  return true;
+}
+
+// ConnectOnce, then (with a secret) the handshake, then (with an identity)
+// the claim. On failure *refused tells whether the server refused this client
+// (its secret or its identity: final) rather than the connection failing.
+// *refused_identity: the refusal was of the identity (another process holds it).
 bool ConnectAndAuthenticate(const std::string& host, uint16_t port, const auth::Secret& secret,
-                            Clock::time_point deadline, int* fd, std::string* error,
-                            bool* refused) {
+                            const Identity& identity, Clock::time_point deadline, int* fd,
+                            std::string* error, bool* refused, bool* refused_identity = nullptr) {
   *refused = false;
+  if (refused_identity != nullptr) *refused_identity = false;
   int s = -1;
   if (!ConnectOnce(host, port, deadline, &s, error)) return false;
-  if (!secret.present()) {
-    *fd = s;
-    return true;
+  if (secret.present()) {
+    const auto handshake_deadline = std::min(deadline, Clock::now() + kHandshakeAttemptLimit);
+    const auth::Result r =
+        auth::RunInitiator(s, secret, auth::Binding{auth::Purpose::kStore}, handshake_deadline);
+    if (!r.ok()) {
+      close(s);
+      *refused = r.refused;
+      *error = "authentication with the job secret failed: " + r.message;
+      return false;
+    }
   }
-  const auto handshake_deadline = std::min(deadline, Clock::now() + kHandshakeAttemptLimit);
-  const auth::Result r =
-      auth::RunInitiator(s, secret, auth::Binding{auth::Purpose::kStore}, handshake_deadline);
-  if (!r.ok()) {
+  if (!identity.name.empty() &&
+      !Claim(s, identity, std::min(deadline, Clock::now() + kHandshakeAttemptLimit), error,
+             refused)) {
+    if (refused_identity != nullptr) *refused_identity = *refused;
     close(s);
-    *refused = r.refused;
-    *error = "authentication with the job secret failed: " + r.message;
     return false;
   }
   *fd = s;
@@ -179,11 +279,12 @@ bool ConnectAndAuthenticate(const std::string& host, uint16_t port, const auth::
 
 class TcpStoreClient final : public RendezvousStore {
  public:
-  TcpStoreClient(std::string host, uint16_t port, int fd, auth::Secret secret)
+  TcpStoreClient(std::string host, uint16_t port, int fd, auth::Secret secret, Identity identity)
       : host_(std::move(host)),
         port_(port),
         endpoint_(Endpoint(host_, port)),
         secret_(std::move(secret)),
+        identity_(std::move(identity)),
         fd_(fd),
         connected_at_(Clock::now()) {}
   ~TcpStoreClient() override { DropConnection(); }
@@ -333,7 +434,8 @@ class TcpStoreClient final : public RendezvousStore {
       if (s.ok() && fd_ < 0) {
         std::string error;
         bool refused = false;
-        if (!ConnectAndAuthenticate(host_, port_, secret_, io_deadline, &fd_, &error, &refused)) {
+        if (!ConnectAndAuthenticate(host_, port_, secret_, identity_, io_deadline, &fd_, &error,
+                                    &refused)) {
           fd_ = -1;
           s = Status::Remote("lost the connection to the server and could not reconnect: " + error);
         } else {
@@ -341,9 +443,9 @@ class TcpStoreClient final : public RendezvousStore {
           used_ = false;
         }
       }
-      if (s.ok()) s = SendAll(request, io_deadline);
+      if (s.ok()) s = SendAll(fd_, request, io_deadline);
       if (s.ok()) used_ = true;
-      if (s.ok()) s = ReceiveReply(io_deadline, reply);
+      if (s.ok()) s = ReceiveReply(fd_, io_deadline, reply);
     } catch (const std::exception& e) {
       s = Status::System(std::string("out of memory: ") + e.what());
     }
@@ -354,73 +456,11 @@ class TcpStoreClient final : public RendezvousStore {
     return s;
   }
 
-  Status SendAll(const Bytes& data, Clock::time_point deadline) {
-    size_t sent = 0;
-    while (sent < data.size()) {
-      ssize_t n = send(fd_, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
-      if (n > 0) {
-        sent += static_cast<size_t>(n);
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-        return Status::Remote("connection to the server failed while sending: " + ErrnoText(errno));
-      }
-      int ready = PollOne(fd_, POLLOUT, deadline);
-      if (ready == 0) return Status::Timeout("timed out sending the request");
-      if (ready < 0) return Status::System("poll: " + ErrnoText(errno));
-    }
-    return Status::Ok();
-  }
-
-  // Reads exactly buf.size() - *have more bytes into buf.
-  Status RecvInto(Bytes& buf, size_t* have, Clock::time_point deadline) {
-    while (*have < buf.size()) {
-      ssize_t n = recv(fd_, buf.data() + *have, buf.size() - *have, 0);
-      if (n > 0) {
-        *have += static_cast<size_t>(n);
-        continue;
-      }
-      if (n == 0) return Status::Remote("the server closed the connection");
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        return Status::Remote("connection to the server failed: " + ErrnoText(errno));
-      }
-      int ready = PollOne(fd_, POLLIN, deadline);
-      if (ready == 0) return Status::Timeout("timed out waiting for the reply");
-      if (ready < 0) return Status::System("poll: " + ErrnoText(errno));
-    }
-    return Status::Ok();
-  }
-
-  Status ReceiveReply(Clock::time_point deadline, Reply* reply) {
-    Bytes buf(kHeaderBytes);
-    size_t have = 0;
-    Status s = RecvInto(buf, &have, deadline);
-    if (!s.ok()) return s;
-    FrameHeader header;
-    s = ParseHeader(buf, &header);
-    if (s.ok() && header.command != Command::kReply) {
-      s = Status::InvalidArgument(std::string("a ") + CommandName(header.command) +
-                                  " frame instead of a reply");
-    }
-    if (!s.ok()) return Status::Remote("the server sent a bad reply: " + s.message());
-    buf.resize(header.FrameBytes());  // bounded: ParseHeader checked the lengths
-    s = RecvInto(buf, &have, deadline);
-    if (!s.ok()) return s;
-    size_t consumed = 0;
-    s = ParseReply(buf, reply, &consumed);
-    if (!s.ok() || consumed != buf.size()) {
-      return Status::Remote("the server sent a bad reply: " +
-                            (s.ok() ? std::string("length mismatch") : s.message()));
-    }
-    return Status::Ok();
-  }
-
   const std::string host_;
   const uint16_t port_;
   const std::string endpoint_;       // "host:port" for messages
   const auth::Secret secret_;        // absent: no authentication
+  const Identity identity_;          // claimed again on every reconnection
   std::mutex mu_;                    // guards busy_
   std::condition_variable idle_cv_;  // signalled when busy_ becomes false
   bool busy_ = false;                // a call owns fd_
@@ -457,10 +497,26 @@ Status ConnectTcpStoreWithOptions(const std::string& host, uint16_t port,
   }
   if (!secret.present() && auth::FirstUnauthenticatedUse()) {
     LogLine(PLEXUS_LOG_WARN, "store",
-            "PLEXUS_TOKEN is not set: the connection to the rendezvous store at " + endpoint +
-                " is not authenticated; to turn authentication on, set PLEXUS_TOKEN, or "
-                "PLEXUS_TOKEN_FILE to a file holding the same secret, on every rank (plexus-run "
-                "sets one for every job)");
+            "no job secret: the connection to the rendezvous store at " + endpoint +
+                " is not authenticated, so anyone who reaches it can join the job as a rank, "
+                "read what the ranks exchange, and end or mislead the job; give the job a "
+                "secret (PLEXUS_TOKEN or PLEXUS_TOKEN_FILE on every rank; plexus-run makes one)");
+  }
+  Identity identity;
+  identity.name = options.identity;
+  identity.label = options.label;
+  if (!identity.name.empty()) {
+    if (!ValidIdentity(identity.name)) {
+      return Status::InvalidArgument("ConnectTcpStore: '" + identity.name +
+                                     "' is not an identity (rank/N or node/N)");
+    }
+    size_t got = 0;
+    while (got < identity.key.size()) {
+      const ssize_t n = getrandom(identity.key.data() + got, identity.key.size() - got, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return Status::System("ConnectTcpStore: getrandom: " + ErrnoText(errno));
+      got += size_t(n);
+    }
   }
   const auto deadline = DeadlineAfter(timeout);
   auto backoff = kBackoffStart;
@@ -472,15 +528,20 @@ Status ConnectTcpStoreWithOptions(const std::string& host, uint16_t port,
     // Connection refused is expected while the server is still starting up;
     // resolution failures are retried too (DNS for a fresh pod may lag). A
     // refused authentication is not: the same secret would be refused again.
-    bool refused = false;
-    if (ConnectAndAuthenticate(host, port, secret, deadline, &fd, &error, &refused)) {
+    bool refused = false, refused_identity = false;
+    if (ConnectAndAuthenticate(host, port, secret, identity, deadline, &fd, &error, &refused,
+                               &refused_identity)) {
       try {
-        *out = std::make_unique<TcpStoreClient>(host, port, fd, secret);
+        *out = std::make_unique<TcpStoreClient>(host, port, fd, secret, identity);
       } catch (const std::exception& e) {
         close(fd);
         return Status::System(std::string("ConnectTcpStore: ") + e.what());
       }
       return Status::Ok();
+    }
+    if (refused_identity) {
+      // Not the server's fault: another process holds this identity.
+      return Status::InvalidUsage("store server " + endpoint + ": " + error);
     }
     if (refused) {
       return Status::Remote("store server " + endpoint + ": " + error);

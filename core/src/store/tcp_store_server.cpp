@@ -34,6 +34,14 @@
 // connections can neither exhaust the process's descriptors nor make the loop
 // spin on a listener it cannot accept from.
 //
+// Identities (store_protocol.hpp). A CLAIM binds an identity ("rank/3",
+// "node/1") to the key it carries, for as long as the server runs, and gives
+// the connection that identity; a SET or ADD of a key that an identity owns
+// (KeyOwner) is executed only for a connection that holds it, and otherwise
+// answered with INVALID_USAGE and logged (rate-limited, like disconnects).
+// A holder that reconnects claims again with its key and gets its identity
+// back; anyone else is told who holds it.
+//
 // A client is served one request at a time (a client library sends its next
 // request only after the reply), which bounds each client's memory to one
 // frame in and one reply out. A misbehaving client is disconnected with one
@@ -59,8 +67,10 @@
 #include <thread>
 #include <unordered_map>
 
+#include <sodium.h>
 #include "log_limiter.hpp"
 #include "plexus/auth/handshake.hpp"
+
 #include "plexus/log.hpp"
 #include "store_protocol.hpp"
 
@@ -94,6 +104,10 @@ constexpr auto kEvictionGrace = std::chrono::milliseconds(250);
 // accepted when fewer are free replaces the oldest unproven client, or is
 // closed at once when there is none, and accepting pauses (kAcceptPause).
 constexpr rlim_t kFdReserve = 64;
+// At most this many identities are kept (each claim is kept for the server's
+// life, so that nobody else can take it): far more ranks and nodes than a job
+// has, and a bound on what claiming in a loop can cost.
+constexpr size_t kMaxIdentities = 1 << 18;
 // Bounded work per loop turn, so that a storm of connections cannot hold up
 // the requests of clients already connected.
 constexpr int kMaxAcceptsPerTurn = 256;
@@ -167,6 +181,9 @@ struct Client {
   bool close_after_output = false;
   bool refusal_logged = false;  // its refusal is in the log already
 
+  // The identity this connection holds ("" for none): see Identities above.
+  std::string identity;
+
   // The reply being sent; out_sent bytes of it are gone.
   Bytes out;
   size_t out_sent = 0;
@@ -239,6 +256,13 @@ class TcpStoreServerImpl final : public TcpStoreServer {
   void WriteTo(Client& c, Clock::time_point now);
   void Execute(Client& c, Clock::time_point now);
   void ExecuteHandshake(Client& c, Clock::time_point now);
+  // CLAIM: binds or checks the identity and answers.
+  void ExecuteClaim(Client& c, const Request& req, Clock::time_point now);
+  // Whether c may write key: it belongs to nobody, or to c's identity.
+  bool Owns(const Client& c, const std::string& key) const;
+  // For SET/ADD of an owned key by a connection that does not hold its owner:
+  // queues the refusal and returns false. True when c may write key.
+  bool MayWrite(Client& c, const Request& req, Clock::time_point now);
   // Reads the store frame header in c.in for a client that has not authenticated:
   // queues an error REPLY (small frames, read in full first) or disconnects.
   // Returns false when the client was disconnected.
@@ -275,6 +299,15 @@ class TcpStoreServerImpl final : public TcpStoreServer {
   LogLimiter disconnects_{10, std::chrono::seconds(10)};
   void LogDisconnect(const std::string& text);
   std::unordered_map<std::string, Bytes> data_;
+  // Who claimed each identity, and with which key (never forgotten: a holder
+  // that disconnected may come back; nobody else gets its identity).
+  struct Holder {
+    IdentityKey key{};
+    std::string label;  // as the holder gave it ("host a, pid 123"), made printable
+    std::string peer;   // the address it first claimed from
+    Clock::time_point since;
+  };
+  std::unordered_map<std::string, Holder> holders_;
   Clock::time_point accept_resume_{};  // accepting is paused until then
   size_t unproven_ = 0;                // clients not closed and not proven
 };
@@ -500,10 +533,11 @@ void TcpStoreServerImpl::AcceptAll(Clock::time_point now) {
       c->handshake_deadline = now + options_.handshake_timeout;
       if (!secret_.present() && auth::FirstUnauthenticatedUse()) {
         plexus::LogLine(PLEXUS_LOG_WARN, "store",
-                        "PLEXUS_TOKEN is not set: the rendezvous store serves clients without "
-                        "authentication; to turn it on, set PLEXUS_TOKEN, or PLEXUS_TOKEN_FILE "
-                        "to a file holding the same secret, on every rank (plexus-run sets one "
-                        "for every job)");
+                        "no job secret: the rendezvous store on port " + std::to_string(port_) +
+                            " serves clients without authentication, so anyone who reaches it "
+                            "can join the job as a rank, read what the ranks exchange, and end "
+                            "or mislead the job; give the job a secret (PLEXUS_TOKEN or "
+                            "PLEXUS_TOKEN_FILE on every rank; plexus-run makes one)");
       }
       clients_.push_back(std::move(c));
       ++unproven_;
@@ -690,7 +724,13 @@ void TcpStoreServerImpl::Execute(Client& c, Clock::time_point now) {
     c.in_have = 0;
     c.header_ok = false;
 
+    if ((req.command == Command::kSet || req.command == Command::kAdd) && !MayWrite(c, req, now)) {
+      return;
+    }
     switch (req.command) {
+      case Command::kClaim:
+        ExecuteClaim(c, req, now);
+        break;
       case Command::kSet:
         data_[req.key] = std::move(req.value);
         QueueReply(c, PLEXUS_OK, "", {}, now);
@@ -709,6 +749,10 @@ void TcpStoreServerImpl::Execute(Client& c, Clock::time_point now) {
             static_cast<int64_t>(static_cast<uint64_t>(value) + static_cast<uint64_t>(req.delta));
         Bytes encoded = EncodeCounter(value);
         QueueReply(c, PLEXUS_OK, "", encoded, now);
+        // An ADD of 0 is a read: of a key this connection may not write, it
+        // must not create the key either (8 zero bytes where a rank's card or
+        // node 0's verdict belongs would be believed as one).
+        if (req.delta == 0 && it == data_.end() && !Owns(c, req.key)) break;
         data_[req.key] = std::move(encoded);
         WakeParked(now);
         break;
@@ -731,6 +775,82 @@ void TcpStoreServerImpl::Execute(Client& c, Clock::time_point now) {
   } catch (const std::exception& e) {
     Disconnect(c, std::string("failed to execute ") + CommandName(req.command) + ": " + e.what());
   }
+}
+
+// Printable, one line: labels come from clients and go into other clients' errors.
+std::string Printable(const Bytes& bytes, size_t from) {
+  std::string text;
+  for (size_t i = from; i < bytes.size(); ++i) {
+    const auto c = static_cast<unsigned char>(bytes[i]);
+    text.push_back(c >= 0x20 && c < 0x7f ? char(c) : '?');
+  }
+  return text;
+}
+
+std::string SecondsAgo(Clock::time_point since, Clock::time_point now) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - since).count();
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", double(ms) / 1000.0);
+  return buf;
+}
+
+bool TcpStoreServerImpl::Owns(const Client& c, const std::string& key) const {
+  const std::string owner = KeyOwner(key);
+  return owner.empty() || owner == c.identity;
+}
+
+void TcpStoreServerImpl::ExecuteClaim(Client& c, const Request& req, Clock::time_point now) {
+  IdentityKey key{};
+  std::copy_n(req.value.begin(), key.size(), key.begin());  // ParseHeader checked the length
+  const std::string who = DescribeIdentity(req.key);
+  if (!c.identity.empty() && c.identity != req.key) {
+    QueueReply(c, PLEXUS_ERR_INVALID_USAGE,
+               "this connection is " + DescribeIdentity(c.identity) + " already; it cannot be " +
+                   who + " too",
+               {}, now);
+    return;
+  }
+  if (holders_.count(req.key) == 0 && holders_.size() >= kMaxIdentities) {
+    QueueReply(c, PLEXUS_ERR_INVALID_USAGE,
+               "this store holds " + std::to_string(kMaxIdentities) +
+                   " identities already, the most it keeps; " + who + " is refused",
+               {}, now);
+    return;
+  }
+  auto [it, fresh] = holders_.try_emplace(req.key);
+  Holder& h = it->second;
+  if (fresh) {
+    h.key = key;
+    h.label = Printable(req.value, key.size());
+    h.peer = c.peer;
+    h.since = now;
+  } else if (sodium_memcmp(h.key.data(), key.data(), key.size()) != 0) {
+    const std::string message = who + " is held by another process (" +
+                                (h.label.empty() ? "no label" : h.label) + ", connected from " +
+                                h.peer + ", " + SecondsAgo(h.since, now) + " ago)";
+    LogDisconnect("refused client " + c.peer + " (" + Printable(req.value, key.size()) +
+                  ") the identity " + who + ": " + message);
+    QueueReply(c, PLEXUS_ERR_INVALID_USAGE, message, {}, now);
+    return;
+  }
+  c.identity = req.key;
+  QueueReply(c, PLEXUS_OK, "", {}, now);
+}
+
+bool TcpStoreServerImpl::MayWrite(Client& c, const Request& req, Clock::time_point now) {
+  // ADD of 0 is how a counter is read (Execute keeps it from creating the key).
+  if (req.command == Command::kAdd && req.delta == 0) return true;
+  if (Owns(c, req.key)) return true;
+  const std::string owner = KeyOwner(req.key);
+  const std::string message =
+      std::string(CommandName(req.command)) + " of key " + QuoteKey(req.key) + " refused: it " +
+      (owner.back() == '?' ? "is under an owned prefix with no valid identity"
+                           : "belongs to " + DescribeIdentity(owner)) +
+      ", and this connection " +
+      (c.identity.empty() ? "holds no identity" : "is " + DescribeIdentity(c.identity));
+  LogDisconnect("client " + c.peer + ": " + message);
+  QueueReply(c, PLEXUS_ERR_INVALID_USAGE, message, {}, now);
+  return false;
 }
 
 bool TcpStoreServerImpl::TryComplete(Client& c, Clock::time_point now) {
