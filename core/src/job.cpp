@@ -10,6 +10,8 @@
 
 #include "plexus/log.hpp"
 #include "roll_call.hpp"
+#include "store/private_dir.hpp"
+#include "store/store_protocol.hpp"
 
 namespace plexus {
 namespace {
@@ -85,14 +87,41 @@ Status GetJob(std::chrono::milliseconds timeout, std::shared_ptr<Job>* out) {
     j->store = std::make_unique<NoRendezvousStore>(NoRendezvousMessage(l));
     j->has_rendezvous = false;
   } else {
+    st = ChooseJobSecret(l, &j->secret);
+    if (!st.ok()) return st;
     if (!l.store_hosted && l.rank == 0) {
-      st = TcpStoreServer::Start(l.master_addr, l.master_port, &j->server);
+      store::TcpStoreServerOptions options;
+      options.token = j->secret.token;
+      st = store::StartTcpStoreServer(l.master_addr, l.master_port, options, &j->server);
       if (!st.ok()) {
         return st.WithContext("rank 0 could not host the rendezvous store at " + l.master_addr +
                               ":" + std::to_string(l.master_port));
       }
     }
-    st = ConnectTcpStore(l.master_addr, l.master_port, timeout, &j->store);
+    // The store knows this process as rank l.rank from now on: what the roll
+    // call, the stall marks and the out-of-band exchange write under
+    // "plexus/rank/<rank>/" is accepted from this connection only.
+    store::TcpStoreClientOptions options;
+    options.token = j->secret.token;
+    options.identity = "rank/" + std::to_string(l.rank);
+    options.label = RollCallLabel();
+    st = store::ConnectTcpStoreWithOptions(l.master_addr, l.master_port, timeout, options,
+                                           &j->store);
+    if (st.code() == PLEXUS_ERR_INVALID_USAGE) {
+      return Status::InvalidUsage("two processes claim rank " + std::to_string(l.rank) +
+                                  " of the job: this one (" + options.label +
+                                  ") was refused by the rendezvous store (" + st.message() +
+                                  "); give every process its own rank (PLEXUS_RANK, or the "
+                                  "launcher's)");
+    }
+    if (!st.ok() && j->secret.automatic && st.code() == PLEXUS_ERR_REMOTE) {
+      // Refused with the automatic secret: the ranks do not share one.
+      st = Status(st.code(), st.message() + " (no secret was given, so this job made one in " +
+                                 store::PrivateDirPath() +
+                                 ": ranks that do not share that directory, such as containers "
+                                 "with a /tmp of their own, need PLEXUS_TOKEN_FILE, or "
+                                 "PLEXUS_RUNTIME_DIR on a directory they share)");
+    }
     if (!st.ok()) {
       return st.WithContext("rank " + std::to_string(l.rank) + " could not reach the " +
                             "rendezvous store at " + l.master_addr + ":" +
@@ -100,7 +129,10 @@ Status GetJob(std::chrono::milliseconds timeout, std::shared_ptr<Job>* out) {
     }
     j->local_address =
         ifname_address.empty() ? LocalAddressTowards(l.master_addr, l.master_port) : ifname_address;
-    st = RollCall(l, *j->store, timeout);
+    st = RollCall(l, *j->store, timeout, j->secret.automatic);
+    // Every rank has read the automatic secret by now (it took it to join),
+    // and a failed roll call ends the job: either way the file has served.
+    if (l.rank == 0 && j->secret.automatic) store::RemovePrivate(j->secret.automatic_file);
     if (!st.ok()) return st;
   }
   LogLine(

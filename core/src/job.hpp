@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "job_secret.hpp"
 #include "plexus/launch_env.hpp"
 #include "plexus/rendezvous_store.hpp"
 #include "plexus/status.hpp"
@@ -19,6 +20,7 @@ struct Job {
   std::unique_ptr<TcpStoreServer> server;  // only on rank 0 when no launcher hosts the store
   std::unique_ptr<RendezvousStore> store;
   std::string local_address;  // this host's address towards the master ("" for one process)
+  JobSecret secret;           // what the store and the backends authenticate with
   // False when the launcher named no rendezvous point (e.g. plain mpirun):
   // then `store` fails every call with a message that says what to set, and
   // only backends with their own bootstrap (MPI) can create communicators.

@@ -10,17 +10,26 @@
 #include <utility>
 #include <vector>
 
+#include "store/store_protocol.hpp"
+
 namespace plexus {
 namespace {
 
-const std::string kPrefix = "plexus/join/";
+std::string CardKey(uint32_t rank) {
+  return store::RankKey(rank, "join/card");
+}
+
+std::string HostName() {
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  return host;
+}
 
 // "size=3\nbackend=tcp\nhost=node1\npid=123\n" (backend "-" when unset),
 // and "node=1\n" in a job across hosts whose launcher sets GROUP_RANK
 // (plexus-run, torchrun): then errors can say which node a silent rank is on.
 std::string Card(const LaunchInfo& l) {
-  char host[256] = "?";
-  gethostname(host, sizeof host - 1);
+  const std::string host = HostName();
   const char* backend = std::getenv("PLEXUS_BACKEND");
   std::string card = "size=" + std::to_string(l.size) +
                      "\nbackend=" + (backend && *backend ? std::string(backend) : "-") +
@@ -49,51 +58,27 @@ std::map<std::string, std::string> Parse(const Bytes& b) {
   return m;
 }
 
-std::string Where(const std::map<std::string, std::string>& card) {
-  const auto host = card.find("host"), pid = card.find("pid");
-  return "host " + (host != card.end() ? host->second : "?") + ", pid " +
-         (pid != card.end() ? pid->second : "?");
-}
-
 std::string BackendText(const std::string& b) {
   return b == "-" ? "unset" : "'" + b + "'";
 }
 
 }  // namespace
 
-Status RollCall(const LaunchInfo& l, RendezvousStore& store, std::chrono::milliseconds timeout) {
+std::string RollCallLabel() {
+  return "host " + HostName() + ", pid " + std::to_string(long(getpid()));
+}
+
+Status RollCall(const LaunchInfo& l, RendezvousStore& store, std::chrono::milliseconds timeout,
+                bool automatic_secret) {
   using namespace std::chrono_literals;
   const std::string me = std::to_string(l.rank);
   const std::string mine = Card(l);
   const auto my_card = Parse(Bytes(mine.begin(), mine.end()));
-  const std::string claims_key = kPrefix + "claims/" + me;
-  // Rank r is claimed twice: this process is one of the two when r is its
-  // own rank (the card then shows whoever wrote it first).
-  auto duplicate = [&](uint32_t r) -> Status {
-    const std::string rank = std::to_string(r);
-    Bytes first;
-    std::string who = "(one of them: " + Where(my_card) + ")";
-    if (store.Get(kPrefix + "card/" + rank, &first, 1s).ok()) {
-      const std::string w = Where(Parse(first));
-      if (r != l.rank) {
-        who = "(one of them: " + w + ")";
-      } else if (w != Where(my_card)) {
-        who = "(this one: " + Where(my_card) + "; the other: " + w + ")";
-      }
-    }
-    return Status::InvalidUsage("two processes claim rank " + rank + " of the job " + who +
-                                "; give every process its own rank (PLEXUS_RANK, or the "
-                                "launcher's)");
-  };
-  int64_t claims = 0;
-  Status st = store.Add(claims_key, 1, &claims, timeout);
-  if (!st.ok()) return st.WithContext("rank " + me + " joining the job");
-  if (claims > 1) return duplicate(l.rank);
-  st = store.Set(kPrefix + "card/" + me, Bytes(mine.begin(), mine.end()), timeout);
+  Status st = store.Set(CardKey(l.rank), Bytes(mine.begin(), mine.end()), timeout);
   if (!st.ok()) return st.WithContext("rank " + me + " joining the job");
 
   std::vector<std::string> keys;
-  for (uint32_t r = 0; r < l.size; ++r) keys.push_back(kPrefix + "card/" + std::to_string(r));
+  for (uint32_t r = 0; r < l.size; ++r) keys.push_back(CardKey(r));
   st = store.Wait(keys, timeout);
   if (st.code() == PLEXUS_ERR_TIMEOUT) {
     std::string missing, joined;
@@ -105,10 +90,14 @@ Status RollCall(const LaunchInfo& l, RendezvousStore& store, std::chrono::millis
       list += (list.empty() ? "" : ", ") + std::to_string(r);
       n_missing += here ? 0 : 1;
     }
-    return Status::Timeout(std::string(n_missing == 1 ? "rank " : "ranks ") + missing + " never " +
-                           "joined the job within " + std::to_string(timeout.count()) +
-                           " ms (joined: " + joined + " of " + std::to_string(l.size) +
-                           "); are they running, and pointed at this job's store?");
+    return Status::Timeout(
+        std::string(n_missing == 1 ? "rank " : "ranks ") + missing + " never " +
+        "joined the job within " + std::to_string(timeout.count()) + " ms (joined: " + joined +
+        " of " + std::to_string(l.size) + "); are they running, and pointed at this job's store?" +
+        (automatic_secret ? " (No secret was given, so this job made one for the ranks "
+                            "of this host only: ranks on another host need the same "
+                            "PLEXUS_TOKEN_FILE on every rank.)"
+                          : ""));
   }
   if (!st.ok()) return st.WithContext("rank " + me + " waiting for the other ranks to join");
 
@@ -137,12 +126,6 @@ Status RollCall(const LaunchInfo& l, RendezvousStore& store, std::chrono::millis
                                   "; set it the same on every rank (or on none)");
     }
   }
-  // A second claimant of any rank has failed by now (it saw the count);
-  // make every rank fail too, so that no process of a broken launch goes on.
-  for (uint32_t r = 0; r < l.size; ++r) {
-    st = store.Add(kPrefix + "claims/" + std::to_string(r), 0, &claims, timeout);
-    if (st.ok() && claims > 1) return duplicate(r);
-  }
   return Status::Ok();
 }
 
@@ -156,7 +139,7 @@ std::string RankNodes(RendezvousStore& store, const std::vector<uint32_t>& ranks
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     Bytes b;
-    if (left.count() <= 0 || !store.Get(kPrefix + "card/" + std::to_string(r), &b, left).ok()) {
+    if (left.count() <= 0 || !store.Get(CardKey(r), &b, left).ok()) {
       return "";
     }
     const auto card = Parse(b);

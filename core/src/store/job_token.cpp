@@ -1,6 +1,7 @@
 #include "job_token.hpp"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "plexus/backend.h"
 #include "plexus/log.hpp"
@@ -18,6 +20,14 @@ namespace {
 
 std::atomic<bool> g_warned_mode{false};
 std::atomic<bool> g_said_ignored{false};
+
+std::mutex g_automatic_mutex;
+std::string g_automatic;  // guarded by g_automatic_mutex
+
+std::string AutomaticToken() {
+  std::lock_guard<std::mutex> lock(g_automatic_mutex);
+  return g_automatic;
+}
 
 std::string Named(const std::string& path) {
   return "PLEXUS_TOKEN_FILE '" + path + "'";
@@ -109,8 +119,36 @@ Status TokenFromEnvironment(std::string* token) {
     *token = direct;
     return Status::Ok();
   }
-  if (!has_file) return Status::Ok();
-  return ReadTokenFile(file, token);
+  if (has_file) return ReadTokenFile(file, token);
+  *token = AutomaticToken();
+  return Status::Ok();
+}
+
+void SetAutomaticToken(const std::string& token) {
+  std::lock_guard<std::mutex> lock(g_automatic_mutex);
+  g_automatic = token;
+}
+
+bool MakeJobToken(std::string* token, std::string* error) {
+  unsigned char bytes[32];
+  size_t got = 0;
+  while (got < sizeof bytes) {
+    const ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      *error = std::string("getrandom: ") + std::strerror(errno);
+      return false;
+    }
+    got += size_t(n);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string text;
+  for (unsigned char b : bytes) {
+    text.push_back(kHex[b >> 4]);
+    text.push_back(kHex[b & 15]);
+  }
+  *token = std::move(text);
+  return true;
 }
 
 bool ConfigFromEnvironment(const char* key, std::string* value) {

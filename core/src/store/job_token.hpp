@@ -10,6 +10,10 @@
 // backends (the TCP mesh) read, so every connection authenticates with the
 // same secret.
 //
+// Under those launchers a job on one host gets a secret of its own all the
+// same (core/src/job_secret.hpp): the first rank to look makes it, in a file
+// only this user can read, and SetAutomaticToken hands it to everything here.
+//
 // There is deliberately no secret derived from a launcher's job id
 // (TORCHELASTIC_RUN_ID, SLURM_JOB_ID, Open MPI's jobid): every user of the
 // cluster can list those, so a key made from them would look like
@@ -28,7 +32,9 @@ namespace plexus::store {
 //     with trailing whitespace (the newline) removed. A file that cannot be
 //     read, is not a regular file, is empty, is larger than
 //     kMaxTokenFileBytes or holds a NUL byte is an error naming the path. A
-//     file that group or others may read is used, with a warning (once).
+//     file that group or others may read is used, with a warning (once);
+//   - else the automatic secret of this process's job (SetAutomaticToken),
+//     "" when there is none.
 //
 // PLEXUS_TOKEN wins when both are set, and the file is then not read at all:
 // plexus-run sets a fresh PLEXUS_TOKEN for each job while its ranks inherit the
@@ -37,6 +43,15 @@ namespace plexus::store {
 // different secrets this way are not silent either: the handshake refuses them
 // with "PLEXUS_TOKEN differs".
 Status TokenFromEnvironment(std::string* token);
+
+// The secret this process's job made for itself (core/src/job_secret.hpp),
+// used where the environment names none. Set once, before any store client,
+// server or backend of the job exists; thread-safe to read afterwards.
+void SetAutomaticToken(const std::string& token);
+
+// A fresh job secret: 32 random bytes (getrandom) as 64 lowercase hex digits.
+// False with *error when the system has no randomness to give.
+bool MakeJobToken(std::string* token, std::string* error);
 
 // The largest PLEXUS_TOKEN_FILE accepted (a secret is one line; this is not a
 // place to read a large file into memory by mistake).

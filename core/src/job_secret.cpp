@@ -1,0 +1,152 @@
+#include "job_secret.hpp"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "plexus/log.hpp"
+#include "store/job_token.hpp"
+#include "store/private_dir.hpp"
+
+namespace plexus {
+namespace {
+
+bool IsLoopback(const sockaddr* sa) {
+  if (sa->sa_family == AF_INET) {
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(sa)->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (sa->sa_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(&a) || (IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127);
+  }
+  return false;
+}
+
+bool SameAddress(const sockaddr* a, const sockaddr* b) {
+  if (a->sa_family != b->sa_family) return false;
+  if (a->sa_family == AF_INET) {
+    return reinterpret_cast<const sockaddr_in*>(a)->sin_addr.s_addr ==
+           reinterpret_cast<const sockaddr_in*>(b)->sin_addr.s_addr;
+  }
+  if (a->sa_family == AF_INET6) {
+    return std::memcmp(&reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr,
+                       &reinterpret_cast<const sockaddr_in6*>(b)->sin6_addr, sizeof(in6_addr)) == 0;
+  }
+  return false;
+}
+
+// Whether address names this host: a loopback address, or one of the
+// addresses of this host's interfaces.
+bool IsThisHost(const std::string& address) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  if (getaddrinfo(address.c_str(), nullptr, &hints, &list) != 0 || list == nullptr) return false;
+  ifaddrs* ifs = nullptr;
+  const bool have_ifs = getifaddrs(&ifs) == 0;
+  bool here = false;
+  for (addrinfo* ai = list; ai != nullptr && !here; ai = ai->ai_next) {
+    if (IsLoopback(ai->ai_addr)) here = true;
+    for (ifaddrs* i = have_ifs ? ifs : nullptr; i != nullptr && !here; i = i->ifa_next) {
+      if (i->ifa_addr != nullptr && SameAddress(ai->ai_addr, i->ifa_addr)) here = true;
+    }
+  }
+  if (have_ifs) freeifaddrs(ifs);
+  freeaddrinfo(list);
+  return here;
+}
+
+std::string Endpoint(const std::string& address, uint16_t port) {
+  if (address.find(':') != std::string::npos) return "[" + address + "]:" + std::to_string(port);
+  return address + ":" + std::to_string(port);
+}
+
+std::once_flag g_insecure_warning;
+
+}  // namespace
+
+bool InsecureRequested() {
+  const char* v = std::getenv("PLEXUS_INSECURE");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+std::string OpenStoreConsequences(const std::string& address, uint16_t port) {
+  return "anyone who can reach " + Endpoint(address, port) +
+         " (every user of this host, and of the network when the address is not a loopback "
+         "one) could join the job as one of its ranks, read what the ranks exchange, and end "
+         "or mislead the job";
+}
+
+Status ChooseJobSecret(const LaunchInfo& l, JobSecret* out) {
+  const std::string who = "rank " + std::to_string(l.rank) + " of " + std::to_string(l.size) +
+                          " (from " + l.source + ")";
+  JobSecret secret;
+  Status st = store::TokenFromEnvironment(&secret.token);
+  if (!st.ok()) return st.WithContext(who + ": the job secret");
+  if (!secret.token.empty()) {
+    *out = std::move(secret);
+    return Status::Ok();
+  }
+  if (InsecureRequested()) {
+    std::call_once(g_insecure_warning, [&] {
+      LogLine(PLEXUS_LOG_WARN, "plexus",
+              "PLEXUS_INSECURE=1: this job runs without a secret, so " +
+                  OpenStoreConsequences(l.master_addr, l.master_port) +
+                  "; unset PLEXUS_INSECURE to give it one (automatic on one host; across hosts "
+                  "PLEXUS_TOKEN_FILE)");
+    });
+    *out = std::move(secret);
+    return Status::Ok();
+  }
+  std::string why_not_one_host;
+  if (l.local_size < l.size) {
+    why_not_one_host = "the launcher (" + l.source + ") puts " + std::to_string(l.local_size) +
+                       " of the " + std::to_string(l.size) + " ranks on this host";
+  } else if (!IsThisHost(l.master_addr)) {
+    why_not_one_host = "the master address " + l.master_addr + " is not one of this host's";
+  }
+  if (!why_not_one_host.empty()) {
+    return Status::InvalidUsage(
+        who + ": no job secret is set and this job spans hosts (" + why_not_one_host +
+        "); without one, " + OpenStoreConsequences(l.master_addr, l.master_port) +
+        ". Make a secret once and give it to every rank: `plexus-run --make-token "
+        "~/.plexus-token`, copy the file to every host (or keep it on a shared file system) "
+        "and set PLEXUS_TOKEN_FILE=~/.plexus-token for every rank. Only on a network where "
+        "every user and host is trusted: PLEXUS_INSECURE=1 runs it without one");
+  }
+  // One host: the first rank here makes the secret, the others read it.
+  secret.automatic = true;
+  secret.automatic_file = "job-" + store::PrivateFileName(l.master_addr) + "-" +
+                          std::to_string(l.master_port) + ".secret";
+  std::string fresh, error;
+  if (!store::MakeJobToken(&fresh, &error)) {
+    return Status::System(who + ": cannot make a job secret: " + error);
+  }
+  std::string text = fresh + "\n";
+  st = store::CreateOnce(secret.automatic_file, &text);
+  if (!st.ok()) {
+    return st.WithContext(who + ": the automatic job secret of a job on one host (" +
+                          store::PrivateDirPath() + "; or set PLEXUS_TOKEN_FILE)");
+  }
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  if (text.empty() || text.find('\n') != std::string::npos) {
+    return Status::InvalidUsage(who + ": " + store::PrivateDirPath() + "/" + secret.automatic_file +
+                                " does not hold a job secret; remove it");
+  }
+  secret.token = std::move(text);
+  store::SetAutomaticToken(secret.token);
+  LogLine(PLEXUS_LOG_DEBUG, "plexus",
+          who + ": the job's secret is automatic (" + store::PrivateDirPath() + "/" +
+              secret.automatic_file + ")");
+  *out = std::move(secret);
+  return Status::Ok();
+}
+
+}  // namespace plexus

@@ -1,0 +1,49 @@
+// Which secret a job's store and ranks authenticate with.
+//
+// Whoever can reach a job's rendezvous store without having to prove anything
+// can join the job as a rank, read what the ranks exchange and end the job.
+// So a job always has a secret unless its user says loudly that it need not:
+//
+//   1. PLEXUS_TOKEN, or the file PLEXUS_TOKEN_FILE names (plexus-run gives
+//      every job a fresh PLEXUS_TOKEN): the user's secret.
+//   2. PLEXUS_INSECURE=1: no secret at all. Logged as a warning that says
+//      what that allows.
+//   3. Every rank on one host (the launcher says so, or the master address is
+//      this host's own): an automatic secret. The first rank to look creates
+//      it in /tmp/plexus-<uid>/ (store/private_dir.hpp: a directory and file
+//      only this user can read), named after the rendezvous point, and every
+//      other rank of the job reads the same file; rank 0 removes it once
+//      every rank has joined. Another user cannot read it, so cannot join.
+//   4. Otherwise (ranks on several hosts, no secret given): an error that says
+//      how to make and share one. A file on one host cannot reach the others,
+//      and a secret derived from anything the launcher sets (job ids, host
+//      names) would be known to every user of the cluster.
+#pragma once
+
+#include <string>
+
+#include "plexus/launch_env.hpp"
+#include "plexus/status.hpp"
+
+namespace plexus {
+
+struct JobSecret {
+  std::string token;           // "" only with PLEXUS_INSECURE=1
+  bool automatic = false;      // made for this job on this host (case 3 above)
+  std::string automatic_file;  // its file's name in the private directory, when automatic
+};
+
+// Decides the secret for a job with a rendezvous point (HasRendezvous(l)).
+// With an automatic secret, also hands it to store::SetAutomaticToken so that
+// the store client, the server and the backends (get_config("PLEXUS_TOKEN"))
+// use it. Errors name the rank and say what to do. BLOCKS on local files only.
+Status ChooseJobSecret(const LaunchInfo& l, JobSecret* out);
+
+// PLEXUS_INSECURE is "1": the user asked for a job without a secret.
+bool InsecureRequested();
+
+// Why a job without a secret across hosts is refused, or, for the warning under
+// PLEXUS_INSECURE=1, what anyone who reaches address:port can then do.
+std::string OpenStoreConsequences(const std::string& address, uint16_t port);
+
+}  // namespace plexus
