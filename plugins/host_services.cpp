@@ -7,6 +7,7 @@
 
 #include "plexus/log.hpp"
 #include "store/job_token.hpp"
+#include "store/store_protocol.hpp"
 
 namespace plexus {
 
@@ -82,11 +83,13 @@ int32_t HostServices::OobAllgather(void* ctx, plexus_oob* oob, const void* in, v
   if (bytes_per_rank > kStoreMaxValueBytes) return PLEXUS_ERR_INVALID_ARGUMENT;
   try {
     const uint64_t call = oob->calls++;
-    const std::string base = oob->prefix + "/" + std::to_string(call) + "/";
+    // Rank r's part lives under its own "plexus/rank/r/" (store_protocol.hpp):
+    // the store takes it from rank r's connection only.
+    const std::string base = oob->prefix + "/" + std::to_string(call) + "/ag";
+    auto part = [&](uint32_t r) { return store::RankKey(r, base); };
     const auto timeout = std::chrono::milliseconds(timeout_ms);
     const auto* src = static_cast<const uint8_t*>(in);
-    Status st = oob->store->Set(base + std::to_string(oob->rank), Bytes(src, src + bytes_per_rank),
-                                timeout);
+    Status st = oob->store->Set(part(oob->rank), Bytes(src, src + bytes_per_rank), timeout);
     auto* dst = static_cast<uint8_t*>(out);
     // One deadline for the whole exchange, not one timeout per rank.
     const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -95,7 +98,7 @@ int32_t HostServices::OobAllgather(void* ctx, plexus_oob* oob, const void* in, v
       const auto left = std::max(std::chrono::milliseconds(0),
                                  std::chrono::duration_cast<std::chrono::milliseconds>(
                                      deadline - std::chrono::steady_clock::now()));
-      st = oob->store->Get(base + std::to_string(r), &value, left);
+      st = oob->store->Get(part(r), &value, left);
       if (st.code() == PLEXUS_ERR_TIMEOUT) {
         // Say which rank, not which key: the key means nothing to a user.
         st = Status(PLEXUS_ERR_TIMEOUT,
@@ -129,7 +132,9 @@ int32_t HostServices::OobBroadcast(void* ctx, plexus_oob* oob, void* buf, uint64
   }
   if (bytes > kStoreMaxValueBytes) return PLEXUS_ERR_INVALID_ARGUMENT;
   try {
-    const std::string key = oob->prefix + "/" + std::to_string(oob->calls++) + "/bcast";
+    // The root's, under its own "plexus/rank/<root>/": nobody else may write it.
+    const std::string key =
+        store::RankKey(root, oob->prefix + "/" + std::to_string(oob->calls++) + "/bcast");
     const auto timeout = std::chrono::milliseconds(timeout_ms);
     auto* data = static_cast<uint8_t*>(buf);
     Status st;

@@ -65,4 +65,10 @@ std::vector<std::string> DiscoverPluginFiles();
 // Backend names tried, in order, when PLEXUS_BACKEND is unset.
 inline const std::vector<std::string> kAutoBackendOrder = {"nccl", "ucx", "mpi", "tcp"};
 
+// What a rank other than 0 makes of the backend rank 0 chose (read from the
+// store, where PLEXUS_BACKEND is unset): the name when it is one of
+// kAutoBackendOrder; anything else (a path, a name no rank would choose) is
+// INVALID_USAGE naming it, and nothing is loaded. Defined in communicator.cpp.
+Status AutoBackendChoice(const std::vector<uint8_t>& chosen, std::string* name);
+
 }  // namespace plexus

@@ -16,6 +16,7 @@
 #include "plexus/log.hpp"
 #include "plugin_loader.hpp"
 #include "store/job_token.hpp"
+#include "store/store_protocol.hpp"
 
 namespace plexus {
 namespace detail {
@@ -161,11 +162,35 @@ Status OpenAutomatic(const std::string& name, const Job& job, std::chrono::milli
   return Status(PLEXUS_ERR_UNSUPPORTED, reasons);
 }
 
+}  // namespace
+
+Status AutoBackendChoice(const Bytes& chosen, std::string* name) {
+  const std::string text(chosen.begin(), chosen.end());
+  // Nothing read from the store is loaded as it stands: only a name rank 0
+  // could have chosen, which this rank resolves on its own search path.
+  const bool known = std::find(kAutoBackendOrder.begin(), kAutoBackendOrder.end(), text) !=
+                     kAutoBackendOrder.end();
+  if (!known) {
+    std::string names;
+    for (const std::string& n : kAutoBackendOrder) names += (names.empty() ? "" : ", ") + n;
+    return Status::InvalidUsage(
+        "PLEXUS_BACKEND is not set, and the choice read from the rendezvous store, " +
+        store::QuoteKey(text) + ", is not one of the backends Plexus picks by itself (" + names +
+        "): refusing to load it (a backend chosen through the store must be a plain name, "
+        "resolved on this rank's own search path); set PLEXUS_BACKEND on every rank");
+  }
+  *name = text;
+  return Status::Ok();
+}
+
+namespace {
+
 // PLEXUS_BACKEND unset: rank 0 takes the first backend of kAutoBackendOrder
 // that loads and initialises, and tells the others, so all ranks agree.
 Status ChooseBackend(const Job& job, const std::string& comm_name,
                      std::chrono::milliseconds timeout, std::shared_ptr<Backend>* out) {
-  const std::string key = comm_name + "/auto-backend";
+  // Rank 0's own key: the store takes it from rank 0's connection only.
+  const std::string key = store::RankKey(0, comm_name + "/auto-backend");
   if (!job.has_rendezvous) {
     // No store to agree through: every rank takes the first backend that
     // works here. Under mpirun that is the same one on every rank.
@@ -196,7 +221,9 @@ Status ChooseBackend(const Job& job, const std::string& comm_name,
   Status st = job.store->Get(key, &chosen, timeout);
   if (!st.ok()) return st.WithContext("waiting for rank 0 to choose a backend");
   if (chosen.empty()) return Status::Unsupported("rank 0 found no usable backend");
-  const std::string name(chosen.begin(), chosen.end());
+  std::string name;
+  st = AutoBackendChoice(chosen, &name);
+  if (!st.ok()) return st;
   st = OpenAutomatic(name, job, timeout, out);
   if (!st.ok()) return st.WithContext("rank 0 chose '" + name + "' but this rank cannot use it");
   return st;
@@ -246,11 +273,11 @@ Communicator Communicator::from_env(const CommunicatorOptions& options) {
 
   // The rank hosting the store keeps it up until every rank is past its
   // out-of-band exchange: each marks itself done, the host waits for all.
-  const std::string done = state->name + "/created/";
-  if (job->has_rendezvous) st = job->store->Set(done + std::to_string(l.rank), Bytes{1}, timeout);
+  auto done = [&](uint32_t r) { return store::RankKey(r, state->name + "/created"); };
+  if (job->has_rendezvous) st = job->store->Set(done(l.rank), Bytes{1}, timeout);
   if (st.ok() && job->server) {
     std::vector<std::string> keys;
-    for (uint32_t r = 0; r < l.size; ++r) keys.push_back(done + std::to_string(r));
+    for (uint32_t r = 0; r < l.size; ++r) keys.push_back(done(r));
     st = job->store->Wait(keys, timeout);
   }
   if (!st.ok()) {

@@ -14,6 +14,7 @@
 #include "comm_state.hpp"
 #include "fingerprint_check.hpp"
 #include "plexus/algos/dtype.hpp"
+#include "store/store_protocol.hpp"
 
 namespace plexus::detail {
 namespace {
@@ -37,13 +38,16 @@ constexpr milliseconds kRelayedGrace{300};
 constexpr milliseconds kStoreCallLimit{1000};
 
 // Job-wide key of rank's stall line: "<communicator> <seq> <collective>".
+// Marks and lines are the rank's own keys ("plexus/rank/R/..."), which the
+// store accepts from that rank's connection only: nobody else can say that a
+// rank reached a collective, or whom it waited for.
 std::string LineKey(uint32_t rank) {
-  return "plexus/stalled/" + std::to_string(rank);
+  return store::RankKey(rank, "stalled");
 }
 
 // Key of rank's mark of collective #seq (from 0) on comm: its Fingerprint.
 std::string MarkKey(const std::string& comm, uint64_t seq, uint32_t rank) {
-  return comm + "/stalled/" + std::to_string(seq) + "/" + std::to_string(rank);
+  return store::RankKey(rank, comm + "/stalled/" + std::to_string(seq));
 }
 
 // Which nodes `ranks` run on (" (node 1)"), in a job across hosts; "" on

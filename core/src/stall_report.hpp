@@ -9,7 +9,7 @@
 // posted it as <fingerprint>" in the rendezvous store, waits a short grace for
 // the others' marks, and names the ranks that never marked it (they did not
 // reach it, or stopped) and those that posted something else. It also leaves
-// one job-wide line per rank ("plexus/stalled/<rank>") that plexus-run reads
+// one job-wide line per rank ("plexus/rank/<rank>/stalled") that plexus-run reads
 // to blame the rank that stopped, not merely the first one to exit.
 //
 // Costs nothing until a timeout; after one, at most the grace (see .cpp)

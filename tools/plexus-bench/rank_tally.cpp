@@ -4,6 +4,7 @@
 #include <string>
 
 #include "job.hpp"
+#include "store/store_protocol.hpp"
 
 namespace plexus::bench {
 namespace {
@@ -36,7 +37,8 @@ RankTally::RankTally(Communicator& comm) : comm_(comm), timeout_(comm.timeout())
 }
 
 std::string RankTally::Key(uint64_t seq, uint32_t rank) const {
-  return "plexus-bench/tally/" + std::to_string(seq) + "/" + std::to_string(rank);
+  // The rank's own key: nobody but that rank can post its tally.
+  return store::RankKey(rank, "plexus-bench/tally/" + std::to_string(seq));
 }
 
 std::vector<uint64_t> RankTally::Gather(uint64_t local) {
@@ -45,8 +47,7 @@ std::vector<uint64_t> RankTally::Gather(uint64_t local) {
   if (!job_) {  // fallback: the backend's allgather, else rank 0's own only
     std::vector<uint64_t> all(n, 0);
     const auto& caps = comm_.capabilities();
-    if (comm_.supports(PLEXUS_COLL_ALLGATHER) &&
-        (caps.dtypes >> PLEXUS_DTYPE_UINT64 & 1u)) {
+    if (comm_.supports(PLEXUS_COLL_ALLGATHER) && (caps.dtypes >> PLEXUS_DTYPE_UINT64 & 1u)) {
       comm_.allgather(&local, all.data(), 1, DType::UInt64).wait();
     } else {
       all[me] = local;
@@ -76,7 +77,8 @@ uint64_t RankTally::Broadcast(uint64_t value_on_rank0) {
     }
     return v;
   }
-  const std::string key = "plexus-bench/tally/" + std::to_string(seq_++) + "/from0";
+  const std::string key =
+      store::RankKey(0, "plexus-bench/tally/" + std::to_string(seq_++) + "/from0");
   if (comm_.rank() == 0) {
     Check(job_->store->Set(key, Encode(value_on_rank0), timeout_), "posting rank 0's verdict");
     return value_on_rank0;
