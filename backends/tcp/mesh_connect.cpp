@@ -532,9 +532,9 @@ algos::Status ConnectMesh(const plexus_host_v1& host, const plexus_comm_config_v
   }
   if (!secret.present() && size > 1 && auth::FirstUnauthenticatedUse()) {
     Log(host, PLEXUS_LOG_WARN,
-        "PLEXUS_TOKEN is not set: connections between ranks are not authenticated; to turn "
-        "authentication on, set PLEXUS_TOKEN, or PLEXUS_TOKEN_FILE to a file holding the same "
-        "secret, on every rank (plexus-run sets one for every job)");
+        "no job secret (PLEXUS_TOKEN): connections between ranks are not authenticated, so "
+        "anyone who reaches a rank's port can connect as a rank and read or corrupt what it "
+        "sends; give the job a secret (PLEXUS_TOKEN or PLEXUS_TOKEN_FILE on every rank)");
   }
 
   FdGuard listener;

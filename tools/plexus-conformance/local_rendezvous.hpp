@@ -6,8 +6,9 @@
 // every rank runs on this host and the launcher gives the job an id (PMIx
 // namespace, Open MPI jobid, Slurm job/step), rank 0 starts a store on a
 // free port of 127.0.0.1 with a fresh job secret and publishes "port token"
-// in a file of the temporary directory named after the job id (created
-// 0600, by this user, atomically); the other ranks read it. Every rank then
+// in a file named after the job id in the private directory where jobs on one
+// host keep their automatic secrets (core/src/store/private_dir.hpp: this
+// user's only, written atomically); the other ranks read it. Every rank then
 // sets PLEXUS_MASTER_ADDR/PORT, PLEXUS_STORE_HOSTED and (unless set)
 // PLEXUS_TOKEN, so that the host's usual job discovery finds the store.
 #pragma once

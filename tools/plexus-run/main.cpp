@@ -37,6 +37,7 @@
 #include "plexus/rendezvous_store.hpp"
 #include "rank_environment.hpp"
 #include "stall_report.hpp"
+#include "store/job_token.hpp"
 
 #ifndef PLEXUS_VERSION
 #define PLEXUS_VERSION "unknown"  // meson passes the project version
@@ -169,11 +170,14 @@ void PrintHelp() {
       "stops its ranks and exits 1, each naming the rank that failed first with its\n"
       "node and host, \"rank 3 (node 1, host b)\", or the node that was lost. If\n"
       "node 0 goes, the store goes with it and the others stop too. A node whose\n"
-      "ranks finished waits until every node's have. A loopback --master-addr\n"
-      "(127.x, ::1, localhost, or a name that resolves to one), PLEXUS_SOCKET_IFNAME\n"
-      "naming a loopback interface or a loopback PLEXUS_TCP_ADDR is refused: the\n"
-      "other nodes could not connect there. The store listens on --master-addr;\n"
-      "the ranks, unless those two say otherwise, on the address that routes to it.\n"
+      "ranks finished waits until every node's have. A launcher with the job's\n"
+      "token that is not one of its nodes (a second --node-rank K, or another\n"
+      "--nnodes) is refused, saying why, and the job goes on.\n"
+      "A loopback --master-addr (127.x, ::1, localhost, or a name that resolves to\n"
+      "one), PLEXUS_SOCKET_IFNAME naming a loopback interface or a loopback\n"
+      "PLEXUS_TCP_ADDR is refused: the other nodes could not connect there.\n"
+      "The store listens on --master-addr; the ranks, unless those two say\n"
+      "otherwise, on the address that routes to it.\n"
       "\n"
       "Variables set for every rank (the rest of the environment, NCCL_*, UCX_*\n"
       "and OMPI_* included, is passed through unchanged):\n";
@@ -233,7 +237,7 @@ std::chrono::milliseconds ParseSeconds(const char* option, const char* text) {
 // --make-token FILE: a fresh secret in a new file only its owner may read.
 int MakeTokenFile(const char* path) {
   std::string token, error;
-  if (!MakeJobToken(&token, &error)) {
+  if (!store::MakeJobToken(&token, &error)) {
     std::fprintf(stderr, "plexus-run: cannot make a job token: %s\n", error.c_str());
     return kExitRankFailed;
   }
@@ -617,7 +621,7 @@ int Main(int argc, char** argv) {
                  "PLEXUS_TOKEN_FILE).\n",
                  opts.nnodes);
     return kExitUsage;
-  } else if (std::string error; !MakeJobToken(&job.token, &error)) {
+  } else if (std::string error; !store::MakeJobToken(&job.token, &error)) {
     std::fprintf(stderr, "plexus-run: cannot make a job token: %s\n", error.c_str());
     return kExitRankFailed;
   } else {

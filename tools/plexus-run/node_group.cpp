@@ -10,6 +10,8 @@
 #include <map>
 #include <sstream>
 
+#include "store/store_protocol.hpp"
+
 namespace plexus::run {
 namespace {
 
@@ -25,13 +27,10 @@ constexpr auto kJoinPoll = 200ms;
 // PLEXUS_TIMEOUT. 25 beats: a live launcher is never that quiet.
 constexpr std::chrono::milliseconds kLostOnceFailing = 5000ms;
 
-const std::string kPrefix = "plexus/launch/";
-
-std::string Key(const std::string& name) {
-  return kPrefix + name;
-}
-std::string Key(const std::string& name, int64_t index) {
-  return kPrefix + name + "/" + std::to_string(index);
+// Node K's own keys ("plexus/node/K/launch/NAME"): the store takes them from
+// node K's launcher only (its connection holds the identity node/K).
+std::string NodeKey(int node, const std::string& name) {
+  return store::NodeKey(uint32_t(node), "launch/" + name);
 }
 
 Bytes ToBytes(const std::string& s) {
@@ -71,6 +70,17 @@ std::string ListNodes(const std::vector<int>& nodes) {
   return text;
 }
 
+// The line of a verdict as stored, "<node> <line>".
+std::string VerdictLine(const std::string& text) {
+  const size_t space = text.find(' ');
+  return space == std::string::npos ? text : text.substr(space + 1);
+}
+
+// A duration cut to tenths of a second, for messages ("3.1 s").
+std::chrono::milliseconds Tenths(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d) / 100 * 100;
+}
+
 std::string Seconds(std::chrono::milliseconds ms) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%g s", static_cast<double>(ms.count()) / 1000.0);
@@ -79,12 +89,45 @@ std::string Seconds(std::chrono::milliseconds ms) {
 
 }  // namespace
 
+// A node's info, "nproc=2 nnodes=3 host=a", checked against this node's own
+// config; "" when they agree, else the sentence that says how they differ.
+std::string Disagreement(const NodeGroupConfig& config, int j,
+                         std::map<std::string, std::string>& fields) {
+  if (fields["nnodes"] != std::to_string(config.nnodes)) {
+    return "node " + std::to_string(j) + " was started with --nnodes " + fields["nnodes"] +
+           " but node " + std::to_string(config.node_rank) + " with --nnodes " +
+           std::to_string(config.nnodes) + ": every node must be given the same";
+  }
+  if (fields["nproc"] != std::to_string(config.nproc)) {
+    const int a = std::min(j, config.node_rank), b = std::max(j, config.node_rank);
+    const int na = a == j ? std::atoi(fields["nproc"].c_str()) : config.nproc;
+    const int nb = b == j ? std::atoi(fields["nproc"].c_str()) : config.nproc;
+    return "node " + std::to_string(a) + " was started with -n " + std::to_string(na) +
+           " but node " + std::to_string(b) + " with -n " + std::to_string(nb) +
+           ": every node must start the same number of ranks";
+  }
+  return "";
+}
+
 bool NodeGroup::Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* out,
                      std::string* error) {
   const std::string where = config.master_addr + ":" + std::to_string(config.master_port);
   const std::string me = "node " + std::to_string(config.node_rank);
+  // This launcher is node K to the store: only it may write node K's keys
+  // (its info, beats, report, done), and only node 0 the verdict. A second
+  // launcher with the same --node-rank is refused here and told who holds it.
   std::unique_ptr<RendezvousStore> store;
-  Status st = ConnectTcpStore(config.master_addr, config.master_port, config.join_timeout, &store);
+  store::TcpStoreClientOptions options;
+  options.identity = "node/" + std::to_string(config.node_rank);
+  options.label = "plexus-run on host " + HostName() + ", pid " + std::to_string(long(getpid()));
+  Status st = store::ConnectTcpStoreWithOptions(config.master_addr, config.master_port,
+                                                config.join_timeout, options, &store);
+  if (st.code() == PLEXUS_ERR_INVALID_USAGE) {
+    *error = "another plexus-run has joined this job as " + me + " already (" + st.message() +
+             "): two launchers were started with --node-rank " + std::to_string(config.node_rank) +
+             "? This one stops; the job goes on without it";
+    return false;
+  }
   if (!st.ok()) {
     *error = me + " cannot reach the rendezvous store of node 0 at " + where + ": " +
              st.ToString() +
@@ -92,27 +135,30 @@ bool NodeGroup::Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* 
              "--master-port and token?)";
     return false;
   }
-  int64_t claims = 0;
-  st = store->Add(Key("claim", config.node_rank), 1, &claims, kCallTimeout);
-  if (st.ok() && claims > 1) {
-    const std::string line = "two launchers were started with --node-rank " +
-                             std::to_string(config.node_rank) + " (give each node its own, 0.." +
-                             std::to_string(config.nnodes - 1) + ")";
-    (void)store->Set(Key("failed"), ToBytes(line), kCallTimeout);
-    *error = line;
-    return false;
-  }
-  if (st.ok()) {
-    const std::string info = "nproc=" + std::to_string(config.nproc) +
-                             " nnodes=" + std::to_string(config.nnodes) + " host=" + HostName();
-    st = store->Set(Key("node", config.node_rank), ToBytes(info), kCallTimeout);
-  }
+  const std::string info = "nproc=" + std::to_string(config.nproc) +
+                           " nnodes=" + std::to_string(config.nnodes) + " host=" + HostName();
+  st = store->Set(NodeKey(config.node_rank, "info"), ToBytes(info), kCallTimeout);
   if (!st.ok()) {
     *error = me + " cannot register with the rendezvous store at " + where + ": " + st.ToString();
     return false;
   }
 
-  std::vector<std::string> infos(config.nnodes);
+  auto group = std::unique_ptr<NodeGroup>(new NodeGroup(config, std::move(store)));
+  RendezvousStore& s = *group->store_;
+  // Every launcher checks what each node says as it arrives. Node 0 fails the
+  // job on a disagreement (its verdict is the one every launcher reads); any
+  // other node only stops itself: a launcher that disagrees with node 0 (a
+  // stray --nnodes 4 --node-rank 3 next to a job of 3) must not end a job it
+  // is not part of, and node 0 sees every disagreement among the job's nodes.
+  auto refuse = [&](const std::string& line) {
+    *error = line;
+    if (config.node_rank == 0) {
+      (void)s.Set(NodeKey(0, "failed"), ToBytes("- " + line), kCallTimeout);
+      std::this_thread::sleep_for(5 * kJoinPoll);  // the store goes when node 0 returns
+    }
+    return false;
+  };
+  std::vector<bool> seen(config.nnodes, false);
   const auto deadline = Clock::now() + config.join_timeout;
   bool failing = false;  // the store has not answered since failing_since
   Clock::time_point failing_since{};
@@ -120,11 +166,15 @@ bool NodeGroup::Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* 
     std::vector<int> missing;
     bool store_ok = true;
     for (int j = 0; j < config.nnodes; ++j) {
-      if (!infos[j].empty()) continue;
+      if (seen[j]) continue;
       Bytes value;
-      Status got = store->Get(Key("node", j), &value, 0ms);
+      Status got = s.Get(NodeKey(j, "info"), &value, 0ms);
       if (got.ok() && !value.empty()) {
-        infos[j] = ToString(value);
+        seen[j] = true;
+        auto fields = ParseFields(ToString(value));
+        group->hosts_[j] = fields["host"];
+        const std::string differs = Disagreement(config, j, fields);
+        if (!differs.empty()) return refuse(differs);
       } else {
         missing.push_back(j);
         // TIMEOUT: not there yet. Anything else: the store did not answer.
@@ -146,8 +196,8 @@ bool NodeGroup::Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* 
       return false;
     }
     Bytes failed;
-    if (store->Get(Key("failed"), &failed, 0ms).ok()) {
-      *error = ToString(failed);
+    if (s.Get(NodeKey(0, "failed"), &failed, 0ms).ok()) {
+      *error = VerdictLine(ToString(failed));
       return false;
     }
     if (Clock::now() >= deadline) {
@@ -159,34 +209,6 @@ bool NodeGroup::Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* 
       return false;
     }
     std::this_thread::sleep_for(kJoinPoll);
-  }
-
-  auto group = std::unique_ptr<NodeGroup>(new NodeGroup(config, std::move(store)));
-  // Every launcher sees the same infos and so comes to the same verdict; it
-  // is also written to the store for any that is still waiting, and node 0,
-  // whose store goes when it returns, gives them a moment to read it.
-  auto refuse = [&](const std::string& line) {
-    *error = line;
-    (void)group->store_->Set(Key("failed"), ToBytes(line), kCallTimeout);
-    if (config.node_rank == 0) std::this_thread::sleep_for(5 * kJoinPoll);
-    return false;
-  };
-  for (int j = 0; j < config.nnodes; ++j) {
-    auto fields = ParseFields(infos[j]);
-    group->hosts_[j] = fields["host"];
-    if (fields["nnodes"] != std::to_string(config.nnodes)) {
-      return refuse("node " + std::to_string(j) + " was started with --nnodes " + fields["nnodes"] +
-                    " but node " + std::to_string(config.node_rank) + " with --nnodes " +
-                    std::to_string(config.nnodes) + ": every node must be given the same");
-    }
-    if (fields["nproc"] != std::to_string(config.nproc)) {
-      const int a = std::min(j, config.node_rank), b = std::max(j, config.node_rank);
-      const int na = a == j ? std::atoi(fields["nproc"].c_str()) : config.nproc;
-      const int nb = b == j ? std::atoi(fields["nproc"].c_str()) : config.nproc;
-      return refuse("node " + std::to_string(a) + " was started with -n " + std::to_string(na) +
-                    " but node " + std::to_string(b) + " with -n " + std::to_string(nb) +
-                    ": every node must start the same number of ranks");
-    }
   }
   *out = std::move(group);
   return true;
@@ -203,6 +225,7 @@ NodeGroup::NodeGroup(const NodeGroupConfig& config, std::unique_ptr<RendezvousSt
   beat_.assign(config.nnodes, -1);
   beat_changed_.assign(config.nnodes, now);
   beats_since_report_.assign(config.nnodes, 0);
+  reported_.assign(config.nnodes, false);
   done_.assign(config.nnodes, "");
   lost_.assign(config.nnodes, false);
 }
@@ -232,6 +255,7 @@ std::string NodeGroup::NodeName(int node) const {
 
 void NodeGroup::Start() {
   const auto now = Clock::now();
+  store_ok_at_ = now;
   std::fill(beat_changed_.begin(), beat_changed_.end(), now);
   thread_ = std::thread([this] { Loop(); });
 }
@@ -247,6 +271,25 @@ void NodeGroup::SetVerdict(const std::string& line) {
   const char byte = 1;
   (void)!::write(wake_write_, &byte, 1);
   cv_.notify_all();
+}
+
+void NodeGroup::AcceptVerdict(const std::string& text) {
+  if (!verdict_.empty()) return;
+  const size_t space = text.find(' ');
+  const std::string origin = text.substr(0, space);
+  const std::string line = VerdictLine(text);
+  if (origin == std::to_string(config_.node_rank) && line != pending_line_) {
+    if (!verdict_refused_) {
+      verdict_refused_ = true;
+      std::fprintf(stderr,
+                   "plexus-run: node %d: ignoring a verdict that says this node reported \"%s\": "
+                   "it did not%s\n",
+                   config_.node_rank, line.c_str(),
+                   pending_line_.empty() ? ", and its ranks are running" : "");
+    }
+    return;
+  }
+  SetVerdict(line);
 }
 
 void NodeGroup::ReportLocalFailure(FailureKind kind, const std::string& line) {
@@ -286,12 +329,13 @@ void NodeGroup::Leave(bool ok) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (done_value_.empty()) done_value_ = ok ? "ok" : "failed";
   cv_.notify_all();
-  // Whatever this node reported must reach the store before it goes.
-  cv_.wait_for(lock, 2 * kCallTimeout + kBeatPeriod, [&] { return pending_sent_ && done_sent_; });
+  // Whatever this node reported must reach the store before it goes (unless
+  // the store is gone already: then nobody is left to read it).
+  cv_.wait_for(lock, 2 * kCallTimeout + kBeatPeriod,
+               [&] { return store_gone_ || (pending_sent_ && done_sent_); });
   lock.unlock();
   if (config_.node_rank != 0) {
-    int64_t left = 0;
-    (void)store_->Add(Key("left"), 1, &left, kCallTimeout);
+    (void)store_->Set(NodeKey(config_.node_rank, "left"), ToBytes("1"), kCallTimeout);
   } else {
     // The store goes with this process: wait until every launcher that is
     // still alive has read what it needs.
@@ -329,7 +373,7 @@ void NodeGroup::Round() {
   const auto now = Clock::now();
   const int me = config_.node_rank;
   int64_t beats = 0;
-  Status st = store_->Add(Key("beat", me), 1, &beats, kCallTimeout);
+  Status st = store_->Add(NodeKey(me, "beat"), 1, &beats, kCallTimeout);
 
   std::string line, done;
   int kind = 0;
@@ -346,39 +390,39 @@ void NodeGroup::Round() {
     finished_ok = done_value_ == "ok" && !all_done_;
   }
   if (st.ok() && !line.empty()) {
-    int64_t seq = 0;
-    st = store_->Add(Key("reports"), 1, &seq, kCallTimeout);
-    if (st.ok()) {
-      st =
-          store_->Set(Key("report", seq), ToBytes(std::to_string(kind) + " " + line), kCallTimeout);
-    }
+    st = store_->Set(NodeKey(me, "report"), ToBytes(std::to_string(kind) + " " + line),
+                     kCallTimeout);
   }
-  if (st.ok() && !done.empty()) st = store_->Set(Key("done", me), ToBytes(done), kCallTimeout);
+  if (st.ok() && !done.empty()) st = store_->Set(NodeKey(me, "done"), ToBytes(done), kCallTimeout);
 
   Bytes failed, all_done;
-  const bool got_failed = st.ok() && store_->Get(Key("failed"), &failed, 0ms).ok();
+  const bool got_failed = st.ok() && store_->Get(NodeKey(0, "failed"), &failed, 0ms).ok();
   const bool got_all_done =
-      st.ok() && me != 0 && finished_ok && store_->Get(Key("all_done"), &all_done, 0ms).ok();
+      st.ok() && me != 0 && finished_ok && store_->Get(NodeKey(0, "all_done"), &all_done, 0ms).ok();
   if (st.ok() && me == 0) Arbitrate(now, failing);
 
   std::lock_guard<std::mutex> lock(mutex_);
   if (st.ok()) {
-    store_failing_since_.reset();
+    store_ok_at_ = Clock::now();
     if (!line.empty()) pending_sent_ = true;
     if (!done.empty()) done_sent_ = true;
-    if (got_failed) SetVerdict(ToString(failed));
+    if (got_failed) AcceptVerdict(ToString(failed));
     if (got_all_done) all_done_ = true;
     if (got_failed || got_all_done) cv_.notify_all();
     if (!line.empty() || !done.empty()) cv_.notify_all();
     return;
   }
-  if (!store_failing_since_) store_failing_since_ = now;
   store_error_ = st.ToString();
   const auto silence = Silence(failing);
-  if (me != 0 && now - *store_failing_since_ >= silence) {
+  // Counted from the last answer, not from the first failure (a call to a
+  // store that went away may itself take a while to fail), so that the
+  // verdict comes as long after node 0 was last heard as its message says.
+  const auto silent = Clock::now() - store_ok_at_;
+  if (me != 0 && silent >= silence) {
+    store_gone_ = true;
     SetVerdict(NodeName(0) + " is gone: its launcher, which hosts the rendezvous store at " +
                config_.master_addr + ":" + std::to_string(config_.master_port) +
-               ", has not answered for " + Seconds(silence) +
+               ", has not answered for " + Seconds(Tenths(silent)) +
                " (it was killed, or its host or the network is down; last error: " + store_error_ +
                ")");
   }
@@ -390,39 +434,47 @@ void NodeGroup::Arbitrate(Clock::time_point now, bool failing) {
   for (int j = 1; j < config_.nnodes; ++j) {
     if (done_[j].empty()) {
       Bytes value;
-      if (store_->Get(Key("done", j), &value, 0ms).ok()) done_[j] = ToString(value);
+      if (store_->Get(NodeKey(j, "done"), &value, 0ms).ok()) done_[j] = ToString(value);
     }
     int64_t beat = 0;
-    if (store_->Add(Key("beat", j), 0, &beat, kCallTimeout).ok() && beat != beat_[j]) {
+    if (store_->Add(NodeKey(j, "beat"), 0, &beat, kCallTimeout).ok() && beat != beat_[j]) {
       beat_[j] = beat;
       beat_changed_[j] = now;
       ++beats_since_report_[j];
     }
     if (!lost_[j] && done_[j].empty() && now - beat_changed_[j] >= silence) {
       lost_[j] = true;
-      candidates_.push_back({static_cast<int>(FailureKind::kNodeLost), -1,
+      candidates_.push_back({static_cast<int>(FailureKind::kNodeLost), ++reports_seen_, -1,
                              NodeName(j) + " stopped responding: its launcher has not been " +
-                                 "heard from for " + Seconds(silence) +
+                                 "heard from for " + Seconds(Tenths(now - beat_changed_[j])) +
                                  " (it was killed, or its host or the network is down)"});
     }
   }
-  int64_t reports = 0;
-  if (store_->Add(Key("reports"), 0, &reports, kCallTimeout).ok()) {
-    for (; reports_read_ < reports; ++reports_read_) {
-      Bytes value;
-      if (!store_->Get(Key("report", reports_read_ + 1), &value, kCallTimeout).ok()) break;
-      std::string text = ToString(value);
-      size_t space = text.find(' ');
-      candidates_.push_back({std::atoi(text.substr(0, space).c_str()), reports_read_ + 1,
-                             space == std::string::npos ? text : text.substr(space + 1)});
-      if (!first_report_) {
-        first_report_ = now;
-        std::fill(beats_since_report_.begin(), beats_since_report_.end(), 0);
-      }
+  // Each node reports at most once (ReportLocalFailure), under its own key;
+  // among reports of one kind the earliest seen here wins (node order within
+  // one round). Nothing outside the nodes' own keys orders them: a counter
+  // that anyone with the secret could write would let them pick the verdict.
+  for (int j = 0; j < config_.nnodes; ++j) {
+    if (reported_[j]) continue;
+    Bytes value;
+    if (!store_->Get(NodeKey(j, "report"), &value, 0ms).ok()) continue;
+    reported_[j] = true;
+    std::istringstream in(ToString(value));
+    int kind = 0;
+    std::string line;
+    if (!(in >> kind) || !std::getline(in >> std::ws, line)) continue;
+    candidates_.push_back({kind, ++reports_seen_, j, line});
+    if (!first_report_) {
+      first_report_ = now;
+      std::fill(beats_since_report_.begin(), beats_since_report_.end(), 0);
     }
   }
   int64_t left = 0;
-  if (store_->Add(Key("left"), 0, &left, kCallTimeout).ok()) {
+  for (int j = 1; j < config_.nnodes; ++j) {
+    Bytes value;
+    if (store_->Get(NodeKey(j, "left"), &value, 0ms).ok()) ++left;
+  }
+  {
     std::lock_guard<std::mutex> lock(mutex_);
     left_ = left;
     cv_.notify_all();
@@ -449,7 +501,12 @@ void NodeGroup::Arbitrate(Clock::time_point now, bool failing) {
           candidates_.begin(), candidates_.end(), [](const Candidate& a, const Candidate& b) {
             return a.kind != b.kind ? a.kind < b.kind : a.seq < b.seq;
           });
-      (void)store_->Set(Key("failed"), ToBytes(best.line), kCallTimeout);
+      // "<node that reported it, or -> <line>": a node can then refuse a
+      // verdict that says it reported what it did not.
+      (void)store_->Set(
+          NodeKey(0, "failed"),
+          ToBytes((best.node < 0 ? "-" : std::to_string(best.node)) + " " + best.line),
+          kCallTimeout);
       std::lock_guard<std::mutex> lock(mutex_);
       SetVerdict(best.line);
     }
@@ -461,7 +518,7 @@ void NodeGroup::Arbitrate(Clock::time_point now, bool failing) {
     all_ok = done_value_ == "ok" && verdict_.empty() && !all_done_;
   }
   for (int j = 1; j < config_.nnodes && all_ok; ++j) all_ok = done_[j] == "ok";
-  if (all_ok && store_->Set(Key("all_done"), ToBytes("1"), kCallTimeout).ok()) {
+  if (all_ok && store_->Set(NodeKey(0, "all_done"), ToBytes("1"), kCallTimeout).ok()) {
     std::lock_guard<std::mutex> lock(mutex_);
     all_done_ = true;
     cv_.notify_all();

@@ -2,18 +2,30 @@
 // and what they tell each other through the rendezvous store.
 //
 // One plexus-run runs on each host ("node"); node 0's hosts the store. Every
-// launcher holds a store client of its own and uses keys under
-// "plexus/launch/" (the ranks' keys never start so):
+// launcher holds a store client of its own, which claims the identity
+// "node/K" (store_protocol.hpp): a second launcher with --node-rank K is
+// refused at once, told who holds it, and stops; the job goes on. What a
+// launcher says lives under its own "plexus/node/K/launch/", which the store
+// accepts from node K's connection only, so a process that has the job's
+// secret but is not one of its launchers (a stray launcher, a second job
+// started with the same token file, a script) can neither speak for a node
+// nor give the verdict:
 //
-//   claim/K     counter: a second launcher with --node-rank K sees 2 and stops the job
-//   node/K      "nproc=2 nnodes=3 host=NAME": node K has joined, and with what
-//   beat/K      counter, +1 every kBeatPeriod while node K's launcher is alive
-//   reports     counter; report/S: the S-th local failure some launcher saw,
-//               "<kind> <line>" (kind: FailureKind, lower = closer to the root cause)
-//   failed      the job-wide verdict: the line every launcher reports
-//   done/K      "ok" or "failed": node K's ranks have ended (its beats may stop)
-//   all_done    "1": every node's ranks exited 0 (set by node 0)
-//   left        counter: launchers that need the store no longer
+//   node/K/launch/info     "nproc=2 nnodes=3 host=NAME": node K has joined, and with what
+//   node/K/launch/beat     counter, +1 every kBeatPeriod while node K's launcher is alive
+//   node/K/launch/report   "<kind> <line>": the local failure node K saw (once);
+//                          kind: FailureKind, lower = closer to the root cause
+//   node/K/launch/done     "ok" or "failed": node K's ranks have ended (its beats may stop)
+//   node/K/launch/left     node K's launcher needs the store no longer
+//   node/0/launch/failed   the job-wide verdict, "<node that reported it, or -> <line>":
+//                          the line every launcher reports
+//   node/0/launch/all_done "1": every node's ranks exited 0
+//
+// While joining, every launcher checks each node's info against its own
+// options. A disagreement involving node 0 stops the job when node 0 sees it
+// (node 0 writes the verdict); seen by any other node, it stops only that
+// launcher: one started with --nnodes 4 --node-rank 3 beside a job of 3 is
+// refused, and the job of 3 goes on.
 //
 // Node 0's launcher is the arbiter. It watches the other launchers' beats: a
 // node that is not done and whose beat has not moved for lost_after is lost
@@ -23,9 +35,11 @@
 // one is found lost, so that a rank that merely exited because a peer
 // vanished is not blamed for it; then it writes "failed" with the report of
 // the lowest kind (the earliest among equals). The other launchers poll
-// "failed"; a launcher whose store calls fail for as long (lost_after, or
-// 5 s once it is failing itself) declares node 0 (and the store with it)
-// gone. Node 0 keeps serving the store at the end
+// the verdict; a launcher whose store calls fail for as long (lost_after, or
+// 5 s once it is failing itself), counted from its last call that succeeded,
+// declares node 0 (and the store with it) gone. A launcher refuses a verdict
+// that says it reported a failure it never reported (its own ranks are the
+// one thing it knows for certain), and logs it. Node 0 keeps serving the store at the end
 // until every live launcher has left, so that none of them mistakes the end
 // for node 0's death.
 //
@@ -110,12 +124,16 @@ class NodeGroup {
   // kLostOnceFailing (node_group.cpp) once the job is failing.
   std::chrono::milliseconds Silence(bool failing) const;
   void SetVerdict(const std::string& line);  // holds mutex_
+  // The verdict as read from the store, "<node> <line>": SetVerdict(line)
+  // unless it contradicts this node's own report. Holds mutex_.
+  void AcceptVerdict(const std::string& text);
   std::string NodeName(int node) const;
 
   using Clock = std::chrono::steady_clock;
   struct Candidate {
     int kind;
-    int64_t seq;
+    int64_t seq;  // the order node 0 saw it in
+    int node;     // who reported it; -1: the arbiter itself (a lost node)
     std::string line;
   };
 
@@ -130,6 +148,8 @@ class NodeGroup {
   std::condition_variable cv_;
   bool stop_ = false;
   std::string verdict_;
+  bool verdict_refused_ = false;  // a contradicting verdict was logged
+  bool store_gone_ = false;       // node 0 was declared gone (the store with it)
   bool all_done_ = false;
   bool pending_sent_ = true;  // false while a local report waits to be sent
   int pending_kind_ = 0;
@@ -137,7 +157,7 @@ class NodeGroup {
   std::string reported_line_;  // what this node reported, once sent
   std::string done_value_;     // this node's done/K, once set
   bool done_sent_ = false;
-  std::optional<Clock::time_point> store_failing_since_;
+  Clock::time_point store_ok_at_{};  // end of the last round that worked
   std::string store_error_;
 
   // Arbiter state (node 0's thread only).
@@ -146,7 +166,8 @@ class NodeGroup {
   std::vector<int> beats_since_report_;
   std::vector<std::string> done_;
   std::vector<bool> lost_;
-  int64_t reports_read_ = 0;
+  std::vector<bool> reported_;  // node j's report has been read
+  int64_t reports_seen_ = 0;    // candidates so far, numbering them in order
   std::vector<Candidate> candidates_;
   std::optional<Clock::time_point> first_report_;
   int64_t left_ = 0;

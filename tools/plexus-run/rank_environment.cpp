@@ -1,9 +1,5 @@
 #include "rank_environment.hpp"
 
-#include <sys/random.h>
-
-#include <cerrno>
-#include <cstring>
 #include <string_view>
 
 namespace plexus::run {
@@ -44,27 +40,6 @@ bool IsOurs(std::string_view entry) {
 
 std::span<const VariableDoc> RankVariables() {
   return kVariables;
-}
-
-bool MakeJobToken(std::string* token, std::string* error) {
-  unsigned char bytes[32];
-  size_t got = 0;
-  while (got < sizeof(bytes)) {
-    ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      *error = std::string("getrandom: ") + std::strerror(errno);
-      return false;
-    }
-    got += static_cast<size_t>(n);
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  token->clear();
-  for (unsigned char b : bytes) {
-    token->push_back(kHex[b >> 4]);
-    token->push_back(kHex[b & 15]);
-  }
-  return true;
 }
 
 std::vector<std::string> BuildRankEnvironment(const std::vector<std::string>& base,

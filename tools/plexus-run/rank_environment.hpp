@@ -30,10 +30,6 @@ struct VariableDoc {
 // Every variable BuildRankEnvironment sets, in the order --help lists them.
 std::span<const VariableDoc> RankVariables();
 
-// A fresh job secret: 32 bytes from getrandom(), as 64 lower-case hex digits.
-// Returns false and fills *error if the kernel gives no randomness.
-bool MakeJobToken(std::string* token, std::string* error);
-
 // base holds "NAME=value" entries (the launcher's environ). Returns base with
 // every RankVariables() entry replaced by the values of the rank-th rank on
 // this host: RANK = node_rank * local_world_size + rank, LOCAL_RANK = rank
