@@ -15,6 +15,9 @@
 //   mismatch-kind   rank 0 allreduces, every other rank broadcasts (same count).
 //   freeze          like kill, but rank 1 stops itself with SIGSTOP in the
 //                   middle of iteration 3: a rank that hangs instead of dying.
+//   loop            checked 1024-element allreduces for FAULT_RANK_SECONDS
+//                   (default 8) as rank 0 counts them, then exit 0: a job that
+//                   runs while a test does something to it.
 //
 // A rank that catches a plexus::Error writes "<seconds> <what()>" to
 // OUT_DIR/rank<R>.err and exits 3; a rank that finishes writes OUT_DIR/rank<R>.ok
@@ -82,6 +85,28 @@ int Run(plexus::Communicator& comm, const std::string& mode) {
     }
     return 0;
   }
+  if (mode == "loop") {
+    const char* s = std::getenv("FAULT_RANK_SECONDS");
+    const double seconds = s ? std::atof(s) : 8.0;
+    const auto start = Clock::now();
+    // The last element is rank 0's "stop" vote, so that every rank stops
+    // after the same allreduce.
+    std::vector<float> v(1025);
+    for (long iter = 0;; ++iter) {
+      std::fill(v.begin(), v.end() - 1, float(rank + 1));
+      v.back() = rank == 0 && std::chrono::duration<double>(Clock::now() - start).count() > seconds;
+      comm.allreduce(std::span(v)).wait();
+      const float expected = float(comm.size()) * float(comm.size() + 1) / 2;
+      for (size_t i = 0; i + 1 < v.size(); ++i) {
+        if (v[i] != expected) {
+          std::fprintf(stderr, "rank %u: wrong result %g in allreduce %ld, expected %g\n", rank,
+                       double(v[i]), iter, double(expected));
+          return 1;
+        }
+      }
+      if (v.back() > 0) return 0;
+    }
+  }
   if (mode == "kill") return LoopUntilSignal(comm, 2, SIGKILL, "died");
   if (mode == "freeze") return LoopUntilSignal(comm, 1, SIGSTOP, "froze");
   if (mode == "late") {
@@ -123,13 +148,14 @@ int main(int argc, char** argv) {
   if (argc != 3) {
     std::fprintf(stderr,
                  "usage: fault_rank OUT_DIR "
-                 "allreduce|kill|freeze|late|mismatch-root|mismatch-count|mismatch-kind\n");
+                 "allreduce|loop|kill|freeze|late|mismatch-root|mismatch-count|mismatch-kind\n");
     return 2;
   }
   signal(SIGTERM, SIG_IGN);
   const std::string dir = argv[1];
   const std::string mode = argv[2];
   const char* rank_env = std::getenv("PLEXUS_RANK");
+  if (rank_env == nullptr) rank_env = std::getenv("RANK");  // started as torchrun would
   const std::string tag = rank_env ? rank_env : "unknown";
   const auto start = Clock::now();
   auto seconds = [&] {

@@ -235,7 +235,7 @@ TEST_CASE("without PLEXUS_TOKEN anywhere the mesh connects unauthenticated, with
   std::vector<std::unique_ptr<FakeRank>> ranks;
   auto results = RunJob(&job, {"", ""}, 5000, &ranks);
   for (auto& r : results) CHECK_MESSAGE(r.status.ok(), r.status.message);
-  CHECK(Contains(ranks[0]->Logs() + ranks[1]->Logs(), "PLEXUS_TOKEN is not set"));
+  CHECK(Contains(ranks[0]->Logs() + ranks[1]->Logs(), "no job secret (PLEXUS_TOKEN)"));
 }
 
 TEST_CASE("three ranks with the same PLEXUS_TOKEN connect, and the sockets carry data") {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The roll call (core/src/roll_call.cpp) against launches that cannot work,
-# with ranks started by hand (no launcher): two processes claiming one rank,
+# with ranks started by hand (no launcher): two processes claiming one rank
+# (the second is refused by the store, naming the first),
 # two world sizes, PLEXUS_BACKEND on one rank only, a rank that never comes.
 # Each must fail at once (or at the timeout, for the missing rank) with an
 # error naming the problem, on a rank that can tell.
@@ -76,11 +77,13 @@ expect "rank 2 never started" "rank 2 never joined the job within 3000 ms (joine
 
 # A set-up error must not be "explained" by an unrelated warning the backend
 # logged on the way (it once read "... (tcp: PLEXUS_TOKEN is not set: ...)").
+# Without a secret only where asked for (PLEXUS_INSECURE=1): otherwise a job
+# on one host makes its own.
 port=$(free_port)
 timeout_s=5
-token= start a 0 2 PLEXUS_BACKEND=tcp
+token= start a 0 2 PLEXUS_BACKEND=tcp PLEXUS_INSECURE=1
 sleep 0.5
-token= start b 1 2 PLEXUS_BACKEND=tcp PLEXUS_TCP_ADDR=not-an-address
+token= start b 1 2 PLEXUS_BACKEND=tcp PLEXUS_TCP_ADDR=not-an-address PLEXUS_INSECURE=1
 wait
 if grep -q "not authenticated" "$tmp"/b/rank*.err 2>/dev/null; then
   echo "FAILED: rank 1's set-up error quotes the unauthenticated-connection warning as its cause:"
