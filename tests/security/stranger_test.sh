@@ -12,6 +12,8 @@
 #             the key of today and of before: it is refused (the job made
 #             itself a secret the stranger cannot read), the library never
 #             runs, the job's allreduce is right, and no secret file is left.
+#   f1-netns  the same with the ranks on one network-namespace host, its own
+#             address as the master, and the stranger on another.
 #   f1-path   a process that does have the job's secret (plexus-run's) claims
 #             rank 0 and writes that path as its choice: ranks 1 and 2 refuse
 #             it, naming it, and load nothing (a backend chosen through the
@@ -209,6 +211,37 @@ EOF
       check "rank $r's error is not misled by the forged marks" \
         bash -c "! grep -q 'posted different collectives\|every rank reached' '$tmp/out/rank$r.err'"
     done
+    ;;
+  f1-netns)
+    # The ranks on namespace host 0 with its network address as the master
+    # (one host, not loopback: the job still makes its own secret); the
+    # stranger on namespace host 1, as a process on another machine would be.
+    . "$(dirname "$0")/../net/netns_lib.sh"
+    netns_setup 2 || exit 1
+    trap 'netns_cleanup; cleanup' EXIT  # netns_setup set its own
+    master=${NETNS_ADDRS[0]}
+    touch "$tmp/running"
+    (while [ -e "$tmp/running" ]; do
+      ip netns exec "${NETNS_HOSTS[1]}" setpriv --reuid=65534 --regid=65534 --clear-groups -- \
+        "$python" "$client" --tries 25 "$master" "$port" repeat 50 10 \
+        set plexus/rank/0/plexus/0/auto-backend "$evil"
+    done) >>"$tmp/stranger.log" 2>&1 &
+    for r in 0 1 2; do
+      ip netns exec "${NETNS_HOSTS[0]}" env -u PLEXUS_TOKEN -u PLEXUS_TOKEN_FILE -u PLEXUS_BACKEND \
+        -u PLEXUS_RANK -u PLEXUS_WORLD_SIZE -u PLEXUS_INSECURE -u TORCHELASTIC_RUN_ID \
+        RANK=$r WORLD_SIZE=3 LOCAL_RANK=$r LOCAL_WORLD_SIZE=3 MASTER_ADDR="$master" \
+        MASTER_PORT=$port PLEXUS_TIMEOUT=20 PLEXUS_TEST_EVIL_MARKER="$marker" \
+        timeout -k 5 60 "$fault_rank" "$tmp/out" allreduce >"$tmp/rank$r.log" 2>&1 &
+      eval "pid$r=$!"
+    done
+    wait $pid0 $pid1 $pid2
+    rm -f "$tmp/running"
+    wait
+    check "the ranks loaded nothing the stranger on host 1 named" no_mark
+    check "the job's allreduce on 3 ranks is right" ok_ranks 0 1 2
+    check "every write of the stranger on host 1 was refused" all_refused "$tmp/stranger.log"
+    check "... for want of the job's secret" grep -q "requires authentication" "$tmp/stranger.log"
+    check "no job secret is left" test ! -e "/tmp/plexus-$(id -u)/job-$master-$port.secret"
     ;;
   *)
     echo "unknown mode $mode" >&2
