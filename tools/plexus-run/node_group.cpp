@@ -76,15 +76,19 @@ std::string VerdictLine(const std::string& text) {
   return space == std::string::npos ? text : text.substr(space + 1);
 }
 
-// A duration cut to tenths of a second, for messages ("3.1 s").
-std::chrono::milliseconds Tenths(std::chrono::steady_clock::duration d) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(d) / 100 * 100;
-}
-
 std::string Seconds(std::chrono::milliseconds ms) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%g s", static_cast<double>(ms.count()) / 1000.0);
   return buf;
+}
+
+// How long a node has been silent, for the verdict: the limit it was held to
+// ("5 s"), or, when the silence ran a second or more past it (the limit
+// shrank to 5 s only once the job began failing), what it was ("8.1 s").
+std::string Silent(std::chrono::steady_clock::duration silent, std::chrono::milliseconds limit) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(silent);
+  if (ms < limit + std::chrono::seconds(1)) return Seconds(limit);
+  return Seconds(ms / 100 * 100);
 }
 
 }  // namespace
@@ -422,7 +426,7 @@ void NodeGroup::Round() {
     store_gone_ = true;
     SetVerdict(NodeName(0) + " is gone: its launcher, which hosts the rendezvous store at " +
                config_.master_addr + ":" + std::to_string(config_.master_port) +
-               ", has not answered for " + Seconds(Tenths(silent)) +
+               ", has not answered for " + Silent(silent, silence) +
                " (it was killed, or its host or the network is down; last error: " + store_error_ +
                ")");
   }
@@ -446,7 +450,7 @@ void NodeGroup::Arbitrate(Clock::time_point now, bool failing) {
       lost_[j] = true;
       candidates_.push_back({static_cast<int>(FailureKind::kNodeLost), ++reports_seen_, -1,
                              NodeName(j) + " stopped responding: its launcher has not been " +
-                                 "heard from for " + Seconds(Tenths(now - beat_changed_[j])) +
+                                 "heard from for " + Silent(now - beat_changed_[j], silence) +
                                  " (it was killed, or its host or the network is down)"});
     }
   }
