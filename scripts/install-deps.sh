@@ -3,7 +3,7 @@
 # nothing when they are all present. Needs root (or sudo) to install.
 set -euo pipefail
 
-packages=(g++ meson ninja-build pkg-config doctest-dev libsodium-dev
+packages=(g++ meson ninja-build pkg-config cmake doctest-dev libsodium-dev
           libopenmpi-dev openmpi-bin libucx-dev ucx-utils libgloo-dev
           clang libclang-rt-14-dev)
 
