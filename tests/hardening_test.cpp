@@ -62,6 +62,9 @@ TEST_CASE("PLEXUS_TIMEOUT outside 1 ms .. 10^7 s is refused, naming the range") 
     }
     CHECK(code == PLEXUS_ERR_INVALID_ARGUMENT);
     CHECK(Has(text, "is not a number"));
+    // The host said it, before any backend: no name in brackets
+    // ("plexus[plexus]" read as if a backend called plexus had failed).
+    CHECK(text.rfind("plexus INVALID_ARGUMENT: PLEXUS_TIMEOUT=", 0) == 0);
   }
   TimeoutEnv ok("0.5");
   CHECK(Thrown([] { Open(); }).first == 0);
