@@ -42,6 +42,9 @@
 // or on another device than device_ids[0], a CUDA request where no CUDA
 // device is visible, a CUDA module on a backend without CUDA memory.
 //
+// A module with no parameter that requires a gradient is an INVALID_ARGUMENT
+// error at construction (there would be nothing to synchronise).
+//
 // Where we differ from PyTorch: errors name the parameters and ranks
 // involved (a parameter without a gradient is reported at the end of the
 // backward that missed it, not at the next forward); logging_data() shows
@@ -67,25 +70,107 @@
 namespace plexus::ddp {
 
 // Fields in the order of PyTorch's constructor arguments, so that designated
-// initialisers read like the keyword arguments: {.bucket_cap_mb = 25}.
+// initialisers read like the keyword arguments: {.bucket_cap_mb = 25}. The
+// defaults are PyTorch's. Every rank must pass the same options (buckets,
+// unused-parameter handling and buffer broadcasts are collective); nothing
+// checks that they agree.
 struct DistributedDataParallelOptions {
-  // CUDA device of this rank's module: one device, or empty (the module's
-  // own device; empty for a CPU module). output_device: unset, or
-  // device_ids[0]. logging_data() shows both as resolved.
+  // The CUDA device this rank's module lives on: empty, or exactly one index.
+  //  - CPU module: must be empty (a device here is an INVALID_ARGUMENT error
+  //    that says to move the module first).
+  //  - CUDA module: empty takes the module's own device (as PyTorch does for
+  //    a single-device module; an INFO line notes a device other than
+  //    cuda:LOCAL_RANK); a given index must be that device.
+  //  - Several indices (one process driving several GPUs, which PyTorch has
+  //    dropped too) are UNSUPPORTED: run one process per GPU.
+  // A CUDA request in a process that sees no CUDA device is UNSUPPORTED,
+  // naming the likely cause (no GPU, CUDA_VISIBLE_DEVICES, no libtorch_cuda).
   std::vector<int> device_ids{};
+
+  // Where forward()'s output goes. PyTorch moves the output there; this
+  // wrapper never moves it, so the only values accepted are: unset, or (CUDA)
+  // device_ids[0]. Any other device is UNSUPPORTED: move the output after
+  // forward(). A CPU module takes no output_device. Unset on a CUDA module is
+  // resolved to device_ids[0] (logging_data() shows it).
   std::optional<int> output_device{};
-  // Broadcast rank 0's buffers (e.g. BatchNorm statistics) before each forward.
+
+  // At the start of each forward(), broadcast rank 0's buffers (BatchNorm
+  // running statistics, any registered buffer) to every rank, so replicas
+  // never drift. As in PyTorch, skipped when the previous forward() did not
+  // synchronise (it ran under no_sync() or without grad mode, e.g. an
+  // evaluation pass), and on a module without buffers or in a world of one.
+  // Turning it off saves one broadcast per step when buffers are identical
+  // by construction or deliberately per rank.
   bool broadcast_buffers = true;
-  // Bucket size in MiB; unset means 25 with a first bucket of 1 MiB (as PyTorch).
+
+  // Bucket size in MiB (2^20 bytes): gradients are grouped into buckets of
+  // about this size, and each bucket is all-reduced as soon as all its
+  // gradients are ready, while backward goes on. Unset: 25 MiB, with a first
+  // bucket of 1 MiB (PyTorch's first bucket), so that communication starts
+  // early. Smaller buckets start sooner and overlap more, at a fixed cost per
+  // all-reduce; the last bucket to fill cannot overlap anything, so one huge
+  // bucket means no overlap at all. Given, it is also the first bucket's
+  // size (as in PyTorch). The first iteration runs on one bucket per dtype
+  // in parameter order; the buckets are then rebuilt once, in the order
+  // gradients became ready on rank 0 (logging_data().reducer says whether
+  // and how). Not positive: INVALID_ARGUMENT at construction.
   std::optional<double> bucket_cap_mb{};
-  // Walk the autograd graph after each forward to find parameters that take
-  // no part; needed when some parameters get no gradient in an iteration.
+
+  // Set when some parameters that require a gradient get none in some
+  // iterations (a branch not taken, a frozen head, a mixture of experts).
+  // After each forward(), the autograd graph is walked from forward()'s
+  // output tensors, and parameters it does not reach are marked ready at
+  // once, so their buckets do not wait for gradients that never come.
+  //  - Cost: the walk, each synchronised iteration; leave it off when every
+  //    parameter always gets a gradient.
+  //  - forward() must return the tensors the loss is computed from: a
+  //    tensor, or a vector, tuple or pair of them. A module returning
+  //    anything else gets an INVALID_USAGE error; call pre_forward(), the
+  //    module, then post_forward({outputs}) yourself.
+  //  - A parameter no rank used keeps its .grad untouched (as in PyTorch:
+  //    not zeroed); one used on some ranks only gets the average over all
+  //    ranks, the others contributing zero.
+  //  - Without it, a parameter that gets no gradient is an error at the end
+  //    of that backward, naming the parameter and what to do.
   bool find_unused_parameters = false;
-  // .grad of every parameter becomes a view into its bucket: no copies, less memory.
+
+  // .grad of every parameter becomes a view into its bucket (PyTorch's
+  // option of the same name): no copy of gradients into buckets and back,
+  // and the gradients' memory is the buckets' (one copy of the gradients
+  // instead of two).
+  //  - optimizer.zero_grad() (LibTorch's default set_to_none = true) drops
+  //    the views; the next backward's fresh gradients are copied into the
+  //    bucket and .grad points at the view again, which costs the copy the
+  //    option exists to save. Call zero_grad(/*set_to_none=*/false) to zero
+  //    the views in place and keep them.
+  //  - The views are not autograd views: detach_(), zero_() and in-place
+  //    arithmetic on .grad work (PyTorch's Python views refuse detach_()).
+  //  - Do not keep a .grad tensor across iterations expecting it to stay
+  //    fixed: the next all-reduce writes into it. When the buckets are
+  //    rebuilt after the first iteration, .grad is moved to the new views
+  //    with its values.
+  //  - When the wrapper is destroyed, gradients that are still views are
+  //    replaced by copies, so they outlive the buckets.
   bool gradient_as_bucket_view = false;
-  // The set of used parameters never changes: the graph is walked once.
+
+  // The set of parameters that get a gradient is the same every iteration.
+  // The graph is walked once, at the first synchronised iteration, and that
+  // iteration's unused parameters are taken as unused from then on, so an
+  // unchanging unused set costs no walk after the first step (with or
+  // without find_unused_parameters; find_unused_parameters alone walks every
+  // iteration). It also allows the bucket rebuild when parameters are
+  // unused. If the set does change, the result is wrong (a parameter
+  // wrongly taken as unused keeps a stale .grad, or a used one arrives after
+  // it was marked, an error): leave it off then.
+  // As with find_unused_parameters, forward() must return tensors.
   bool static_graph = false;
-  // Check the model across ranks and broadcast rank 0's state at construction.
+
+  // At construction (collective): check that every rank has the same
+  // parameters and buffers (names, shapes, dtypes, in order, frozen ones
+  // too; the error names the differing ranks and the first difference) and
+  // broadcast rank 0's values, so every replica starts from the same
+  // weights. Off: neither happens; only for ranks that loaded identical
+  // weights themselves (one checkpoint), where a mismatch then goes unseen.
   bool init_sync = true;
 };
 

@@ -33,11 +33,28 @@
 
 namespace plexus::ddp {
 
+// Python's constructor arguments, with its defaults except num_replicas and
+// rank, which Python reads from the default process group and C++ has none
+// to read: pass comm.size() and comm.rank().
 struct DistributedSamplerOptions {
-  size_t num_replicas = 1;  // usually comm.size()
-  size_t rank = 0;          // usually comm.rank(); < num_replicas
+  // How many ranks share the data set (the world size). 0 is an error.
+  size_t num_replicas = 1;
+  // This rank's share, 0 <= rank < num_replicas (otherwise an error).
+  size_t rank = 0;
+  // Shuffle the whole data set each epoch, the same way on every rank (a
+  // permutation seeded seed + epoch), before it is dealt out. Off: rank r
+  // gets r, r + num_replicas, r + 2 num_replicas, ... (evaluation).
   bool shuffle = true;
+  // The shuffle's seed: must be the same on every rank, or ranks see
+  // overlapping shares and miss others. Change it to get other orders.
   uint64_t seed = 0;
+  // When the data set size is not a multiple of num_replicas: false (the
+  // default) pads by repeating indices from the start, so every rank gets
+  // ceil(size / num_replicas) indices and a few samples count twice per
+  // epoch; true drops the tail, so every rank gets floor(size /
+  // num_replicas) and a few samples are skipped each epoch (different ones
+  // each epoch when shuffled). Either way every rank runs the same number of
+  // steps, so no rank waits in a collective for one that ran out.
   bool drop_last = false;
 };
 
