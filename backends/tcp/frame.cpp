@@ -4,17 +4,6 @@
 
 namespace plexus::tcp {
 
-std::string DescribeOp(const algos::OpSignature& sig) {
-  std::string s = algos::CollectiveName(sig.coll);
-  s += "(seq " + std::to_string(sig.seq) + ", count " + std::to_string(sig.count);
-  if (sig.dtype) s += std::string(", ") + algos::DtypeName(sig.dtype);
-  if (sig.op) s += std::string(", ") + algos::ReduceOpName(sig.op);
-  if (sig.coll == PLEXUS_COLL_BROADCAST || sig.coll == PLEXUS_COLL_REDUCE) {
-    s += ", root " + std::to_string(sig.root);
-  }
-  return s + ")";
-}
-
 std::string DescribeFrame(const FrameHeader& h) {
   algos::OpSignature sig{h.seq, h.coll, h.dtype, h.op, h.count, h.root};
   return DescribeOp(sig);

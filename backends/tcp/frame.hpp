@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string>
 
+#include "plexus/algos/describe.hpp"
 #include "plexus/algos/status.hpp"
 #include "plexus/algos/transport.hpp"
 
@@ -49,7 +50,7 @@ inline FrameHeader MakeFailHeader(uint64_t text_bytes) {
 }
 
 // "allreduce(seq 3, count 10, float32, sum)" — used on both sides of a mismatch message.
-std::string DescribeOp(const algos::OpSignature& sig);
+using algos::DescribeOp;  // "allreduce(seq 3, count 10, float32, sum)"
 std::string DescribeFrame(const FrameHeader& h);
 
 // Checks a received header before anything is allocated or read for it.

@@ -117,9 +117,10 @@ void SocketTransport::Wake() {
   if (wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof one);
 }
 
-void SocketTransport::Fail(const std::string& reason) {
+void SocketTransport::Fail(const algos::OpSignature& sig, const algos::Status& why) {
+  (void)sig;  // the reason names the operation
   std::call_once(failed_once_, [&] {
-    const std::string text = reason.substr(0, kMaxFailText);
+    const std::string text = why.message.substr(0, kMaxFailText);
     const FrameHeader h = MakeFailHeader(text.size());
     for (uint32_t p = 0; p < size_; ++p) {
       if (fds_[p] < 0) continue;
@@ -347,6 +348,16 @@ algos::Status SocketTransport::Drive(const std::function<bool()>& done) {
 void SocketTransport::DropQueued() {
   for (auto& q : sendq_) q.clear();
   for (auto& q : recvq_) q.clear();
+}
+
+algos::Status SocketTransport::PostMessage(kit::Message* m) {
+  Post(static_cast<Transfer*>(m));  // made by NewMessage
+  return {};
+}
+
+void SocketTransport::Cancel() {
+  DropQueued();
+  batches_.clear();
 }
 
 algos::Status SocketTransport::Start(const algos::OpSignature& sig,

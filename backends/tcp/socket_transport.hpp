@@ -34,25 +34,21 @@
 
 #include "frame.hpp"
 #include "plexus/algos/transport.hpp"
+#include "plexus/kit/queue_transport.hpp"
 
 namespace plexus::tcp {
 
-// One frame to send or to receive. Owned by whoever posted it; must outlive
-// its completion (or the failure of the transport).
-struct Transfer {
-  bool is_send = false;
-  uint32_t peer = 0;
-  algos::OpSignature sig;  // what the frame says (send) or must say (recv)
-  uint8_t* data = nullptr;
-  size_t bytes = 0;
+// One frame to send or to receive (sig: what the frame says, or must say).
+// Owned by whoever posted it; must outlive its completion (or the failure of
+// the transport).
+struct Transfer : kit::Message {
   // Progress, owned by the transport.
   FrameHeader header{};
   size_t header_done = 0;
   size_t done = 0;
-  bool complete = false;
 };
 
-class SocketTransport final : public algos::PeerTransport {
+class SocketTransport final : public kit::QueueTransport {
  public:
   // Takes ownership of peer_fds (index = peer rank; -1 at index rank).
   // timeout_ms: how long the transport may go without progress.
@@ -73,27 +69,28 @@ class SocketTransport final : public algos::PeerTransport {
   // kRemotePipelineDepth when one is not.
   uint32_t PipelineDepth() const override { return pipeline_depth_; }
 
-  // Queues t behind the transfers already queued for its peer and direction.
-  void Post(Transfer* t);
-
+  // kit::QueueTransport (queue_transport.hpp says what each does):
+  std::unique_ptr<kit::Message> NewMessage() override { return std::make_unique<Transfer>(); }
+  // Queues the message behind those already queued for its peer and direction.
+  algos::Status PostMessage(kit::Message* m) override;
   // Moves queued transfers until done() is true, the wake eventfd fires
   // (returns OK), no progress is made for the timeout (TIMEOUT naming the
   // peers), a peer fails (REMOTE) or Abort() is called (ABORTED).
-  algos::Status Drive(const std::function<bool()>& done);
-
-  // Makes a running or later Drive return ABORTED. Any thread; idempotent.
-  void Abort();
-  // Makes a running Drive return OK so the caller can post more. Any thread.
-  void Wake();
-
+  algos::Status Drive(const std::function<bool()>& done) override;
+  // Forgets every queued transfer and started batch.
+  void Cancel() override;
   // Tells every peer, best effort and within a short bound, why this rank is
-  // giving up, then shuts the sockets down so no peer waits for a timeout.
-  void Fail(const std::string& reason);
-
-  // Forgets every queued transfer (after a failure, before their owners go).
-  void DropQueued();
+  // giving up (a FAIL frame), then shuts the sockets down so no peer waits
+  // for a timeout.
+  void Fail(const algos::OpSignature& sig, const algos::Status& why) override;
+  void Wake() override;
+  void Abort() override;
 
  private:
+  // Queues t behind the transfers already queued for its peer and direction.
+  void Post(Transfer* t);
+  // Forgets every queued transfer (after a failure, before their owners go).
+  void DropQueued();
   // Reads the rest of a FAIL frame's text (prefix already read) and reports it.
   algos::Status ReadFailText(uint32_t peer, std::string prefix, uint64_t bytes);
   // After a send to peer failed: the reason in a FAIL frame the peer sent

@@ -1,0 +1,19 @@
+#include "plexus/algos/describe.hpp"
+
+#include "plexus/algos/dtype.hpp"
+
+namespace plexus::algos {
+
+std::string DescribeOp(const OpSignature& sig) {
+  std::string s = std::string(CollectiveName(sig.coll)) + "(seq " + std::to_string(sig.seq) +
+                  ", count " + std::to_string(sig.count);
+  if (sig.dtype) s += std::string(", ") + DtypeName(sig.dtype);
+  if (sig.op) s += std::string(", ") + ReduceOpName(sig.op);
+  if (sig.coll == PLEXUS_COLL_BROADCAST || sig.coll == PLEXUS_COLL_REDUCE) {
+    s += ", root " + std::to_string(sig.root);
+  }
+  if (sig.coll == PLEXUS_COLL_SEND) s += ", from rank " + std::to_string(sig.root);
+  return s + ")";
+}
+
+}  // namespace plexus::algos

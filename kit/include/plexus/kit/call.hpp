@@ -1,0 +1,60 @@
+// plexus::kit::Call — one post of the C ABI, whatever the collective, and the
+// argument checks every backend owes its caller, written once.
+//
+// A backend cannot trust its caller more than the host trusts the backend:
+// the host checks capabilities, but a plugin is also driven by tests, by
+// plexus-conformance and by other hosts. Each ABI entry point turns its
+// arguments into a Call; CheckCall applies the ABI's rules for that
+// collective (which are keyed on Call::coll, never on a name); only a Call
+// that passes reaches the backend's own code.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "plexus/algos/status.hpp"
+#include "plexus/backend.h"
+
+namespace plexus::kit {
+
+// The arguments of one post. Fields a collective does not take stay zero.
+struct Call {
+  plexus_collective_t coll = 0;   // PLEXUS_COLL_*
+  const void* sendbuf = nullptr;  // send: the message
+  void* recvbuf = nullptr;        // broadcast: the buffer; recv: the message
+  uint64_t count = 0;
+  plexus_dtype_t dtype = 0;                     // 0 for barrier
+  plexus_reduce_op_t op = 0;                    // allreduce, reduce, reduce_scatter
+  uint32_t root = 0;                            // broadcast, reduce: root; send, recv: peer
+  const plexus_placement* placement = nullptr;  // NULL: host memory, no stream
+};
+
+// This rank's place in the communicator the call was posted on.
+struct CommShape {
+  uint32_t rank = 0;
+  uint32_t size = 1;
+};
+
+// Bit (1u << PLEXUS_MEMORY_*) per memory type a backend accepts.
+constexpr uint32_t kHostMemoryOnly = 1u << PLEXUS_MEMORY_HOST;
+
+// Checks call against the ABI's rules for its collective:
+//  - dtype (and op, for reductions) are codes of ABI 1; barrier takes none;
+//  - root (broadcast, reduce) is a rank; peer (send, recv) is another rank;
+//  - no NULL buffer where count > 0 needs one (reduce: recvbuf on the root only);
+//  - the byte size of every buffer (count x element size, x size for the
+//    per-rank blocks of allgather, reduce_scatter, alltoall) stays below 2^62;
+//  - buffers overlap only as the ABI's in-place form of that collective;
+//  - placement names a memory type in memory_types (an unknown type is
+//    INVALID_ARGUMENT, a known one the backend lacks UNSUPPORTED).
+// Returns OK, or INVALID_ARGUMENT / UNSUPPORTED with "<collective>: <why>".
+algos::Status CheckCall(const Call& call, CommShape comm, uint32_t memory_types = kHostMemoryOnly);
+
+// The call in words, for errors and crash reports:
+// "broadcast(buf 0x7ffd..., count 8, float32, root 2, host memory)".
+std::string DescribeCall(const Call& call);
+
+// Element size x count x blocks, the byte size of a buffer CheckCall accepted.
+uint64_t CallBytes(const Call& call, uint64_t blocks = 1);
+
+}  // namespace plexus::kit

@@ -1,0 +1,157 @@
+// plexus::kit::OpQueue — the ordered operation queue of one communicator,
+// for backends whose transport moves bytes between two ranks
+// (QueueTransport) and whose collectives are plexus-algos algorithms.
+//
+// Posting only queues work, so every collective is asynchronous, and every
+// rank runs its communicator's operations strictly in posting order, one at
+// a time: on the queue's worker thread, or on a caller that blocks in wait()
+// for the operation next in line (RunInlineIfNext), which saves the two
+// thread hand-offs that dominate a small collective. Whichever thread runs
+// an operation is the only one driving the transport meanwhile (running_,
+// under mutex_, hands it over). Consecutive send/recv operations run
+// together, so a rank may post a send and a recv to one peer before waiting.
+//
+// After the first failure the communicator is BROKEN (the ABI's "After a
+// failure"): every pending and later operation fails with that first error,
+// because peers can no longer be assumed to be in step.
+//
+// Completion protocol (one for every backend, proven by the ThreadSanitizer
+// run in tests/kit): the thread that completes a request sets its status
+// and notifies its condition variable while holding the request's mutex. A
+// waiter that sees the status may free the request at once; it can only see
+// it after that mutex is released, when the completing thread no longer
+// touches the request. (Notifying after unlocking let a waiter free the
+// condition variable while the notify was still inside it: a use-after-free
+// that could leave the worker blocked in pthread_cond_broadcast and the
+// next operation never run.)
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "plexus/algos/status.hpp"
+#include "plexus/algos/transport.hpp"
+#include "plexus/backend.h"
+#include "plexus/kit/errors.hpp"
+#include "plexus/kit/queue_transport.hpp"
+
+namespace plexus::kit {
+class OpQueue;
+}
+
+// The ABI's opaque request type, for backends built on OpQueue. Freed with
+// request_free (QueuedRequests::Free) once complete.
+struct plexus_request {
+  plexus::kit::OpQueue* queue = nullptr;  // not owned; used only while pending
+  std::mutex mutex;
+  std::condition_variable done_cv;
+  int32_t status = PLEXUS_IN_PROGRESS;  // guarded by mutex
+  std::string error;                    // why status < 0 (request_error); guarded by mutex
+  int64_t default_timeout_ms = 0;       // wait(req, negative) waits this long
+};
+
+namespace plexus::kit {
+
+// The work of one collective: runs with the transport and the operation's
+// signature (seq filled in), on whichever thread runs the operation.
+using OpBody = std::function<algos::Status(algos::PeerTransport&, const algos::OpSignature&)>;
+
+struct OpQueueOptions {
+  const char* backend = "";  // static storage; the prefix of messages ("tcp")
+  uint32_t rank = 0;
+  uint32_t size = 1;
+  int64_t timeout_ms = 0;  // the communicator's (wait(req, -1) waits this long)
+  std::string name;        // the communicator's, for messages
+  // Operations of at most this many bytes (count x element size) may run on
+  // a waiting caller's thread; larger ones stay on the worker, whose malloc
+  // arena keeps the algorithms' scratch pages from one operation to the next.
+  uint64_t inline_max_bytes = 64 << 10;
+};
+
+class OpQueue {
+ public:
+  // Does not take ownership of host or transport, which must outlive it.
+  // Starts the worker thread.
+  OpQueue(const plexus_host_v1& host, QueueTransport& transport, OpQueueOptions options);
+  // Aborts what is pending (each request completes ABORTED) and joins the
+  // worker. Bounded.
+  ~OpQueue();
+  OpQueue(const OpQueue&) = delete;
+  OpQueue& operator=(const OpQueue&) = delete;
+
+  // Queues a collective; on success *req is a new request owned by the
+  // caller. An empty body completes in its place without running (a
+  // zero-count operation: the ABI lets it skip the peers). After Abort()
+  // posts fail with ABORTED (nothing posted); on a broken communicator they
+  // succeed and the request fails with the first error. Any thread.
+  int32_t Post(algos::OpSignature sig, OpBody body, plexus_request** req);
+
+  // Queues one send or receive of count elements to or from peer.
+  int32_t PostMessage(bool is_send, uint32_t peer, void* data, uint64_t count, plexus_dtype_t dtype,
+                      plexus_request** req);
+
+  // Called by a thread about to block on req for the whole operation
+  // deadline: when req is next in line and nothing runs, runs it here.
+  // Returns at once otherwise.
+  void RunInlineIfNext(plexus_request* req);
+
+  void Abort();  // any thread, any time; idempotent
+  ErrorSlot& errors() { return errors_; }
+  uint32_t rank() const { return options_.rank; }
+  uint32_t size() const { return options_.size; }
+
+ private:
+  enum class Kind { kCollective, kMessage, kNothing };
+  struct PendingOp {
+    Kind kind = Kind::kNothing;
+    algos::OpSignature sig;
+    OpBody body;
+    plexus_request* req = nullptr;
+    std::unique_ptr<Message> message;  // kMessage
+  };
+  int32_t Enqueue(PendingOp op, plexus_request** req);
+  void WorkerLoop();
+  // Runs op (popped from the queue with running_ set), completes it, clears running_.
+  void Execute(PendingOp op);
+  void ExecuteCollective(PendingOp& op);
+  // Runs the messages at the head of the queue, taking in more as they are
+  // posted, until none is left in flight.
+  void RunMessages(PendingOp first);
+  void RecordFailure(const algos::OpSignature& sig, const algos::Status& st);
+  static void Complete(plexus_request* req, const algos::Status& st);
+
+  const plexus_host_v1& host_;
+  QueueTransport& transport_;
+  const OpQueueOptions options_;
+  ErrorSlot errors_;
+
+  std::mutex mutex_;  // guards everything below
+  std::condition_variable queue_cv_;
+  std::deque<PendingOp> queue_;
+  uint64_t next_seq_ = 0;          // collectives: the same on every rank
+  std::vector<uint64_t> sent_to_;  // messages, per peer and direction
+  std::vector<uint64_t> received_from_;
+  bool stopping_ = false;
+  bool running_ = false;           // an operation runs (worker or inline)
+  bool running_messages_ = false;  // ... and it is RunMessages, which takes in later posts
+  algos::Status broken_;           // the first failure; OK while healthy
+  std::thread worker_;             // last: starts once everything above exists
+};
+
+// test, wait, request_free and request_error for plexus_request above
+// (kit::MakeTable's B::Requests).
+struct QueuedRequests {
+  static int32_t Test(plexus_request& req);
+  static int32_t Wait(plexus_request& req, int64_t timeout_ms);
+  static int32_t Free(plexus_request* req);
+  static size_t Error(plexus_request& req, char* buf, size_t len);
+};
+
+}  // namespace plexus::kit

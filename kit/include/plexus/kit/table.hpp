@@ -1,0 +1,274 @@
+// plexus::kit::MakeTable — the ABI table of a backend, built from one C++
+// class that describes it, so that no backend writes the C glue again.
+//
+// A backend describes itself in a class B with static members (no objects):
+//
+//   struct TcpBackend {
+//     static constexpr const char* kName = "tcp";   // the table's name, and every message's prefix
+//     static const char* Version();                 // static storage: "0.1.0 (UCX 1.13.1)"
+//     static constexpr uint32_t kCollectives = ...; // bits (1u << PLEXUS_COLL_*) with a slot
+//
+//     // Backend and communicators. May throw (the kit catches), must not
+//     // leave anything allocated when they fail.
+//     static int32_t Init(const plexus_host_v1& host, plexus_backend_ctx** ctx_out);
+//     static void Finalize(plexus_backend_ctx* ctx);
+//     static void Capabilities(plexus_backend_ctx& ctx, plexus_capabilities& caps);
+//     static int32_t CommCreate(plexus_backend_ctx& ctx, const plexus_comm_config_v1& config,
+//                               plexus_comm** comm_out, std::string* error);
+//     static void CommDestroy(plexus_comm* comm);
+//     static void CommAbort(plexus_comm& comm);
+//     static ErrorSlot& Errors(plexus_comm& comm);     // its comm_last_error
+//     static CommShape Shape(const plexus_comm& comm);  // rank and size
+//     static uint32_t MemoryTypes(const plexus_comm& comm);  // kHostMemoryOnly, or more
+//
+//     // Posts a call that CheckCall accepted (req_out non-NULL, *req_out NULL).
+//     static int32_t Post(plexus_comm& comm, const Call& call, plexus_request** req_out);
+//
+//     // Requests: test, wait, request_free, request_error, as the ABI words them.
+//     using Requests = kit::QueuedRequests;  // (op_queue.hpp) or the backend's own
+//   };
+//
+// Then the library's one exported function is
+//
+//   PLEXUS_BACKEND_EXPORT int32_t plexus_backend_get_v1(uint32_t host_abi_minor,
+//                                                       const plexus_backend_v1** table_out) {
+//     return plexus::kit::HandOutTable<TcpBackend>(host_abi_minor, table_out);
+//   }
+//
+// What the kit does at every entry point: NULL handles are INVALID_ARGUMENT;
+// a post's arguments go through CheckCall (call.hpp) and a refusal is
+// recorded in Errors(comm) as "<name> <collective>: <why>"; *req_out is NULL
+// unless the post succeeded; and no exception leaves (Guarded, errors.hpp).
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "plexus/backend.h"
+#include "plexus/kit/call.hpp"
+#include "plexus/kit/errors.hpp"
+
+namespace plexus::kit {
+
+template <class B>
+struct Glue {
+  static int32_t Init(const plexus_host_v1* host, plexus_backend_ctx** ctx_out) {
+    if (!host || !ctx_out || host->struct_size < sizeof(plexus_host_v1) || !host->oob_allgather ||
+        !host->oob_broadcast) {
+      return PLEXUS_ERR_INVALID_ARGUMENT;
+    }
+    *ctx_out = nullptr;
+    return Guarded(nullptr, B::kName, [&] { return B::Init(*host, ctx_out); });
+  }
+
+  static void Finalize(plexus_backend_ctx* ctx) {
+    if (ctx) Guarded(nullptr, B::kName, [&] { return B::Finalize(ctx), PLEXUS_OK; });
+  }
+
+  static int32_t GetCapabilities(plexus_backend_ctx* ctx, plexus_capabilities* caps) {
+    if (!ctx || !caps || caps->struct_size < sizeof(plexus_capabilities)) {
+      return PLEXUS_ERR_INVALID_ARGUMENT;
+    }
+    const uint32_t size = caps->struct_size;
+    std::memset(caps, 0, sizeof *caps);
+    caps->struct_size = size;
+    return Guarded(nullptr, B::kName, [&] { return B::Capabilities(*ctx, *caps), PLEXUS_OK; });
+  }
+
+  static int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
+                            plexus_comm** comm_out, char* error_buf, size_t error_len) noexcept {
+    const std::string prefix = std::string(B::kName) + " comm_create";  // (once per communicator)
+    if (!ctx || !config || !comm_out ||
+        config->struct_size < offsetof(plexus_comm_config_v1, oob) + sizeof(void*) ||
+        config->size == 0 || config->rank >= config->size || config->timeout_ms <= 0) {
+      CopyOut(prefix + ": invalid configuration", error_buf, error_len);
+      return PLEXUS_ERR_INVALID_ARGUMENT;
+    }
+    *comm_out = nullptr;
+    std::string error;
+    ErrorSlot slot;
+    const int32_t rc = Guarded(&slot, prefix.c_str(),
+                               [&] { return B::CommCreate(*ctx, *config, comm_out, &error); });
+    if (rc != PLEXUS_OK) {
+      if (error.empty()) error = std::string(B::kName) + ": " + LastOf(slot);
+      CopyOut(error, error_buf, error_len);
+      *comm_out = nullptr;
+    }
+    return rc;
+  }
+
+  static void CommDestroy(plexus_comm* comm) {
+    if (comm) Guarded(nullptr, B::kName, [&] { return B::CommDestroy(comm), PLEXUS_OK; });
+  }
+
+  static int32_t CommAbort(plexus_comm* comm) {
+    if (!comm) return PLEXUS_ERR_INVALID_ARGUMENT;
+    return Guarded(&B::Errors(*comm), B::kName, [&] { return B::CommAbort(*comm), PLEXUS_OK; });
+  }
+
+  static size_t CommLastError(plexus_comm* comm, char* buf, size_t len) {
+    if (!comm) {
+      CopyOut("", buf, len);
+      return 0;
+    }
+    return B::Errors(*comm).Copy(buf, len);
+  }
+
+  static int32_t Test(plexus_request* req) {
+    if (!req) return PLEXUS_ERR_INVALID_ARGUMENT;
+    return Guarded(nullptr, B::kName, [&] { return B::Requests::Test(*req); });
+  }
+  static int32_t Wait(plexus_request* req, int64_t timeout_ms) {
+    if (!req) return PLEXUS_ERR_INVALID_ARGUMENT;
+    return Guarded(nullptr, B::kName, [&] { return B::Requests::Wait(*req, timeout_ms); });
+  }
+  static int32_t RequestFree(plexus_request* req) {
+    if (!req) return PLEXUS_OK;
+    return Guarded(nullptr, B::kName, [&] { return B::Requests::Free(req); });
+  }
+  static size_t RequestError(plexus_request* req, char* buf, size_t len) {
+    if (!req) {
+      CopyOut("", buf, len);
+      return 0;
+    }
+    try {
+      return B::Requests::Error(*req, buf, len);
+    } catch (...) {
+      CopyOut("", buf, len);
+      return 0;
+    }
+  }
+
+  // Every collective: its arguments as a Call, checked, then B::Post.
+  static int32_t Post(plexus_comm* comm, const Call& call, plexus_request** req_out) {
+    if (!comm) return PLEXUS_ERR_INVALID_ARGUMENT;
+    ErrorSlot& errors = B::Errors(*comm);
+    return Guarded(&errors, B::kName, [&] {
+      if (!req_out) return Reject(errors, PLEXUS_ERR_INVALID_ARGUMENT, call, "req_out is NULL");
+      *req_out = nullptr;
+      algos::Status st = CheckCall(call, B::Shape(*comm), B::MemoryTypes(*comm));
+      if (!st.ok()) {
+        errors.Set(std::string(B::kName) + " " + st.message);
+        return st.code;
+      }
+      const int32_t rc = B::Post(*comm, call, req_out);
+      if (rc != PLEXUS_OK) *req_out = nullptr;
+      return rc;
+    });
+  }
+
+  static int32_t Allreduce(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                           plexus_dtype_t dtype, plexus_reduce_op_t op,
+                           const plexus_placement* placement, plexus_request** req_out) {
+    return Post(comm, {PLEXUS_COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, 0, placement},
+                req_out);
+  }
+  static int32_t Broadcast(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype,
+                           uint32_t root, const plexus_placement* placement,
+                           plexus_request** req_out) {
+    return Post(comm, {PLEXUS_COLL_BROADCAST, nullptr, buf, count, dtype, 0, root, placement},
+                req_out);
+  }
+  static int32_t Reduce(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                        plexus_dtype_t dtype, plexus_reduce_op_t op, uint32_t root,
+                        const plexus_placement* placement, plexus_request** req_out) {
+    return Post(comm, {PLEXUS_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root, placement},
+                req_out);
+  }
+  static int32_t Allgather(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                           plexus_dtype_t dtype, const plexus_placement* placement,
+                           plexus_request** req_out) {
+    return Post(comm, {PLEXUS_COLL_ALLGATHER, sendbuf, recvbuf, count, dtype, 0, 0, placement},
+                req_out);
+  }
+  static int32_t ReduceScatter(plexus_comm* comm, const void* sendbuf, void* recvbuf,
+                               uint64_t count, plexus_dtype_t dtype, plexus_reduce_op_t op,
+                               const plexus_placement* placement, plexus_request** req_out) {
+    return Post(comm,
+                {PLEXUS_COLL_REDUCE_SCATTER, sendbuf, recvbuf, count, dtype, op, 0, placement},
+                req_out);
+  }
+  static int32_t Alltoall(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                          plexus_dtype_t dtype, const plexus_placement* placement,
+                          plexus_request** req_out) {
+    return Post(comm, {PLEXUS_COLL_ALLTOALL, sendbuf, recvbuf, count, dtype, 0, 0, placement},
+                req_out);
+  }
+  static int32_t Barrier(plexus_comm* comm, plexus_request** req_out) {
+    return Post(comm, {PLEXUS_COLL_BARRIER}, req_out);
+  }
+  static int32_t Send(plexus_comm* comm, const void* buf, uint64_t count, plexus_dtype_t dtype,
+                      uint32_t peer, const plexus_placement* placement, plexus_request** req_out) {
+    return Post(comm, {PLEXUS_COLL_SEND, buf, nullptr, count, dtype, 0, peer, placement}, req_out);
+  }
+  static int32_t Recv(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype,
+                      uint32_t peer, const plexus_placement* placement, plexus_request** req_out) {
+    return Post(comm, {PLEXUS_COLL_RECV, nullptr, buf, count, dtype, 0, peer, placement}, req_out);
+  }
+
+ private:
+  static int32_t Reject(ErrorSlot& errors, int32_t code, const Call& call, const char* why) {
+    errors.Set(std::string(B::kName) + " " + DescribeCall(call) + ": " + why);
+    return code;
+  }
+  static std::string LastOf(const ErrorSlot& slot) {
+    char text[1024];
+    slot.Copy(text, sizeof text);
+    return text;
+  }
+};
+
+// The ABI table of backend B (see the top of this file).
+template <class B>
+plexus_backend_v1 MakeTable() {
+  using G = Glue<B>;
+  auto has = [](plexus_collective_t c) { return (B::kCollectives & (1u << c)) != 0; };
+  plexus_backend_v1 t{};
+  t.struct_size = sizeof(plexus_backend_v1);
+  t.abi_major = PLEXUS_ABI_MAJOR;
+  t.abi_minor = PLEXUS_ABI_MINOR;
+  t.name = B::kName;
+  t.version = B::Version();
+  t.init = G::Init;
+  t.finalize = G::Finalize;
+  t.get_capabilities = G::GetCapabilities;
+  t.comm_create = G::CommCreate;
+  t.comm_destroy = G::CommDestroy;
+  t.comm_abort = G::CommAbort;
+  t.comm_last_error = G::CommLastError;
+  t.test = G::Test;
+  t.wait = G::Wait;
+  t.request_free = G::RequestFree;
+  t.request_error = G::RequestError;
+  if (has(PLEXUS_COLL_ALLREDUCE)) t.allreduce = G::Allreduce;
+  if (has(PLEXUS_COLL_BROADCAST)) t.broadcast = G::Broadcast;
+  if (has(PLEXUS_COLL_REDUCE)) t.reduce = G::Reduce;
+  if (has(PLEXUS_COLL_ALLGATHER)) t.allgather = G::Allgather;
+  if (has(PLEXUS_COLL_REDUCE_SCATTER)) t.reduce_scatter = G::ReduceScatter;
+  if (has(PLEXUS_COLL_ALLTOALL)) t.alltoall = G::Alltoall;
+  if (has(PLEXUS_COLL_BARRIER)) t.barrier = G::Barrier;
+  if (has(PLEXUS_COLL_SEND)) t.send = G::Send;
+  if (has(PLEXUS_COLL_RECV)) t.recv = G::Recv;
+  return t;
+}
+
+// The body of a backend's plexus_backend_get_v1: the table of B, built once
+// (thread-safe), or INTERNAL if building it threw. Every 1.x host can drive
+// it: newer slots are read by hosts that know them, older hosts stop at
+// their own struct_size.
+template <class B>
+int32_t HandOutTable(uint32_t host_abi_minor, const plexus_backend_v1** table_out) noexcept {
+  (void)host_abi_minor;
+  if (!table_out) return PLEXUS_ERR_INVALID_ARGUMENT;
+  try {
+    static const plexus_backend_v1 table = MakeTable<B>();
+    *table_out = &table;
+    return PLEXUS_OK;
+  } catch (...) {
+    *table_out = nullptr;
+    return PLEXUS_ERR_INTERNAL;
+  }
+}
+
+}  // namespace plexus::kit
