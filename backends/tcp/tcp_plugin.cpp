@@ -11,11 +11,12 @@
 #include <thread>
 
 #include "mesh_connect.hpp"
-#include "plexus/algos/collectives.hpp"
 #include "plexus/algos/comm_setting.hpp"
 #include "plexus/algos/dtype.hpp"
 #include "plexus/backend.h"
+#include "plexus/kit/algos_body.hpp"
 #include "plexus/kit/op_queue.hpp"
+#include "plexus/kit/settings.hpp"
 #include "plexus/kit/table.hpp"
 #include "socket_transport.hpp"
 
@@ -56,109 +57,52 @@ struct plexus_comm {
 namespace plexus::tcp {
 namespace {
 
-constexpr uint32_t kAllDtypes = 0x1ffeu;  // bits 1..12
-
-// A setting's value as a whole number in [lo, hi]; false if it is not one.
-bool ParseSetting(const std::string& v, int64_t lo, int64_t hi, int64_t* out) {
-  char* end = nullptr;
-  const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (end == v.c_str() || *end != '\0' || x < lo || x > hi) return false;
-  *out = x;
-  return true;
-}
-
-// The algorithm of an allreduce of `bytes` bytes on `size` ranks.
-Algo AllreduceAlgo(Algo chosen, uint32_t size, uint64_t bytes) {
-  if (chosen != Algo::kAuto) return chosen;
-  if (size == 2 && bytes <= kPairMaxBytes) return Algo::kPair;
-  return bytes > kRecursiveDoublingMaxBytes ? Algo::kRing : Algo::kRecursiveDoubling;
-}
-
-// The plexus-algos algorithm that runs call. Two pointers (and an enum) at
-// most in each closure, so that std::function keeps it in place rather than
-// allocating it on every post.
-kit::OpBody BodyOf(const plexus_comm& comm, const kit::Call& call) {
-  const void* send = call.sendbuf;
-  void* recv = call.recvbuf;
-  switch (call.coll) {
-    case PLEXUS_COLL_ALLREDUCE: {
-      const Algo algo = AllreduceAlgo(comm.algo, comm.queue->size(), kit::CallBytes(call));
-      return [send, recv, algo](algos::PeerTransport& t, const algos::OpSignature& s) {
-        switch (algo) {
-          case Algo::kPair:
-            return algos::PairExchangeAllreduce(t, s, send, recv);
-          case Algo::kRecursiveDoubling:
-            return algos::RecursiveDoublingAllreduce(t, s, send, recv);
-          default:
-            return algos::RingAllreduce(t, s, send, recv);
-        }
-      };
-    }
-    case PLEXUS_COLL_BROADCAST:
-      return [recv](algos::PeerTransport& t, const algos::OpSignature& s) {
-        return algos::BinomialBroadcast(t, s, recv);
-      };
-    case PLEXUS_COLL_REDUCE:
-      return [send, recv](algos::PeerTransport& t, const algos::OpSignature& s) {
-        return algos::BinomialReduce(t, s, send, recv);
-      };
-    case PLEXUS_COLL_ALLGATHER:
-      return [send, recv](algos::PeerTransport& t, const algos::OpSignature& s) {
-        return algos::RingAllgather(t, s, send, recv);
-      };
-    case PLEXUS_COLL_REDUCE_SCATTER:
-      return [send, recv](algos::PeerTransport& t, const algos::OpSignature& s) {
-        return algos::RingReduceScatter(t, s, send, recv);
-      };
-    case PLEXUS_COLL_ALLTOALL:
-      return [send, recv](algos::PeerTransport& t, const algos::OpSignature& s) {
-        return algos::PairwiseAlltoall(t, s, send, recv);
-      };
-    default:  // barrier
-      return [](algos::PeerTransport& t, const algos::OpSignature& s) {
-        return algos::DisseminationBarrier(t, s);
-      };
+// How to all-reduce `bytes` bytes on `size` ranks (PLEXUS_TCP_ALGO, or the
+// measured choice above).
+kit::AllreduceAlgo AllreduceAlgo(Algo chosen, uint32_t size, uint64_t bytes) {
+  if (chosen == Algo::kAuto) {
+    if (size == 2 && bytes <= kPairMaxBytes) return kit::AllreduceAlgo::kPairExchange;
+    chosen = bytes > kRecursiveDoublingMaxBytes ? Algo::kRing : Algo::kRecursiveDoubling;
+  }
+  switch (chosen) {
+    case Algo::kPair:
+      return kit::AllreduceAlgo::kPairExchange;  // (the ring on other than 2 ranks)
+    case Algo::kRecursiveDoubling:
+      return kit::AllreduceAlgo::kRecursiveDoubling;
+    default:
+      return kit::AllreduceAlgo::kRing;
   }
 }
 
-struct TcpBackend {
+struct TcpBackend : kit::QueuedBackend<plexus_comm> {
   static constexpr const char* kName = "tcp";
   static constexpr uint32_t kCollectives = (1u << PLEXUS_COLL_COUNT_V1) - 1;  // all of v1
   static const char* Version() { return PLEXUS_VERSION_STRING; }
-  using Requests = kit::QueuedRequests;
 
   static int32_t Init(const plexus_host_v1& host, plexus_backend_ctx** ctx_out) {
+    if (!host.oob_allgather || !host.oob_broadcast) return PLEXUS_ERR_INVALID_ARGUMENT;
     *ctx_out = new plexus_backend_ctx{host};
     return PLEXUS_OK;
   }
   static void Finalize(plexus_backend_ctx* ctx) { delete ctx; }
 
   static void Capabilities(plexus_backend_ctx&, plexus_capabilities& caps) {
-    caps.collectives = kCollectives;
-    caps.memory_types = 1u << PLEXUS_MEMORY_HOST;
-    caps.dtypes = kAllDtypes;
-    for (uint32_t op = PLEXUS_OP_SUM; op <= PLEXUS_OP_MAX_V1; ++op) {
-      caps.reduce_dtypes[op] = kAllDtypes;
-    }
-    caps.flags = PLEXUS_CAP_IN_PLACE | PLEXUS_CAP_ABORT;
-    caps.thread_level = PLEXUS_THREAD_MULTIPLE;
+    kit::SetAlgosHostCapabilities(caps, kCollectives);
   }
 
   static int32_t CommCreate(plexus_backend_ctx& ctx, const plexus_comm_config_v1& config,
                             plexus_comm** comm_out, std::string* error) {
     // Settings first: a bad one fails before any connection is made.
     int64_t spin_us = config.size <= std::thread::hardware_concurrency() ? kDefaultSpinUs : 0;
-    if (const std::string v = algos::CommSetting(ctx.host, config, "PLEXUS_TCP_SPIN_US");
-        !v.empty() && !ParseSetting(v, 0, 1000000, &spin_us)) {
-      *error = "tcp: PLEXUS_TCP_SPIN_US='" + v + "' is not a number of microseconds (0-1000000)";
-      return PLEXUS_ERR_INVALID_ARGUMENT;
-    }
     // PLEXUS_TCP_PIPELINE_DEPTH: ring segments in flight (default: 2 on one
     // host, 16 when a peer is on another; socket_transport.cpp says why).
     int64_t depth = 0;
-    if (const std::string v = algos::CommSetting(ctx.host, config, "PLEXUS_TCP_PIPELINE_DEPTH");
-        !v.empty() && !ParseSetting(v, 1, 16, &depth)) {
-      *error = "tcp: PLEXUS_TCP_PIPELINE_DEPTH='" + v + "' is not a number of segments (1-16)";
+    std::string why;
+    if (!kit::IntSetting(ctx.host, config, "PLEXUS_TCP_SPIN_US", 0, 1000000, "microseconds",
+                         &spin_us, &why) ||
+        !kit::IntSetting(ctx.host, config, "PLEXUS_TCP_PIPELINE_DEPTH", 1, 16, "segments", &depth,
+                         &why)) {
+      *error = "tcp: " + why;
       return PLEXUS_ERR_INVALID_ARGUMENT;
     }
     Algo algo = Algo::kAuto;
@@ -187,37 +131,15 @@ struct TcpBackend {
     comm->algo = algo;
     comm->transport = std::make_unique<SocketTransport>(
         config.rank, config.size, std::move(fds), config.timeout_ms, spin_us, uint32_t(depth));
-    kit::OpQueueOptions o;
-    o.backend = kName;
-    o.rank = config.rank;
-    o.size = config.size;
-    o.timeout_ms = config.timeout_ms;
-    o.name = config.name;
-    o.inline_max_bytes = 64 << 10;
-    comm->queue = std::make_unique<kit::OpQueue>(ctx.host, *comm->transport, std::move(o));
+    comm->queue = std::make_unique<kit::OpQueue>(ctx.host, *comm->transport,
+                                                 kit::OpQueueOptions::For(kName, config, 64 << 10));
     *comm_out = comm.release();
     return PLEXUS_OK;
   }
 
-  static void CommDestroy(plexus_comm* comm) { delete comm; }
-  static void CommAbort(plexus_comm& comm) { comm.queue->Abort(); }
-  static kit::ErrorSlot& Errors(plexus_comm& comm) { return comm.queue->errors(); }
-  static kit::CommShape Shape(const plexus_comm& comm) {
-    return {comm.queue->rank(), comm.queue->size()};
-  }
-  static uint32_t MemoryTypes(const plexus_comm&) { return kit::kHostMemoryOnly; }
-
   static int32_t Post(plexus_comm& comm, const kit::Call& call, plexus_request** req_out) {
-    if (call.coll == PLEXUS_COLL_SEND || call.coll == PLEXUS_COLL_RECV) {
-      const bool is_send = call.coll == PLEXUS_COLL_SEND;
-      void* buf = is_send ? const_cast<void*>(call.sendbuf) : call.recvbuf;
-      return comm.queue->PostMessage(is_send, call.root, buf, call.count, call.dtype, req_out);
-    }
-    const algos::OpSignature sig{0, call.coll, call.dtype, call.op, call.count, call.root};
-    // count 0 completes in its place without the peers (the ABI allows it);
-    // a barrier always has count 0 and must synchronise.
-    const bool empty = call.count == 0 && call.coll != PLEXUS_COLL_BARRIER;
-    return comm.queue->Post(sig, empty ? kit::OpBody() : BodyOf(comm, call), req_out);
+    const auto algo = AllreduceAlgo(comm.algo, comm.queue->size(), kit::CallBytes(call));
+    return kit::PostAlgos(*comm.queue, call, algo, req_out);
   }
 };
 

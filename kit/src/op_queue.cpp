@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <list>
 #include <new>
@@ -317,6 +318,7 @@ int32_t QueuedRequests::Test(plexus_request& req) {
 
 int32_t QueuedRequests::Wait(plexus_request& req, int64_t timeout_ms) {
   if (timeout_ms < 0) timeout_ms = req.default_timeout_ms;
+  timeout_ms = std::min<int64_t>(timeout_ms, int64_t(1) << 40);  // no overflow in wait_for
   std::unique_lock<std::mutex> lock(req.mutex);
   // An operation run on this thread cannot be left when the wait's own time
   // is up, so only a wait as long as the operation's deadline runs it here.

@@ -39,6 +39,7 @@
 #include "plexus/algos/status.hpp"
 #include "plexus/algos/transport.hpp"
 #include "plexus/backend.h"
+#include "plexus/kit/call.hpp"
 #include "plexus/kit/errors.hpp"
 #include "plexus/kit/queue_transport.hpp"
 
@@ -73,6 +74,19 @@ struct OpQueueOptions {
   // a waiting caller's thread; larger ones stay on the worker, whose malloc
   // arena keeps the algorithms' scratch pages from one operation to the next.
   uint64_t inline_max_bytes = 64 << 10;
+
+  // The options of a communicator made by comm_create with config.
+  static OpQueueOptions For(const char* backend, const plexus_comm_config_v1& config,
+                            uint64_t inline_max_bytes) {
+    OpQueueOptions o;
+    o.backend = backend;
+    o.rank = config.rank;
+    o.size = config.size;
+    o.timeout_ms = config.timeout_ms;
+    o.name = config.name ? config.name : "";
+    o.inline_max_bytes = inline_max_bytes;
+    return o;
+  }
 };
 
 class OpQueue {
@@ -152,6 +166,19 @@ struct QueuedRequests {
   static int32_t Wait(plexus_request& req, int64_t timeout_ms);
   static int32_t Free(plexus_request* req);
   static size_t Error(plexus_request& req, char* buf, size_t len);
+};
+
+// The members of a MakeTable class B that are the same for every backend
+// whose plexus_comm (Comm) holds its OpQueue in `queue` (a unique_ptr,
+// declared after the transport it drives): derive B from QueuedBackend<Comm>.
+template <class Comm>
+struct QueuedBackend {
+  using Requests = QueuedRequests;
+  static void CommDestroy(Comm* comm) { delete comm; }
+  static void CommAbort(Comm& comm) { comm.queue->Abort(); }
+  static ErrorSlot& Errors(Comm& comm) { return comm.queue->errors(); }
+  static CommShape Shape(const Comm& comm) { return {comm.queue->rank(), comm.queue->size()}; }
+  static uint32_t MemoryTypes(const Comm&) { return 1u << PLEXUS_MEMORY_HOST; }
 };
 
 }  // namespace plexus::kit

@@ -9,7 +9,9 @@
 //     static constexpr uint32_t kCollectives = ...; // bits (1u << PLEXUS_COLL_*) with a slot
 //
 //     // Backend and communicators. May throw (the kit catches), must not
-//     // leave anything allocated when they fail.
+//     // leave anything allocated when they fail. Init gets a host table the
+//     // kit has checked for NULL and size; what else it needs (the
+//     // out-of-band functions, say) it checks itself.
 //     static int32_t Init(const plexus_host_v1& host, plexus_backend_ctx** ctx_out);
 //     static void Finalize(plexus_backend_ctx* ctx);
 //     static void Capabilities(plexus_backend_ctx& ctx, plexus_capabilities& caps);
@@ -54,8 +56,7 @@ namespace plexus::kit {
 template <class B>
 struct Glue {
   static int32_t Init(const plexus_host_v1* host, plexus_backend_ctx** ctx_out) {
-    if (!host || !ctx_out || host->struct_size < sizeof(plexus_host_v1) || !host->oob_allgather ||
-        !host->oob_broadcast) {
+    if (!host || !ctx_out || host->struct_size < sizeof(plexus_host_v1)) {
       return PLEXUS_ERR_INVALID_ARGUMENT;
     }
     *ctx_out = nullptr;
