@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "plexus/algos/describe.hpp"
 #include "plexus/algos/dtype.hpp"
 #include "ucx_tag.hpp"
 
@@ -58,17 +59,8 @@ bool IsCollective(const algos::OpSignature& s) {
 
 }  // namespace
 
-std::string DescribeOp(const algos::OpSignature& s) {
-  if (s.coll == kHelloColl) return "the hello of comm_create";
-  std::string d = std::string(algos::CollectiveName(s.coll)) + "(seq " + std::to_string(s.seq) +
-                  ", count " + std::to_string(s.count);
-  if (s.dtype) d += std::string(", ") + algos::DtypeName(s.dtype);
-  if (s.op) d += std::string(", ") + algos::ReduceOpName(s.op);
-  if (s.coll == PLEXUS_COLL_BROADCAST || s.coll == PLEXUS_COLL_REDUCE) {
-    d += ", root " + std::to_string(s.root);
-  }
-  if (s.coll == PLEXUS_COLL_SEND) d += ", from rank " + std::to_string(s.root);
-  return d + ")";
+std::string DescribeOperation(const algos::OpSignature& s) {
+  return s.coll == kHelloColl ? "the hello of comm_create" : algos::DescribeOp(s);
 }
 
 UcxTransport::UcxTransport(const plexus_host_v1& host, ucp_context_h context,
@@ -243,7 +235,7 @@ algos::Status UcxTransport::Post(Transfer* t) {
                          ? PostSend(t->peer, t->data, t->bytes, t->tag, &t->request)
                          : PostRecv(t->data, t->bytes, t->tag, kMaskAll, &t->request, &t->info);
   if (!st.ok()) {
-    st.message += " in " + DescribeOp(s);
+    st.message += " in " + DescribeOperation(s);
     return st;
   }
   if (!t->request) {
@@ -258,7 +250,7 @@ algos::Status UcxTransport::Post(Transfer* t) {
 algos::Status UcxTransport::CheckTransfer(const Transfer& t, ucs_status_t status) const {
   if (status == UCS_OK && (t.is_send || t.info.length == t.bytes)) return {};
   // Only a failure pays for its description (every transfer passes here).
-  const std::string op = DescribeOp(t.sig);
+  const std::string op = DescribeOperation(t.sig);
   if (status == UCS_ERR_MESSAGE_TRUNCATED) {
     // UCX wrote nothing past the buffer (tests/ucx/truncation_check.cpp).
     return {PLEXUS_ERR_REMOTE, "message size mismatch in " + op + ": " + Rank(t.peer) +
@@ -294,8 +286,8 @@ algos::Status UcxTransport::Reap(bool* moved) {
     if (s == UCS_INPROGRESS) {
       // A peer whose endpoint failed will never send what we wait for.
       if (first.ok() && slots_[t->peer].status != UCS_OK) {
-        first = {PLEXUS_ERR_REMOTE,
-                 PeerError(t->peer) + " during " + DescribeOp(t->sig) + ", seen by " + Rank(rank_)};
+        first = {PLEXUS_ERR_REMOTE, PeerError(t->peer) + " during " + DescribeOperation(t->sig) +
+                                        ", seen by " + Rank(rank_)};
       }
       ++i;
       continue;
@@ -390,8 +382,8 @@ algos::Status UcxTransport::DescribeReport(uint32_t peer, const Report& r) const
       (r.sig.coll != current_->coll || r.sig.dtype != current_->dtype || r.sig.op != current_->op ||
        r.sig.count != current_->count || r.sig.root != current_->root)) {
     return {PLEXUS_ERR_REMOTE, "collective mismatch: " + Rank(peer) + " posted " +
-                                   DescribeOp(r.sig) + " where " + Rank(rank_) + " posted " +
-                                   DescribeOp(*current_)};
+                                   DescribeOperation(r.sig) + " where " + Rank(rank_) + " posted " +
+                                   DescribeOperation(*current_)};
   }
   return {PLEXUS_ERR_REMOTE, Rank(peer) + " failed: " + r.reason};
 }
@@ -419,7 +411,7 @@ algos::Status UcxTransport::ProbeMismatch() {
              " elements as message " + std::to_string(t->sig.seq);
     }
     return {PLEXUS_ERR_REMOTE, "mismatch: " + Rank(t->peer) + " posted " + what + " where " +
-                                   Rank(rank_) + " posted " + DescribeOp(t->sig)};
+                                   Rank(rank_) + " posted " + DescribeOperation(t->sig)};
   }
   return {};
 }
@@ -606,13 +598,13 @@ algos::Status UcxTransport::Exchange(const algos::OpSignature& sig,
       return {PLEXUS_ERR_INTERNAL,
               "algorithm received from invalid peer " + std::to_string(r.peer)};
     }
-    batch[i++] = {false, r.peer, sig, static_cast<uint8_t*>(r.data), r.bytes};
+    batch[i++] = Transfer(false, r.peer, sig, r.data, r.bytes);
   }
   for (const auto& s : sends) {
     if (s.peer >= size_ || s.peer == rank_) {
       return {PLEXUS_ERR_INTERNAL, "algorithm sent to invalid peer " + std::to_string(s.peer)};
     }
-    batch[i++] = {true, s.peer, sig, static_cast<uint8_t*>(const_cast<void*>(s.data)), s.bytes};
+    batch[i++] = Transfer(true, s.peer, sig, const_cast<void*>(s.data), s.bytes);
   }
   current_ = &sig;
   restart_clock_ = true;  // Drive starts the no-progress clock if it has to wait
@@ -630,7 +622,7 @@ algos::Status UcxTransport::Exchange(const algos::OpSignature& sig,
   while (st.ok() && !all_done()) st = Drive(all_done);
   if (!st.ok()) {
     if (st.code == PLEXUS_ERR_TIMEOUT || st.code == PLEXUS_ERR_ABORTED) {
-      st.message += " in " + DescribeOp(sig);
+      st.message += " in " + DescribeOperation(sig);
     }
     Cancel();
   }

@@ -9,7 +9,7 @@
 //
 // Threads: after Connect() (which runs on the thread inside comm_create)
 // only the thread running the communicator's current operation (its worker
-// thread or a caller running it inline, handed over under UcxComm's mutex)
+// thread or a caller running it inline, handed over under the OpQueue's mutex)
 // calls into this object, except Wake() and Abort(), which only write an
 // eventfd and atomics. So the ucp_worker runs in UCS_THREAD_MODE_SERIALIZED:
 // one thread at a time.
@@ -45,26 +45,30 @@
 
 #include "plexus/algos/transport.hpp"
 #include "plexus/backend.h"
+#include "plexus/kit/queue_transport.hpp"
 #include "ucx_local_peer.hpp"
 
 namespace plexus::ucx {
 
 using Clock = std::chrono::steady_clock;
 
-// One message to send or receive. Owned by whoever posted it; it must stay
-// alive until it is complete or Cancel() has returned.
-struct Transfer {
-  bool is_send = false;
-  uint32_t peer = 0;
-  algos::OpSignature sig;  // the operation it belongs to
-  uint8_t* data = nullptr;
-  size_t bytes = 0;
+// One message to send or receive (sig: the operation it belongs to). Owned
+// by whoever posted it; it must stay alive until it is complete or Cancel()
+// has returned.
+struct Transfer : kit::Message {
+  Transfer() = default;
+  Transfer(bool send, uint32_t to_or_from, const algos::OpSignature& s, void* buf, size_t n) {
+    is_send = send;
+    peer = to_or_from;
+    sig = s;
+    data = static_cast<uint8_t*>(buf);
+    bytes = n;
+  }
   // Kept by the transport.
   uint64_t tag = 0;
   uint64_t probe_mask = 0;  // tag bits that say "same operation, same source"
   void* request = nullptr;  // the UCX request while in flight
   ucp_tag_recv_info_t info{};
-  bool complete = false;
 };
 
 // PLEXUS_UCX_ERR_MODE: which endpoints ask UCX to report a peer's failure.
@@ -76,10 +80,11 @@ enum class ErrMode { kAuto, kPeer, kNone };
 // The collective code of comm_create's hellos, in messages and DescribeOp.
 constexpr plexus_collective_t kHelloColl = 0xff;
 
-// "allreduce(seq 3, count 10, float32, sum)", for error messages.
-std::string DescribeOp(const algos::OpSignature& sig);
+// algos::DescribeOp, and comm_create's hellos: "allreduce(seq 3, count 10,
+// float32, sum)", "the hello of comm_create", for error messages.
+std::string DescribeOperation(const algos::OpSignature& sig);
 
-class UcxTransport final : public algos::PeerTransport {
+class UcxTransport final : public kit::QueueTransport {
  public:
   // Does not take ownership of host, context or no_peer_errors, which
   // outlive it. *no_peer_errors: the context has been found to have no
@@ -103,27 +108,31 @@ class UcxTransport final : public algos::PeerTransport {
   algos::Status Exchange(const algos::OpSignature& sig, std::span<const algos::SendSpec> sends,
                          std::span<const algos::RecvSpec> recvs) override;
 
-  // Starts t (send or receive of a send/recv operation). An error posts nothing.
-  algos::Status Post(Transfer* t);
+  // kit::QueueTransport (queue_transport.hpp says what each does):
+  std::unique_ptr<kit::Message> NewMessage() override { return std::make_unique<Transfer>(); }
+  // Starts a send or receive of a send/recv operation. An error posts nothing.
+  algos::Status PostMessage(kit::Message* m) override {
+    return Post(static_cast<Transfer*>(m));  // made by NewMessage
+  }
   // Progresses the worker until done() is true or Wake() was called (both
   // OK), or fails: TIMEOUT after timeout_ms without a transfer completing,
   // REMOTE when a peer failed or disagrees, ABORTED after Abort(). After a
   // failure call Cancel() before the transfers' owners go away.
-  algos::Status Drive(const std::function<bool()>& done);
+  algos::Status Drive(const std::function<bool()>& done) override;
   // Restarts the no-progress clock (a send/recv batch begins).
-  void StartClock() {
+  void StartClock() override {
     last_progress_ = Clock::now();
     restart_clock_ = false;
   }
   // Cancels every transfer still in flight and waits (bounded) until UCX has
   // let go of their buffers. Idempotent.
-  void Cancel();
+  void Cancel() override;
 
-  void Wake();   // any thread: a running Drive() returns so its caller can post more
-  void Abort();  // any thread: a running or later Drive() returns ABORTED; idempotent
+  void Wake() override;   // any thread: a running Drive() returns so its caller can post more
+  void Abort() override;  // any thread: a running or later Drive() returns ABORTED; idempotent
   // Tells every reachable peer, once and best effort (bounded), that this
   // rank failed in sig and why. Not after an abort: abort is local.
-  void Fail(const algos::OpSignature& sig, const algos::Status& why);
+  void Fail(const algos::OpSignature& sig, const algos::Status& why) override;
 
   // The transports UCX picked to reach the peers ("posix/memory cma/memory"),
   // known after Connect.
@@ -143,6 +152,7 @@ class UcxTransport final : public algos::PeerTransport {
     std::string reason;
   };
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  algos::Status Post(Transfer* t);
 
   algos::Status PostSend(uint32_t peer, const void* data, size_t bytes, uint64_t tag,
                          void** request);
