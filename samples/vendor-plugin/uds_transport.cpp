@@ -34,19 +34,6 @@ std::string Rank(uint32_t r) {
 
 }  // namespace
 
-std::string DescribeOp(const OpSignature& s) {
-  namespace algos = plexus::algos;
-  std::string d = std::string(algos::CollectiveName(s.coll)) + "(seq " + std::to_string(s.seq) +
-                  ", count " + std::to_string(s.count);
-  if (s.dtype) d += std::string(", ") + algos::DtypeName(s.dtype);
-  if (s.op) d += std::string(", ") + algos::ReduceOpName(s.op);
-  if (s.coll == PLEXUS_COLL_BROADCAST || s.coll == PLEXUS_COLL_REDUCE) {
-    d += ", root " + std::to_string(s.root);
-  }
-  if (s.coll == PLEXUS_COLL_SEND) d += ", from rank " + std::to_string(s.root);
-  return d + ")";
-}
-
 UdsTransport::UdsTransport(uint32_t rank, std::vector<int> fds, int64_t timeout_ms)
     : rank_(rank),
       fds_(std::move(fds)),
@@ -77,9 +64,10 @@ void UdsTransport::Abort() {
   (void)!write(abort_fd_, &one, sizeof one);
 }
 
-void UdsTransport::Fail(const std::string& reason) {
+void UdsTransport::Fail(const OpSignature& sig, const Status& why) {
+  (void)sig;  // the reason names the operation
   DropQueued();
-  const std::string text = reason.substr(0, kMaxFailText);
+  const std::string text = why.message.substr(0, kMaxFailText);
   FrameHeader h{kMagic, kFail, 0, 0, 0, 0, 0, 0, text.size()};
   for (uint32_t p = 0; p < fds_.size(); ++p) {
     if (fds_[p] < 0) continue;
@@ -265,10 +253,10 @@ Status UdsTransport::Exchange(const OpSignature& sig,
   std::vector<Transfer> batch;
   batch.reserve(sends.size() + recvs.size());
   for (const auto& s : sends) {
-    batch.push_back({true, s.peer, sig, static_cast<uint8_t*>(const_cast<void*>(s.data)), s.bytes});
+    batch.emplace_back(true, s.peer, sig, s.data, s.bytes);
   }
   for (const auto& r : recvs) {
-    batch.push_back({false, r.peer, sig, static_cast<uint8_t*>(r.data), r.bytes});
+    batch.emplace_back(false, r.peer, sig, r.data, r.bytes);
   }
   for (Transfer& t : batch) Post(&t);
   auto all_done = [&] {

@@ -23,11 +23,14 @@
 #include <atomic>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "plexus/algos/describe.hpp"
 #include "plexus/algos/transport.hpp"
 #include "plexus/backend.h"
+#include "plexus/kit/queue_transport.hpp"
 
 namespace uds {
 
@@ -43,23 +46,26 @@ struct FrameHeader {
   uint64_t bytes;  // payload bytes that follow
 };
 
-// One frame to send or receive. Owned by whoever posted it; it must stay
-// alive until it is complete or Drive() has failed.
-struct Transfer {
-  bool is_send = false;
-  uint32_t peer = 0;
-  OpSignature sig;  // what the frame says (send) or must say (receive)
-  uint8_t* data = nullptr;
-  size_t bytes = 0;
+// One frame to send or receive (sig: what the frame says, or must say).
+// Owned by whoever posted it; it must stay alive until it is complete or
+// Drive() has failed.
+struct Transfer : plexus::kit::Message {
+  Transfer() = default;
+  Transfer(bool send, uint32_t to_or_from, const OpSignature& s, const void* buf, size_t n) {
+    is_send = send;
+    peer = to_or_from;
+    sig = s;
+    data = static_cast<uint8_t*>(const_cast<void*>(buf));
+    bytes = n;
+  }
   FrameHeader header{};  // progress, kept by the transport
   size_t header_done = 0, done = 0;
-  bool complete = false;
 };
 
 // "allreduce(seq 3, count 10, float32, sum)", for error messages.
-std::string DescribeOp(const OpSignature& sig);
+using plexus::algos::DescribeOp;
 
-class UdsTransport final : public plexus::algos::PeerTransport {
+class UdsTransport final : public plexus::kit::QueueTransport {
  public:
   // Takes ownership of fds: one non-blocking socket per peer, -1 at `rank`.
   // timeout_ms: how long Drive() may go without moving a byte.
@@ -71,20 +77,29 @@ class UdsTransport final : public plexus::algos::PeerTransport {
   Status Exchange(const OpSignature& sig, std::span<const plexus::algos::SendSpec> sends,
                   std::span<const plexus::algos::RecvSpec> recvs) override;
 
-  // Queues t behind what is already queued for its peer and direction.
-  void Post(Transfer* t);
+  // What plexus::kit::OpQueue needs for send/recv and failures
+  // (plexus/kit/queue_transport.hpp says what each must do):
+  std::unique_ptr<plexus::kit::Message> NewMessage() override {
+    return std::make_unique<Transfer>();
+  }
+  // Queues the message behind what is already queued for its peer and direction.
+  Status PostMessage(plexus::kit::Message* m) override {
+    Post(static_cast<Transfer*>(m));  // made by NewMessage
+    return {};
+  }
   // Moves bytes until done() is true or Wake() was called (both OK), or
   // fails: TIMEOUT after timeout_ms without progress, REMOTE when a peer
   // leaves or disagrees, ABORTED after Abort(). A failure empties the queues.
-  Status Drive(const std::function<bool()>& done);
-
-  void Wake();   // any thread: a running Drive() returns so its caller can post more
-  void Abort();  // any thread: a running or later Drive() returns ABORTED
+  Status Drive(const std::function<bool()>& done) override;
+  void Cancel() override { DropQueued(); }
+  void Wake() override;   // any thread: a running Drive() returns so its caller can post more
+  void Abort() override;  // any thread: a running or later Drive() returns ABORTED
   // After a failure: tells every peer why (best effort, never blocks) and
   // shuts the sockets down, so that peers fail now instead of at their timeout.
-  void Fail(const std::string& reason);
+  void Fail(const OpSignature& sig, const Status& why) override;
 
  private:
+  void Post(Transfer* t);
   Status SendSome(Transfer& t, bool* moved);
   Status RecvSome(Transfer& t, bool* moved);
   Status CheckHeader(const Transfer& t);
