@@ -701,24 +701,9 @@ void plexus_backend_ctx::DropSchedules(plexus_comm* comm) {
 // ---------------------------------------------------------------------------
 // plexus_comm
 
-void plexus_comm::SetError(const std::string& message) {
-  std::lock_guard<std::mutex> lock(error_mutex_);
-  last_error_ = message;
-}
-
-size_t plexus_comm::LastError(char* buf, size_t len) {
-  std::lock_guard<std::mutex> lock(error_mutex_);
-  if (buf && len > 0) {
-    const size_t n = std::min(len - 1, last_error_.size());
-    last_error_.copy(buf, n);
-    buf[n] = '\0';
-  }
-  return last_error_.size();
-}
-
 void plexus_comm::Break(int32_t code, const std::string& message) {
+  errors.Set(message);
   std::lock_guard<std::mutex> lock(error_mutex_);
-  last_error_ = message;
   if (broken_ == PLEXUS_OK) {
     broken_ = code;
     broken_reason_ = message;
@@ -727,15 +712,15 @@ void plexus_comm::Break(int32_t code, const std::string& message) {
 
 int32_t plexus_comm::Usable(const char* what) {
   if (aborted.load()) {
-    SetError(std::string("mpi ") + what + ": the communicator " + name + " was aborted");
+    errors.Set(std::string("mpi ") + what + ": the communicator " + name + " was aborted");
     return PLEXUS_ERR_ABORTED;
   }
   // Every post comes here: no lock unless the communicator is broken.
   if (broken_.load(std::memory_order_acquire) == PLEXUS_OK) return PLEXUS_OK;
   std::lock_guard<std::mutex> lock(error_mutex_);
   if (broken_ == PLEXUS_OK) return PLEXUS_OK;
-  last_error_ = std::string("mpi ") + what + ": the communicator " + name +
-                " is unusable after an earlier failure (" + broken_reason_ + ")";
+  errors.Set(std::string("mpi ") + what + ": the communicator " + name +
+             " is unusable after an earlier failure (" + broken_reason_ + ")");
   return broken_;
 }
 

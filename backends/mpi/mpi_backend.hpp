@@ -38,6 +38,7 @@
 #include "mpi_schedule.hpp"
 #include "mpi_types.hpp"
 #include "plexus/backend.h"
+#include "plexus/kit/errors.hpp"
 
 namespace plexus::mpi {
 
@@ -178,8 +179,8 @@ struct plexus_comm {
   std::string name;
   std::atomic<bool> aborted{false};
 
-  void SetError(const std::string& message);
-  size_t LastError(char* buf, size_t len);
+  plexus::kit::ErrorSlot errors;  // comm_last_error
+  void SetError(std::string message) { errors.Set(std::move(message)); }
   // Marks the communicator unusable (a post failed half way): later posts
   // fail with code. Records message as the last error.
   void Break(int32_t code, const std::string& message);
@@ -212,7 +213,6 @@ struct plexus_comm {
   uint64_t scratch_capacity_ = 0;
 
   std::mutex error_mutex_;
-  std::string last_error_;                  // guarded by error_mutex_
   std::atomic<int32_t> broken_{PLEXUS_OK};  // written under error_mutex_
   std::string broken_reason_;
 };

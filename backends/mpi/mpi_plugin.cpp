@@ -1,10 +1,10 @@
 // libplexus-mpi.so: the ABI v1 table of the MPI backend.
 //
-// This file is the glue between the C ABI and MPI: it checks every argument
-// (NULL pointers, unknown dtype/op codes, roots and peers out of range,
-// overlapping buffers that are not the documented in-place form) and records
-// a message naming the collective, hands valid calls to mpi_collectives.cpp,
-// and makes sure no C++ exception leaves through the ABI.
+// The C glue comes from plexus-kit (kit::MakeTable: every argument checked
+// against the ABI's rules, errors recorded naming the collective, no C++
+// exception through the ABI); this file adds the checks that are MPI's own
+// (CUDA-aware or not, what it can do on the device) and hands valid calls to
+// mpi_collectives.cpp.
 //
 // Launch. The backend runs only under an MPI launcher (mpirun, or srun and
 // the like with PMI/PMIx): init() fails cleanly, without touching MPI, when
@@ -38,6 +38,7 @@
 #include "mpi_types.hpp"
 #include "plexus/algos/dtype.hpp"
 #include "plexus/backend.h"
+#include "plexus/kit/table.hpp"
 
 namespace plexus::mpi {
 namespace {
@@ -84,101 +85,10 @@ std::string LibraryVersion() {
   return s.empty() ? "MPI" : s;
 }
 
-void WriteError(char* buf, size_t len, const std::string& message) {
-  if (!buf || len == 0) return;
-  const size_t n = std::min(len - 1, message.size());
-  message.copy(buf, n);
-  buf[n] = '\0';
-}
-
-// Runs fn, turning any escaping exception into an ABI status.
-template <typename Fn>
-int32_t Guarded(plexus_comm* comm, const char* what, Fn&& fn) {
-  try {
-    return fn();
-  } catch (const std::bad_alloc&) {
-    if (comm) comm->SetError(std::string("mpi ") + what + ": out of memory");
-    return PLEXUS_ERR_SYSTEM;
-  } catch (const std::exception& e) {
-    if (comm) comm->SetError(std::string("mpi ") + what + ": internal error: " + e.what());
-    return PLEXUS_ERR_INTERNAL;
-  } catch (...) {
-    return PLEXUS_ERR_INTERNAL;
-  }
-}
-
-int32_t Reject(plexus_comm* comm, int32_t code, const char* what, const std::string& message) {
-  comm->SetError(std::string("mpi ") + what + ": " + message);
-  return code;
-}
-
-bool Overlap(const void* a, uint64_t a_bytes, const void* b, uint64_t b_bytes) {
-  if (!a || !b || a_bytes == 0 || b_bytes == 0) return false;
-  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return x < y + b_bytes && y < x + a_bytes;
-}
-
-struct Op {
-  bool reduces = false;
-  plexus_reduce_op_t op = 0;
-};
-
-// Checks what every data-carrying collective shares: the communicator, req_out,
-// dtype (and op), placement, and that blocks * count elements fit in memory.
-int32_t CheckCommon(plexus_comm* comm, const char* what, plexus_request** req_out, uint64_t count,
-                    uint64_t blocks, plexus_dtype_t dtype, Op op,
-                    const plexus_placement* placement) {
-  if (!req_out) return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, what, "req_out is NULL");
-  *req_out = nullptr;
-  if (const int32_t rc = comm->Usable(what); rc != PLEXUS_OK) return rc;
-  const size_t es = algos::DtypeSize(dtype);
-  if (es == 0) {
-    return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, what,
-                  "unknown dtype code " + std::to_string(dtype));
-  }
-  if (op.reduces && !algos::CanReduce(dtype, op.op)) {
-    return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, what,
-                  "unknown reduce op code " + std::to_string(op.op));
-  }
-  const uint32_t memory = placement ? placement->memory_type : PLEXUS_MEMORY_HOST;
-  if (memory == PLEXUS_MEMORY_CUDA) {
-    if (!comm->ctx->cuda_aware.load()) {
-      return Reject(comm, PLEXUS_ERR_UNSUPPORTED, what,
-                    "CUDA memory needs a CUDA-aware MPI, and " + comm->ctx->library_version +
-                        " is not (host memory only)");
-    }
-    // The backend itself touches the data for these, on the host.
-    if (op.reduces && (IsHalf(dtype) || op.op == PLEXUS_OP_AVG)) {
-      return Reject(comm, PLEXUS_ERR_UNSUPPORTED, what,
-                    std::string("float16/bfloat16 and avg reductions run on the host; ") +
-                        algos::DtypeName(dtype) + " " + algos::ReduceOpName(op.op) +
-                        " is not supported on CUDA memory");
-    }
-  } else if (memory != PLEXUS_MEMORY_HOST) {
-    return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, what,
-                  "unknown memory type " + std::to_string(memory));
-  }
-  if (count > (uint64_t(1) << 62) / es / blocks) {
-    return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, what,
-                  "count " + std::to_string(count) + " is too large");
-  }
-  return PLEXUS_OK;
-}
-
-int32_t CheckRank(plexus_comm* comm, const char* what, const char* role, uint32_t rank) {
-  if (rank < comm->size) return PLEXUS_OK;
-  return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, what,
-                std::string(role) + " " + std::to_string(rank) + " is not a rank (size " +
-                    std::to_string(comm->size) + ")");
-}
-
 // ---------------------------------------------------------------------------
 // Backend and communicator lifetime
 
 int32_t Init(const plexus_host_v1* host, plexus_backend_ctx** ctx_out) {
-  if (!ctx_out) return PLEXUS_ERR_INVALID_ARGUMENT;
-  *ctx_out = nullptr;
-  if (!host || host->struct_size < sizeof(plexus_host_v1)) return PLEXUS_ERR_INVALID_ARGUMENT;
   try {
     const bool explicit_choice = !Config(*host, "PLEXUS_BACKEND").empty();
     uint64_t max_count = INT_MAX;
@@ -281,13 +191,7 @@ void Finalize(plexus_backend_ctx* ctx) {
   delete ctx;
 }
 
-int32_t GetCapabilities(plexus_backend_ctx* ctx, plexus_capabilities* caps) {
-  if (!ctx || !caps || caps->struct_size < sizeof(plexus_capabilities)) {
-    return PLEXUS_ERR_INVALID_ARGUMENT;
-  }
-  const uint32_t size = caps->struct_size;
-  std::memset(caps, 0, sizeof *caps);
-  caps->struct_size = size;
+void Capabilities(plexus_backend_ctx* ctx, plexus_capabilities* caps) {
   caps->collectives = kAllCollectives;
   // Before MPI is initialised (automatic selection), predict from the build.
   const bool ready = ctx->mpi_ready.load();
@@ -301,25 +205,18 @@ int32_t GetCapabilities(plexus_backend_ctx* ctx, plexus_capabilities* caps) {
                            ? PLEXUS_THREAD_MULTIPLE
                            : PLEXUS_THREAD_SERIALIZED;
   caps->max_outstanding = 0;
-  return PLEXUS_OK;
 }
 
+// The kit has checked config; *error is what comm_create reports on failure.
 int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
-                   plexus_comm** comm_out, char* error_buf, size_t error_len) {
-  try {
-    if (!ctx || !config || !comm_out ||
-        config->struct_size < offsetof(plexus_comm_config_v1, oob) + sizeof(void*) ||
-        config->size == 0 || config->rank >= config->size || config->timeout_ms <= 0) {
-      WriteError(error_buf, error_len, "mpi comm_create: invalid configuration");
-      return PLEXUS_ERR_INVALID_ARGUMENT;
-    }
-    *comm_out = nullptr;
+                   plexus_comm** comm_out, std::string* error_out) {
+  {
     const std::string name = config->name ? config->name : "";
     std::lock_guard<std::mutex> lock(ctx->state_mutex);
     std::string error;
     int32_t rc = ctx->EnsureMpi(&error);
     if (rc != PLEXUS_OK) {
-      WriteError(error_buf, error_len, "mpi comm_create " + name + ": " + error);
+      *error_out = "mpi comm_create " + name + ": " + error;
       return rc;
     }
     int world_rank = -1, world_size = -1;
@@ -329,14 +226,13 @@ int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
       MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     }
     if (world_rank != int64_t(config->rank) || world_size != int64_t(config->size)) {
-      WriteError(error_buf, error_len,
-                 "mpi comm_create " + name + ": Plexus discovered rank " +
-                     std::to_string(config->rank) + " of " + std::to_string(config->size) +
-                     " from the launch environment, but MPI_COMM_WORLD has this process as "
-                     "rank " +
-                     std::to_string(world_rank) + " of " + std::to_string(world_size) +
-                     "; with the mpi backend launch every rank with one mpirun and do not "
-                     "override PLEXUS_RANK/PLEXUS_WORLD_SIZE (or RANK/WORLD_SIZE)");
+      *error_out = "mpi comm_create " + name + ": Plexus discovered rank " +
+                   std::to_string(config->rank) + " of " + std::to_string(config->size) +
+                   " from the launch environment, but MPI_COMM_WORLD has this process as "
+                   "rank " +
+                   std::to_string(world_rank) + " of " + std::to_string(world_size) +
+                   "; with the mpi backend launch every rank with one mpirun and do not "
+                   "override PLEXUS_RANK/PLEXUS_WORLD_SIZE (or RANK/WORLD_SIZE)";
       return PLEXUS_ERR_INVALID_USAGE;
     }
     ctx->ReapAbandoned();
@@ -363,18 +259,16 @@ int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
         Abandoned a;
         a.requests.push_back(req);
         ctx->Abandon(std::move(a));
-        WriteError(error_buf, error_len,
-                   "mpi comm_create " + name + ": MPI_Comm_idup(MPI_COMM_WORLD) did not " +
-                       "complete within " + std::to_string(config->timeout_ms) +
-                       " ms (does every rank create the communicator?)");
+        *error_out = "mpi comm_create " + name + ": MPI_Comm_idup(MPI_COMM_WORLD) did not " +
+                     "complete within " + std::to_string(config->timeout_ms) +
+                     " ms (does every rank create the communicator?)";
         return PLEXUS_ERR_TIMEOUT;
       }
       std::this_thread::sleep_for(nap);
       nap = std::min(nap * 2, std::chrono::microseconds(1000));
     }
     if (mrc != MPI_SUCCESS) {
-      WriteError(error_buf, error_len,
-                 "mpi comm_create " + name + ": MPI_Comm_idup failed: " + MpiErrorText(mrc));
+      *error_out = "mpi comm_create " + name + ": MPI_Comm_idup failed: " + MpiErrorText(mrc);
       return StatusOfMpiError(mrc) == PLEXUS_OK ? PLEXUS_ERR_SYSTEM : StatusOfMpiError(mrc);
     }
     {
@@ -398,12 +292,6 @@ int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
     }
     *comm_out = comm;
     return PLEXUS_OK;
-  } catch (const std::exception& e) {
-    WriteError(error_buf, error_len, std::string("mpi comm_create: ") + e.what());
-    return PLEXUS_ERR_INTERNAL;
-  } catch (...) {
-    WriteError(error_buf, error_len, "mpi comm_create: unknown exception");
-    return PLEXUS_ERR_INTERNAL;
   }
 }
 
@@ -434,43 +322,45 @@ void CommDestroy(plexus_comm* comm) {
   delete comm;
 }
 
-int32_t CommAbort(plexus_comm* comm) {
-  if (!comm) return PLEXUS_ERR_INVALID_ARGUMENT;
-  try {
-    if (!comm->aborted.exchange(true)) {
-      comm->SetError("mpi: the communicator " + comm->name + " was aborted");
-    }
-    return PLEXUS_OK;
-  } catch (...) {
-    return PLEXUS_ERR_INTERNAL;
+// The checks that are MPI's own, after the kit's (kit::CheckCall): the
+// communicator still usable, CUDA memory only with a CUDA-aware MPI and
+// only for what MPI does on the device.
+int32_t CheckMpiCall(plexus_comm& comm, const kit::Call& call) {
+  const char* what = algos::CollectiveName(call.coll);
+  if (const int32_t rc = comm.Usable(what); rc != PLEXUS_OK) return rc;
+  if (!call.placement || call.placement->memory_type != PLEXUS_MEMORY_CUDA) return PLEXUS_OK;
+  auto reject = [&](int32_t code, const std::string& why) {
+    comm.SetError(std::string("mpi ") + what + ": " + why);
+    return code;
+  };
+  if (!comm.ctx->cuda_aware.load()) {
+    return reject(PLEXUS_ERR_UNSUPPORTED, "CUDA memory needs a CUDA-aware MPI, and " +
+                                              comm.ctx->library_version +
+                                              " is not (host memory only)");
   }
-}
-
-size_t CommLastError(plexus_comm* comm, char* buf, size_t len) {
-  if (!comm) {
-    if (buf && len) buf[0] = '\0';
-    return 0;
+  const bool reduces = call.coll == PLEXUS_COLL_ALLREDUCE || call.coll == PLEXUS_COLL_REDUCE ||
+                       call.coll == PLEXUS_COLL_REDUCE_SCATTER;
+  // The backend itself touches the data for these, on the host.
+  if (reduces && (IsHalf(call.dtype) || call.op == PLEXUS_OP_AVG)) {
+    return reject(PLEXUS_ERR_UNSUPPORTED,
+                  std::string("float16/bfloat16 and avg reductions run on the host; ") +
+                      algos::DtypeName(call.dtype) + " " + algos::ReduceOpName(call.op) +
+                      " is not supported on CUDA memory");
   }
-  try {
-    return comm->LastError(buf, len);
-  } catch (...) {
-    return 0;
+  const uint64_t block = kit::CallBytes(call);
+  if (call.coll == PLEXUS_COLL_REDUCE_SCATTER && call.count > 0 &&
+      call.recvbuf == static_cast<const uint8_t*>(call.sendbuf) + comm.rank * block &&
+      call.count <= comm.ctx->max_count) {
+    return reject(PLEXUS_ERR_UNSUPPORTED,
+                  "in place on CUDA memory is not supported (it goes through a host buffer)");
   }
+  return PLEXUS_OK;
 }
 
-int32_t Test(plexus_request* req) {
-  if (!req) return PLEXUS_ERR_INVALID_ARGUMENT;
-  return Guarded(req->comm, "test", [&] { return Progress(req); });
-}
-
-int32_t Wait(plexus_request* req, int64_t timeout_ms) {
-  if (!req) return PLEXUS_ERR_INVALID_ARGUMENT;
-  return Guarded(req->comm, "wait", [&] { return WaitFor(req, timeout_ms); });
-}
-
-int32_t RequestFree(plexus_request* req) {
-  if (!req) return PLEXUS_OK;
-  try {
+struct MpiRequests {
+  static int32_t Test(plexus_request& req) { return Progress(&req); }
+  static int32_t Wait(plexus_request& req, int64_t timeout_ms) { return WaitFor(&req, timeout_ms); }
+  static int32_t Free(plexus_request* req) {
     {
       std::lock_guard<std::mutex> lock(req->mutex);
       if (req->status == PLEXUS_IN_PROGRESS) return PLEXUS_ERR_INVALID_USAGE;
@@ -478,225 +368,80 @@ int32_t RequestFree(plexus_request* req) {
     if (req->coll == PLEXUS_COLL_RECV) Unqueue(req);  // failed before all its messages came
     delete req;
     return PLEXUS_OK;
-  } catch (...) {
-    return PLEXUS_ERR_INTERNAL;
   }
-}
+  static size_t Error(plexus_request&, char* buf, size_t len) {
+    kit::CopyOut("", buf, len);  // the communicator's last error says it
+    return 0;
+  }
+};
 
-// ---------------------------------------------------------------------------
-// Collectives: check, then post
+struct MpiBackend {
+  static constexpr const char* kName = "mpi";
+  static constexpr uint32_t kCollectives = kAllCollectives;
+  using Requests = MpiRequests;
 
-int32_t Allreduce(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
-                  plexus_dtype_t dtype, plexus_reduce_op_t op, const plexus_placement* placement,
-                  plexus_request** req_out) {
-  if (!comm) return PLEXUS_ERR_INVALID_ARGUMENT;
-  constexpr const char* kWhat = "allreduce";
-  return Guarded(comm, kWhat, [&] {
-    int32_t rc = CheckCommon(comm, kWhat, req_out, count, 1, dtype, {true, op}, placement);
-    if (rc != PLEXUS_OK) return rc;
-    const uint64_t bytes = count * algos::DtypeSize(dtype);
-    if (count > 0 && (!sendbuf || !recvbuf)) {
-      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, kWhat, "NULL buffer");
+  // "0.1.0 (Open MPI v4.1.4)": built on first use (thread-safe); the version
+  // names the MPI library actually loaded, which MPI_Get_library_version may
+  // tell before MPI_Init.
+  static const char* Version() {
+    static const std::string version =
+        std::string(PLEXUS_VERSION_STRING) + " (" + LibraryVersion() + ")";
+    return version.c_str();
+  }
+  static int32_t Init(const plexus_host_v1& host, plexus_backend_ctx** ctx_out) {
+    return mpi::Init(&host, ctx_out);
+  }
+  static void Finalize(plexus_backend_ctx* ctx) { mpi::Finalize(ctx); }
+  static void Capabilities(plexus_backend_ctx& ctx, plexus_capabilities& caps) {
+    mpi::Capabilities(&ctx, &caps);
+  }
+  static int32_t CommCreate(plexus_backend_ctx& ctx, const plexus_comm_config_v1& config,
+                            plexus_comm** comm_out, std::string* error) {
+    return mpi::CommCreate(&ctx, &config, comm_out, error);
+  }
+  static void CommDestroy(plexus_comm* comm) { mpi::CommDestroy(comm); }
+  static void CommAbort(plexus_comm& comm) {
+    if (!comm.aborted.exchange(true)) {
+      comm.SetError("mpi: the communicator " + comm.name + " was aborted");
     }
-    if (sendbuf != recvbuf && Overlap(sendbuf, bytes, recvbuf, bytes)) {
-      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, kWhat,
-                    "sendbuf and recvbuf overlap without being equal (in place is sendbuf == "
-                    "recvbuf)");
-    }
-    const bool host = !placement || placement->memory_type == PLEXUS_MEMORY_HOST;
-    return PostAllreduce(comm, sendbuf, recvbuf, count, dtype, op, host, req_out);
-  });
-}
+  }
+  static kit::ErrorSlot& Errors(plexus_comm& comm) { return comm.errors; }
+  static kit::CommShape Shape(const plexus_comm& comm) { return {comm.rank, comm.size}; }
+  // CUDA as well: CheckMpiCall says when this MPI cannot take it, and why.
+  static uint32_t MemoryTypes(const plexus_comm&) {
+    return (1u << PLEXUS_MEMORY_HOST) | (1u << PLEXUS_MEMORY_CUDA);
+  }
 
-int32_t Broadcast(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype, uint32_t root,
-                  const plexus_placement* placement, plexus_request** req_out) {
-  if (!comm) return PLEXUS_ERR_INVALID_ARGUMENT;
-  constexpr const char* kWhat = "broadcast";
-  return Guarded(comm, kWhat, [&] {
-    int32_t rc = CheckCommon(comm, kWhat, req_out, count, 1, dtype, {}, placement);
-    if (rc == PLEXUS_OK) rc = CheckRank(comm, kWhat, "root", root);
-    if (rc != PLEXUS_OK) return rc;
-    if (count > 0 && !buf) return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, kWhat, "NULL buffer");
-    return PostBroadcast(comm, buf, count, dtype, root, req_out);
-  });
-}
-
-int32_t Reduce(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
-               plexus_dtype_t dtype, plexus_reduce_op_t op, uint32_t root,
-               const plexus_placement* placement, plexus_request** req_out) {
-  if (!comm) return PLEXUS_ERR_INVALID_ARGUMENT;
-  constexpr const char* kWhat = "reduce";
-  return Guarded(comm, kWhat, [&] {
-    int32_t rc = CheckCommon(comm, kWhat, req_out, count, 1, dtype, {true, op}, placement);
-    if (rc == PLEXUS_OK) rc = CheckRank(comm, kWhat, "root", root);
-    if (rc != PLEXUS_OK) return rc;
-    const bool is_root = comm->rank == root;
-    const uint64_t bytes = count * algos::DtypeSize(dtype);
-    if (count > 0 && (!sendbuf || (is_root && !recvbuf))) {
-      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, kWhat,
-                    !sendbuf ? "NULL sendbuf" : "NULL recvbuf on the root");
+  static int32_t Post(plexus_comm& comm, const kit::Call& c, plexus_request** req_out) {
+    if (const int32_t rc = CheckMpiCall(comm, c); rc != PLEXUS_OK) return rc;
+    const bool host = !c.placement || c.placement->memory_type == PLEXUS_MEMORY_HOST;
+    switch (c.coll) {
+      case PLEXUS_COLL_ALLREDUCE:
+        return PostAllreduce(&comm, c.sendbuf, c.recvbuf, c.count, c.dtype, c.op, host, req_out);
+      case PLEXUS_COLL_BROADCAST:
+        return PostBroadcast(&comm, c.recvbuf, c.count, c.dtype, c.root, req_out);
+      case PLEXUS_COLL_REDUCE:
+        return PostReduce(&comm, c.sendbuf, c.recvbuf, c.count, c.dtype, c.op, c.root, req_out);
+      case PLEXUS_COLL_ALLGATHER:
+        return PostAllgather(&comm, c.sendbuf, c.recvbuf, c.count, c.dtype, req_out);
+      case PLEXUS_COLL_REDUCE_SCATTER:
+        return PostReduceScatter(&comm, c.sendbuf, c.recvbuf, c.count, c.dtype, c.op, req_out);
+      case PLEXUS_COLL_ALLTOALL:
+        return PostAlltoall(&comm, c.sendbuf, c.recvbuf, c.count, c.dtype, req_out);
+      case PLEXUS_COLL_SEND:
+        return PostSend(&comm, c.sendbuf, c.count, c.dtype, c.root, req_out);
+      case PLEXUS_COLL_RECV:
+        return PostRecv(&comm, c.recvbuf, c.count, c.dtype, c.root, req_out);
+      default:
+        return PostBarrier(&comm, req_out);
     }
-    if (is_root && sendbuf != recvbuf && Overlap(sendbuf, bytes, recvbuf, bytes)) {
-      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, kWhat,
-                    "sendbuf and recvbuf overlap without being equal (in place on the root is "
-                    "sendbuf == recvbuf)");
-    }
-    return PostReduce(comm, sendbuf, recvbuf, count, dtype, op, root, req_out);
-  });
-}
-
-int32_t Allgather(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
-                  plexus_dtype_t dtype, const plexus_placement* placement,
-                  plexus_request** req_out) {
-  if (!comm) return PLEXUS_ERR_INVALID_ARGUMENT;
-  constexpr const char* kWhat = "allgather";
-  return Guarded(comm, kWhat, [&] {
-    int32_t rc = CheckCommon(comm, kWhat, req_out, count, comm->size, dtype, {}, placement);
-    if (rc != PLEXUS_OK) return rc;
-    if (count > 0 && (!sendbuf || !recvbuf)) {
-      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, kWhat, "NULL buffer");
-    }
-    const uint64_t bytes = count * algos::DtypeSize(dtype);
-    const void* own = count ? static_cast<const uint8_t*>(recvbuf) + comm->rank * bytes : nullptr;
-    if (sendbuf != own && Overlap(sendbuf, bytes, recvbuf, bytes * comm->size)) {
-      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, kWhat,
-                    "sendbuf overlaps recvbuf but is not the in-place position recvbuf + rank * "
-                    "count");
-    }
-    return PostAllgather(comm, sendbuf, recvbuf, count, dtype, req_out);
-  });
-}
-
-int32_t ReduceScatter(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
-                      plexus_dtype_t dtype, plexus_reduce_op_t op,
-                      const plexus_placement* placement, plexus_request** req_out) {
-  if (!comm) return PLEXUS_ERR_INVALID_ARGUMENT;
-  constexpr const char* kWhat = "reduce_scatter";
-  return Guarded(comm, kWhat, [&] {
-    int32_t rc = CheckCommon(comm, kWhat, req_out, count, comm->size, dtype, {true, op}, placement);
-    if (rc != PLEXUS_OK) return rc;
-    if (count > 0 && (!sendbuf || !recvbuf)) {
-      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, kWhat, "NULL buffer");
-    }
-    const uint64_t bytes = count * algos::DtypeSize(dtype);
-    const void* own = count ? static_cast<const uint8_t*>(sendbuf) + comm->rank * bytes : nullptr;
-    if (placement && placement->memory_type == PLEXUS_MEMORY_CUDA && count > 0 && recvbuf == own &&
-        count <= comm->ctx->max_count) {
-      return Reject(comm, PLEXUS_ERR_UNSUPPORTED, kWhat,
-                    "in place on CUDA memory is not supported (it goes through a host buffer)");
-    }
-    if (recvbuf != own && Overlap(recvbuf, bytes, sendbuf, bytes * comm->size)) {
-      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, kWhat,
-                    "recvbuf overlaps sendbuf but is not the in-place position sendbuf + rank * "
-                    "count");
-    }
-    return PostReduceScatter(comm, sendbuf, recvbuf, count, dtype, op, req_out);
-  });
-}
-
-int32_t Alltoall(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
-                 plexus_dtype_t dtype, const plexus_placement* placement,
-                 plexus_request** req_out) {
-  if (!comm) return PLEXUS_ERR_INVALID_ARGUMENT;
-  constexpr const char* kWhat = "alltoall";
-  return Guarded(comm, kWhat, [&] {
-    int32_t rc = CheckCommon(comm, kWhat, req_out, count, comm->size, dtype, {}, placement);
-    if (rc != PLEXUS_OK) return rc;
-    if (count > 0 && (!sendbuf || !recvbuf)) {
-      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, kWhat, "NULL buffer");
-    }
-    const uint64_t bytes = count * algos::DtypeSize(dtype) * comm->size;
-    if (Overlap(sendbuf, bytes, recvbuf, bytes)) {
-      return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, kWhat,
-                    "sendbuf and recvbuf overlap (alltoall is not in place)");
-    }
-    return PostAlltoall(comm, sendbuf, recvbuf, count, dtype, req_out);
-  });
-}
-
-int32_t Barrier(plexus_comm* comm, plexus_request** req_out) {
-  if (!comm) return PLEXUS_ERR_INVALID_ARGUMENT;
-  constexpr const char* kWhat = "barrier";
-  return Guarded(comm, kWhat, [&] {
-    if (!req_out) return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, kWhat, "req_out is NULL");
-    *req_out = nullptr;
-    if (const int32_t rc = comm->Usable(kWhat); rc != PLEXUS_OK) return rc;
-    return PostBarrier(comm, req_out);
-  });
-}
-
-int32_t Send(plexus_comm* comm, const void* buf, uint64_t count, plexus_dtype_t dtype,
-             uint32_t peer, const plexus_placement* placement, plexus_request** req_out) {
-  if (!comm) return PLEXUS_ERR_INVALID_ARGUMENT;
-  constexpr const char* kWhat = "send";
-  return Guarded(comm, kWhat, [&] {
-    int32_t rc = CheckCommon(comm, kWhat, req_out, count, 1, dtype, {}, placement);
-    if (rc == PLEXUS_OK) rc = CheckRank(comm, kWhat, "peer", peer);
-    if (rc != PLEXUS_OK) return rc;
-    if (count > 0 && !buf) return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, kWhat, "NULL buffer");
-    return PostSend(comm, buf, count, dtype, peer, req_out);
-  });
-}
-
-int32_t Recv(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype, uint32_t peer,
-             const plexus_placement* placement, plexus_request** req_out) {
-  if (!comm) return PLEXUS_ERR_INVALID_ARGUMENT;
-  constexpr const char* kWhat = "recv";
-  return Guarded(comm, kWhat, [&] {
-    int32_t rc = CheckCommon(comm, kWhat, req_out, count, 1, dtype, {}, placement);
-    if (rc == PLEXUS_OK) rc = CheckRank(comm, kWhat, "peer", peer);
-    if (rc != PLEXUS_OK) return rc;
-    if (count > 0 && !buf) return Reject(comm, PLEXUS_ERR_INVALID_ARGUMENT, kWhat, "NULL buffer");
-    return PostRecv(comm, buf, count, dtype, peer, req_out);
-  });
-}
-
-plexus_backend_v1 MakeTable(const char* version) {
-  plexus_backend_v1 t{};
-  t.struct_size = sizeof(plexus_backend_v1);
-  t.abi_major = PLEXUS_ABI_MAJOR;
-  t.abi_minor = PLEXUS_ABI_MINOR;
-  t.name = "mpi";
-  t.version = version;
-  t.init = Init;
-  t.finalize = Finalize;
-  t.get_capabilities = GetCapabilities;
-  t.comm_create = CommCreate;
-  t.comm_destroy = CommDestroy;
-  t.comm_abort = CommAbort;
-  t.comm_last_error = CommLastError;
-  t.test = Test;
-  t.wait = Wait;
-  t.request_free = RequestFree;
-  t.allreduce = Allreduce;
-  t.broadcast = Broadcast;
-  t.reduce = Reduce;
-  t.allgather = Allgather;
-  t.reduce_scatter = ReduceScatter;
-  t.alltoall = Alltoall;
-  t.barrier = Barrier;
-  t.send = Send;
-  t.recv = Recv;
-  return t;
-}
+  }
+};
 
 }  // namespace
 }  // namespace plexus::mpi
 
-extern "C" __attribute__((visibility("default"))) int32_t plexus_backend_get_v1(
-    uint32_t host_abi_minor, const plexus_backend_v1** table_out) {
-  (void)host_abi_minor;  // every 1.x host can drive this 1.0 table
-  if (!table_out) return PLEXUS_ERR_INVALID_ARGUMENT;
-  try {
-    // Built on first use (thread-safe): the version names the MPI library
-    // actually loaded, which MPI_Get_library_version may tell before MPI_Init.
-    static const std::string version =
-        std::string(PLEXUS_VERSION_STRING) + " (" + plexus::mpi::LibraryVersion() + ")";
-    static const plexus_backend_v1 table = plexus::mpi::MakeTable(version.c_str());
-    *table_out = &table;
-    return PLEXUS_OK;
-  } catch (...) {
-    *table_out = nullptr;
-    return PLEXUS_ERR_INTERNAL;
-  }
+PLEXUS_BACKEND_EXPORT int32_t plexus_backend_get_v1(uint32_t host_abi_minor,
+                                                    const plexus_backend_v1** table_out) {
+  return plexus::kit::HandOutTable<plexus::mpi::MpiBackend>(host_abi_minor, table_out);
 }
