@@ -17,13 +17,6 @@ int64_t NowNs() {
 
 namespace {
 
-void WriteText(char* buf, size_t len, const std::string& text) {
-  if (!buf || len == 0) return;
-  const size_t n = std::min(len - 1, text.size());
-  text.copy(buf, n);
-  buf[n] = '\0';
-}
-
 // While a request waits, ask NCCL for an asynchronous error this often (the
 // event query is the cheap part; NCCL's query takes the mutex).
 constexpr int64_t kAsyncPollNs = 1'000'000;
@@ -446,17 +439,6 @@ ncclResult_t CommCore::AsyncError(bool block, std::string* text) {
             (last && *last ? std::string(": ") + last : std::string());
   }
   return async;
-}
-
-void CommCore::SetError(const std::string& message) {
-  std::lock_guard<std::mutex> lock(state_mutex_);
-  last_error_ = message;
-}
-
-size_t CommCore::LastError(char* buf, size_t len) const {
-  std::lock_guard<std::mutex> lock(state_mutex_);
-  WriteText(buf, len, last_error_);
-  return last_error_.size();
 }
 
 void CommCore::Log(int32_t level, const std::string& message) const {

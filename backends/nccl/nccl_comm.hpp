@@ -87,6 +87,7 @@
 
 #include "cuda_api.hpp"
 #include "plexus/backend.h"
+#include "plexus/kit/errors.hpp"
 
 namespace plexus::nccl {
 
@@ -214,8 +215,9 @@ class CommCore {
   int64_t last_progress_ns() const { return last_progress_ns_.load(std::memory_order_relaxed); }
   uint64_t NextSeq() { return ++seq_; }
 
-  void SetError(const std::string& message);
-  size_t LastError(char* buf, size_t len) const;
+  // The communicator's last error (comm_last_error).
+  kit::ErrorSlot& errors() { return errors_; }
+  void SetError(std::string message) { errors_.Set(std::move(message)); }
   void Log(int32_t level, const std::string& message) const;
 
   // Pointer check cache: the last two buffers found to be device memory of
@@ -250,11 +252,11 @@ class CommCore {
   mutable std::mutex state_mutex_;  // guards the fields below
   int32_t failure_code_ = 0;
   std::string failure_text_;
-  std::string last_error_;
   std::vector<cudaEvent_t> free_events_;
   const void* known_ptrs_[2] = {nullptr, nullptr};
   unsigned known_next_ = 0;
 
+  kit::ErrorSlot errors_;
   std::atomic<int64_t> last_progress_ns_{0};
   std::atomic<uint64_t> seq_{0};
 };

@@ -109,16 +109,21 @@ algos::Status CheckCall(const Call& c, CommShape comm, uint32_t memory_types) {
     return Invalid(c, "root " + std::to_string(c.root) + " is not a rank (size " +
                           std::to_string(comm.size) + ")");
   }
-  if (c.placement) {
-    const plexus_memory_type_t m = c.placement->memory_type;
-    if (m != PLEXUS_MEMORY_HOST && m != PLEXUS_MEMORY_CUDA) {
-      return Invalid(c, "unknown memory type " + std::to_string(m));
+  // No placement is host memory.
+  const plexus_memory_type_t m = c.placement ? c.placement->memory_type : PLEXUS_MEMORY_HOST;
+  if (m != PLEXUS_MEMORY_HOST && m != PLEXUS_MEMORY_CUDA) {
+    return Invalid(c, "unknown memory type " + std::to_string(m));
+  }
+  if (!(memory_types & (1u << m))) {
+    std::string takes;
+    for (plexus_memory_type_t t : {PLEXUS_MEMORY_HOST, PLEXUS_MEMORY_CUDA}) {
+      if (memory_types & (1u << t))
+        takes += (takes.empty() ? "" : " and ") + std::string(MemoryName(t));
     }
-    if (!(memory_types & (1u << m))) {
-      return {PLEXUS_ERR_UNSUPPORTED, std::string(algos::CollectiveName(c.coll)) +
-                                          ": this backend does not support " + MemoryName(m) +
-                                          " memory (memory type " + std::to_string(m) + ")"};
-    }
+    return {PLEXUS_ERR_UNSUPPORTED, std::string(algos::CollectiveName(c.coll)) + ": " +
+                                        MemoryName(m) + " memory is not supported by this backend" +
+                                        (takes.empty() ? std::string(" (it takes no memory here)")
+                                                       : " (it takes " + takes + " memory only)")};
   }
   // Every buffer's byte size must fit well inside the address space.
   const uint64_t blocks = std::max<uint64_t>({1, r.send_blocks_per_rank, r.recv_blocks_per_rank});
