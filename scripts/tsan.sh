@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# ThreadSanitizer run of the backend kit and the backends built on it: a
+# separate build (build-tsan/, -Db_sanitize=thread) of libplexus, plexus-run,
+# the kit, tcp and ucx, then the kit's queue test and the collective battery
+# (tests/collectives_check) on tcp and ucx at 2 and 3 ranks, and, when
+# samples/vendor-plugin can be built against an install of that tree, the uds
+# sample under plexus-conformance. Any report fails the run (exit 66).
+# About 3-6 minutes on 2 cores; not part of meson test (a second build).
+#
+#   scripts/tsan.sh            # everything
+#   scripts/tsan.sh tcp        # one of: kit, tcp, ucx, uds
+set -uo pipefail
+cd "$(dirname "$0")/.."
+only=${1:-}
+build=build-tsan
+if [ ! -f $build/build.ninja ]; then
+  meson setup $build -Db_sanitize=thread -Dbuildtype=debugoptimized -Dtorch=disabled \
+    -Dnccl=disabled -Dmpi=disabled >/dev/null || exit 1
+fi
+targets=(tests/kit/kit_op_queue_test tests/collectives_check tools/plexus-run/plexus-run
+         tools/plexus-conformance/plexus-conformance backends/tcp/libplexus-tcp.so)
+[ -f $build/backends/ucx/build.ninja ] || true
+if grep -q "libplexus-ucx.so" $build/build.ninja; then targets+=(backends/ucx/libplexus-ucx.so); fi
+ninja -C $build "${targets[@]}" >/dev/null || exit 1
+
+# second_deadlock_stack: lock-order reports name both stacks.
+export TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
+export PLEXUS_TIMEOUT=120
+failures=0 runs=0
+run() {  # run NAME COMMAND...
+  local name=$1; shift
+  [ -n "$only" ] && [[ "$name" != "$only"* ]] && return
+  runs=$((runs + 1))
+  local log start
+  log=$(mktemp)
+  start=$(date +%s)
+  "$@" >"$log" 2>&1; local rc=$?
+  local reports
+  reports=$(grep -c "WARNING: ThreadSanitizer" "$log")
+  if [ $rc -eq 0 ] && [ "$reports" -eq 0 ]; then
+    echo "ok      $name ($(( $(date +%s) - start )) s)"
+  else
+    failures=$((failures + 1))
+    echo "FAILED  $name (exit $rc, $reports ThreadSanitizer report(s)):"
+    grep -A30 "WARNING: ThreadSanitizer" "$log" | head -60
+    tail -5 "$log"
+  fi
+  rm -f "$log"
+}
+
+run "kit operation queue" $build/tests/kit/kit_op_queue_test
+for n in 2 3; do
+  run "tcp collectives, $n ranks" env PLEXUS_BACKEND=tcp \
+    $build/tools/plexus-run/plexus-run -n $n $build/tests/collectives_check
+done
+if [ -e $build/backends/ucx/libplexus-ucx.so ]; then
+  for n in 2 3; do
+    run "ucx collectives, $n ranks" env PLEXUS_BACKEND=ucx \
+      $build/tools/plexus-run/plexus-run -n $n $build/tests/collectives_check
+  done
+fi
+# The uds sample, built out of tree against an install of this build.
+if [ -z "$only" ] || [ "$only" = uds ]; then
+  stage=$(mktemp -d)
+  if meson install -C $build --no-rebuild --quiet --destdir "$stage" >/dev/null 2>&1 &&
+     pc=$(dirname "$(find "$stage" -name plexus-kit.pc | head -n 1)") &&
+     PKG_CONFIG_PATH=$pc PKG_CONFIG_SYSROOT_DIR=$stage meson setup "$stage/uds" samples/vendor-plugin \
+       -Db_sanitize=thread >/dev/null 2>&1 && ninja -C "$stage/uds" >/dev/null 2>&1; then
+    for n in 2 3; do
+      run "uds sample under plexus-conformance, $n ranks" \
+        $build/tools/plexus-conformance/plexus-conformance --backend "$stage/uds/libplexus-uds.so" -n $n
+    done
+  else
+    echo "not run: the uds sample did not build against $stage"
+  fi
+  rm -rf "$stage"
+fi
+echo "$((runs - failures)) of $runs runs without a ThreadSanitizer report"
+[ $failures -eq 0 ]
