@@ -46,11 +46,7 @@ constexpr uint64_t kPairMaxBytes = 512 << 10;
 constexpr int64_t kDefaultSpinUs = 50;
 }  // namespace plexus::tcp
 
-struct plexus_comm {
-  // Declared before the queue, so destroyed after it (the queue joins its
-  // worker, which uses the transport).
-  std::unique_ptr<plexus::tcp::SocketTransport> transport;
-  std::unique_ptr<plexus::kit::OpQueue> queue;
+struct plexus_comm : plexus::kit::QueuedComm<plexus::tcp::SocketTransport> {
   plexus::tcp::Algo algo = plexus::tcp::Algo::kAuto;
 };
 

@@ -78,11 +78,7 @@ constexpr const char* kOneHostRndvThresh = "1m";
 constexpr const char* kOneHostRndvText = "1 MiB";
 }  // namespace plexus::ucx
 
-struct plexus_comm {
-  // Declared before the queue, so closed after the queue has joined its
-  // worker (this thread may then close the ucp_worker).
-  std::unique_ptr<plexus::ucx::UcxTransport> transport;
-  std::unique_ptr<plexus::kit::OpQueue> queue;
+struct plexus_comm : plexus::kit::QueuedComm<plexus::ucx::UcxTransport> {
   plexus::ucx::Algo algo = plexus::ucx::Algo::kAuto;
 };
 

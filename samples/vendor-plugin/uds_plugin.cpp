@@ -33,12 +33,9 @@ struct plexus_backend_ctx {
   plexus_host_v1 host;  // a copy of the table; what it points to outlives us
 };
 
-struct plexus_comm {
-  // The queue drives the transport, so it goes first (members are destroyed
-  // in reverse order): its destructor aborts and joins the worker.
-  std::unique_ptr<uds::UdsTransport> transport;
-  std::unique_ptr<plexus::kit::OpQueue> queue;
-};
+// The transport and the queue that drives it (kit::QueuedComm says in
+// which order they go).
+struct plexus_comm : plexus::kit::QueuedComm<uds::UdsTransport> {};
 
 namespace uds {
 namespace kit = plexus::kit;

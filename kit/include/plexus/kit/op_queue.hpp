@@ -168,6 +168,16 @@ struct QueuedRequests {
   static size_t Error(plexus_request& req, char* buf, size_t len);
 };
 
+// What a backend over OpQueue keeps per communicator: derive its plexus_comm
+// from QueuedComm<ItsTransport> and add its own settings.
+template <class Transport>
+struct QueuedComm {
+  // Declared before the queue, so destroyed after it: the queue's destructor
+  // joins the worker, which uses the transport.
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<OpQueue> queue;
+};
+
 // The members of a MakeTable class B that are the same for every backend
 // whose plexus_comm (Comm) holds its OpQueue in `queue` (a unique_ptr,
 // declared after the transport it drives): derive B from QueuedBackend<Comm>.
