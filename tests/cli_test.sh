@@ -51,10 +51,13 @@ check "plexus-info names the crashing plugin" \
   grep -q "REJECTED $dir/libplexus-crashy.so" "$out"
 check "plexus-info says where it crashed" grep -q "crashed with SIGSEGV .* in its init" "$out"
 check "plexus-info still lists tcp" grep -q "^tcp$" "$out"
-# ... and so does a program that picks its backend automatically.
+# ... and plexus-demo, which runs Plexus' own backends by name, never loads a
+# plugin file it was not asked for. (Automatic selection skipping a crashing
+# plugin of a name it tries is host_contract_test's.)
 PLEXUS_PLUGIN_PATH=$dir PLEXUS_LOG_LEVEL=info timeout 60 "$run" -n 2 "$demo" --count 8 --iters 1 \
   >"$out" 2>&1; rc=$?
-check "automatic selection survives a crashing plugin (exit $rc)" test $rc -eq 0
+check "plexus-demo is untouched by a crashing plugin it was not asked to run (exit $rc)" \
+  test $rc -eq 0
 rm -rf "$dir"
 
 # PLEXUS_LOG_LEVEL=trace logs every plugin call with its arguments and result.

@@ -1,7 +1,7 @@
 // The host against plugins that each break one promise of the ABI
 // (tests/plugins/faulty_backend.c): found by a vendor's first plugin, each
 // one used to give a wrong result, a crash or a useless message. Every case
-// fails without its fix in plugins/ or core/.
+// fails without its fix in core/ (most in core/src/plugins/).
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -10,9 +10,9 @@
 #include <filesystem>
 #include <string>
 
-#include "backend_calls.hpp"
 #include "plexus/plexus.hpp"
-#include "plugin_loader.hpp"
+#include "plugins/backend_calls.hpp"
+#include "plugins/plugin_loader.hpp"
 
 namespace {
 

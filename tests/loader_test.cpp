@@ -7,9 +7,9 @@
 #include <fstream>
 #include <string>
 
-#include "backend_calls.hpp"
 #include "plexus/plexus.hpp"
-#include "plugin_loader.hpp"
+#include "plugins/backend_calls.hpp"
+#include "plugins/plugin_loader.hpp"
 
 namespace {
 

@@ -22,8 +22,8 @@
 
 #include "plexus/rendezvous_store.hpp"
 #include "plexus/status.hpp"
-// Internal header (parser, test knobs); relative so no extra include path is needed.
-#include "../core/src/store/store_protocol.hpp"
+// Internal header (parser, test knobs), from core/src (libplexus_internal_dep).
+#include "store/store_protocol.hpp"
 
 namespace plexus {
 namespace {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "backend_calls.hpp"
 #include "job.hpp"
+#include "plugins/backend_calls.hpp"
 
 namespace plexus::detail {
 

@@ -14,7 +14,7 @@
 #include "fingerprint_check.hpp"
 #include "plexus/algos/dtype.hpp"
 #include "plexus/log.hpp"
-#include "plugin_loader.hpp"
+#include "plugins/plugin_loader.hpp"
 #include "store/job_token.hpp"
 #include "store/store_protocol.hpp"
 

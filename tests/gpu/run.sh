@@ -96,21 +96,21 @@ fi
 
 # Compiles the libraries, plugins, tools and GPU programs with the compiler
 # alone (the sources meson would use; keep in step with the meson.build files
-# of api, auth, algos, core, plugins, backends/tcp, backends/nccl,
+# of api, auth, algos, core (with src/store, src/plugins), backends/tcp, backends/nccl,
 # tools/plexus-run, tools/plexus-info, tests/gpu).
 direct_build() {
   local out=$build/direct ver
   ver=$(sed -n "s/^ *version : '\([^']*\)'.*/\1/p" "$root/meson.build" | head -1)
   mkdir -p "$out/obj" "$out/lib" "$out/bin" || return 1
   local inc=(-I"$root/api/include" -I"$root/auth/include" -I"$root/algos/include"
-             -I"$root/core/include" -I"$root/core/src" -I"$root/plugins")
+             -I"$root/core/include" -I"$root/core/src")
   local cxx=(c++ -std=c++20 -O2 -fPIC -pthread "${inc[@]}" -isystem "$cuda/include"
              -DPLEXUS_VERSION_STRING="\"$ver\"" -DPLEXUS_VERSION="\"$ver\""
              -DPLEXUS_INSTALLED_PLUGIN_DIR="\"$out/lib\"" -DPLEXUS_BUILD_PLUGIN_DIRS="\"$out/lib\""
              -DPLEXUS_BUILD_LIB_DIR="\"$out/lib\"" -DPLEXUS_CUDA_LIBDIR="\"$cuda/lib64\"")
   local srcs=() f
   for f in auth/src/handshake.cpp algos/src/*.cpp core/src/*.cpp core/src/store/*.cpp \
-           plugins/plugin_loader.cpp plugins/backend_calls.cpp plugins/host_services.cpp \
+           core/src/plugins/*.cpp \
            backends/tcp/{tcp_plugin,tcp_comm,socket_transport,mesh_connect,frame}.cpp \
            backends/nccl/{nccl_plugin,nccl_comm,nccl_bootstrap,cuda_api}.cpp \
            tools/plexus-run/*.cpp tools/plexus-info/main.cpp tests/gpu/gpu_collectives.cpp \
@@ -125,7 +125,7 @@ direct_build() {
     return 1
   local o=$out/obj
   local algos=("$o"/algos_src_*.o) auth=("$o"/auth_src_handshake.cpp.o)
-  local core=("$o"/core_src_*.o "$o"/plugins_*.o)
+  local core=("$o"/core_src_*.o)  # core_src_store_*, core_src_plugins_* included
   local link=(-L"$out/lib" -lplexus -Wl,-rpath,"$out/lib:$cuda/lib64")
   "${cxx[@]}" -shared -o "$out/lib/libplexus.so" "${core[@]}" "${algos[@]}" "${auth[@]}" \
     -lsodium -ldl -Wl,-soname,libplexus.so &&

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "backend_calls.hpp"
 #include "plexus/plexus.hpp"
-#include "plugin_loader.hpp"
+#include "plugins/backend_calls.hpp"
+#include "plugins/plugin_loader.hpp"
 
 namespace {
 

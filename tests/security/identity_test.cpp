@@ -27,7 +27,7 @@
 
 #include "job_secret.hpp"
 #include "plexus/rendezvous_store.hpp"
-#include "plugin_loader.hpp"
+#include "plugins/plugin_loader.hpp"
 #include "store/job_token.hpp"
 #include "store/private_dir.hpp"
 #include "store/store_protocol.hpp"

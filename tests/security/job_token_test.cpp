@@ -24,8 +24,8 @@
 #include <thread>
 #include <vector>
 
-#include "../../core/src/store/store_protocol.hpp"
 #include "plexus/rendezvous_store.hpp"
+#include "store/store_protocol.hpp"
 
 extern char** environ;
 

@@ -30,14 +30,14 @@
 #include <utility>
 #include <vector>
 
-#include "host_services.hpp"  // plugins/: the host's get_config, as backends see it
 #include "plexus/auth/handshake.hpp"
 #include "plexus/rendezvous_store.hpp"
 #include "plexus/status.hpp"
-// Internal header (test knobs); relative so no extra include path is needed.
-#include "../../core/src/store/job_token.hpp"
-#include "../../core/src/store/log_limiter.hpp"
-#include "../../core/src/store/store_protocol.hpp"
+#include "plugins/host_services.hpp"  // the host's get_config, as backends see it
+// Internal headers (test knobs), from core/src (libplexus_internal_dep).
+#include "store/job_token.hpp"
+#include "store/log_limiter.hpp"
+#include "store/store_protocol.hpp"
 
 namespace plexus {
 namespace {

@@ -4,7 +4,7 @@
 //   plexus-conformance --backend ./libplexus-foo.so -n 4
 //
 // Why this tool calls plugin function pointers directly, unlike the host:
-// the host routes every call through one wrapper (plugins/backend_calls.*)
+// the host routes every call through one wrapper (core/src/plugins/backend_calls.*)
 // that refuses calls outside the capabilities before the plugin sees them,
 // normalises statuses the ABI forbids (a positive wait() result becomes
 // "still pending", a missing error message becomes "the backend gave no

@@ -5,19 +5,19 @@
 // (HostServices: log, configuration, out-of-band exchange over the
 // rendezvous store), so a plugin is tested in the environment it will run
 // in. What it does NOT use is the host's wrapper of the table
-// (plugins/backend_calls.*): every check calls the plugin's function
+// (core/src/plugins/backend_calls.*): every check calls the plugin's function
 // pointers itself; see main.cpp for why.
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "host_services.hpp"
 #include "plexus/backend.h"
 #include "plexus/launch_env.hpp"
 #include "plexus/rendezvous_store.hpp"
 #include "plexus/status.hpp"
-#include "plugin_loader.hpp"
+#include "plugins/host_services.hpp"
+#include "plugins/plugin_loader.hpp"
 
 namespace plexus::conformance {
 

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "backend_calls.hpp"
-#include "host_services.hpp"
 #include "plexus/algos/dtype.hpp"
-#include "plugin_loader.hpp"
+#include "plugins/backend_calls.hpp"
+#include "plugins/host_services.hpp"
+#include "plugins/plugin_loader.hpp"
 
 namespace {
 

@@ -1,6 +1,7 @@
 // Wire format of the rendezvous store (TcpStoreServer <-> TcpStoreClient).
 //
-// Internal to libplexus: nothing outside core/src/store and its tests includes this.
+// Internal to libplexus: included by core, its tests, and the in-tree tools
+// plexus-run and plexus-bench (tools/README.md), never by a public header.
 //
 // Every message, in both directions, is one frame:
 //
