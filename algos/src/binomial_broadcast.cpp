@@ -1,4 +1,4 @@
-// Binomial-tree broadcast.
+// Binomial-tree broadcast, once the ranks agree on the root (AgreeOnRoot).
 //
 // Ranks are renumbered relative to the root (v = rank - root mod size). A rank
 // with virtual number v receives from v - m, where m is the lowest set bit of
@@ -18,6 +18,7 @@ namespace plexus::algos {
 Status BinomialBroadcast(PeerTransport& t, const OpSignature& sig, void* buf) {
   const uint32_t n = t.size();
   if (n == 1 || sig.count == 0) return {};
+  PLEXUS_ALGOS_RETURN_IF_ERROR(AgreeOnRoot(t, sig));
   const size_t elem = DtypeSize(sig.dtype);
   const uint32_t v = (t.rank() + n - sig.root) % n;
   auto real = [&](uint32_t virt) { return (virt + sig.root) % n; };

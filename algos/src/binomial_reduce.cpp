@@ -1,4 +1,5 @@
-// Binomial-tree reduce to sig.root: the mirror image of BinomialBroadcast.
+// Binomial-tree reduce to sig.root, once the ranks agree on the root
+// (AgreeOnRoot): the mirror image of BinomialBroadcast.
 //
 // Ranks are renumbered relative to the root (v = rank - root mod size). For
 // mask = 1, 2, 4, ...: a rank whose bit `mask` is set sends its partial result
@@ -23,6 +24,7 @@ Status BinomialReduce(PeerTransport& t, const OpSignature& sig, const void* send
   const uint32_t r = t.rank();
   const bool is_root = r == sig.root;
   if (sig.count == 0) return {};
+  if (n > 1) PLEXUS_ALGOS_RETURN_IF_ERROR(AgreeOnRoot(t, sig));
   // The root accumulates in recvbuf; others in a private copy of sendbuf.
   Scratch own;
   uint8_t* acc;

@@ -10,7 +10,8 @@ std::string DescribeOp(const OpSignature& sig) {
   if (sig.dtype) s += std::string(", ") + DtypeName(sig.dtype);
   if (sig.op) s += std::string(", ") + ReduceOpName(sig.op);
   if (sig.coll == PLEXUS_COLL_BROADCAST || sig.coll == PLEXUS_COLL_REDUCE) {
-    s += ", root " + std::to_string(sig.root);
+    s += sig.root == kAgreeingRoot ? std::string(", agreeing on the root")
+                                   : ", root " + std::to_string(sig.root);
   }
   if (sig.coll == PLEXUS_COLL_SEND) s += ", from rank " + std::to_string(sig.root);
   return s + ")";

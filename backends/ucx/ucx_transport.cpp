@@ -378,9 +378,13 @@ bool UcxTransport::TakeReport(algos::Status* st, bool defer_timeouts) {
 }
 
 algos::Status UcxTransport::DescribeReport(uint32_t peer, const Report& r) const {
+  // While one side agrees on the root (algos::AgreeOnRoot) the roots may
+  // differ: that is what the agreement finds, and the peer's reason says it.
+  const bool agreeing =
+      r.sig.root == algos::kAgreeingRoot || (current_ && current_->root == algos::kAgreeingRoot);
   if (current_ && IsCollective(r.sig) && r.sig.seq == current_->seq &&
       (r.sig.coll != current_->coll || r.sig.dtype != current_->dtype || r.sig.op != current_->op ||
-       r.sig.count != current_->count || r.sig.root != current_->root)) {
+       r.sig.count != current_->count || (r.sig.root != current_->root && !agreeing))) {
     return {PLEXUS_ERR_REMOTE, "collective mismatch: " + Rank(peer) + " posted " +
                                    DescribeOperation(r.sig) + " where " + Rank(rank_) + " posted " +
                                    DescribeOperation(*current_)};

@@ -27,8 +27,8 @@ Status PairExchangeAllreduce(PeerTransport& t, const OpSignature& sig, const voi
 Status RecursiveDoublingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
                                   void* recvbuf);
 
-// Binomial tree towards sig.root; only the root's recvbuf is written (and may
-// equal sendbuf); other ranks' recvbuf is ignored.
+// Binomial tree towards sig.root, after AgreeOnRoot; only the root's recvbuf
+// is written (and may equal sendbuf); other ranks' recvbuf is ignored.
 Status BinomialReduce(PeerTransport& t, const OpSignature& sig, const void* sendbuf, void* recvbuf);
 
 // Ring reduce-scatter of size blocks of sig.count elements; rank r receives
@@ -40,8 +40,14 @@ Status RingReduceScatter(PeerTransport& t, const OpSignature& sig, const void* s
 Status PairwiseAlltoall(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
                         void* recvbuf);
 
-// Binomial tree rooted at sig.root.
+// Binomial tree rooted at sig.root, after AgreeOnRoot.
 Status BinomialBroadcast(PeerTransport& t, const OpSignature& sig, void* buf);
+
+// Fails with REMOTE on every rank, naming two ranks and their roots, when
+// the ranks did not all post sig.root; OK when they did. ceil(log2 size)
+// rounds of 16-byte exchanges (root_agreement.cpp). BinomialBroadcast and
+// BinomialReduce run it first.
+Status AgreeOnRoot(PeerTransport& t, const OpSignature& sig);
 
 // Ring allgather; sendbuf may equal recvbuf + rank * count * elem_size.
 Status RingAllgather(PeerTransport& t, const OpSignature& sig, const void* sendbuf, void* recvbuf);

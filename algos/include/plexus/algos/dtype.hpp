@@ -38,8 +38,8 @@ void ReduceTo(void* out, const void* a, const void* b, uint64_t count, plexus_dt
 // FinishAverage in one pass. Gives exactly the bytes of ReduceTo(SUM)
 // followed by FinishAverage (float32/float64 round the sum to their own type
 // before dividing; other dtypes take the two passes).
-void ReduceToAverage(void* out, const void* a, const void* b, uint64_t count,
-                     plexus_dtype_t dtype, uint32_t divisor);
+void ReduceToAverage(void* out, const void* a, const void* b, uint64_t count, plexus_dtype_t dtype,
+                     uint32_t divisor);
 
 // buf[i] /= divisor (integers truncate toward zero), the last step of AVG.
 void FinishAverage(void* buf, uint64_t count, plexus_dtype_t dtype, uint32_t divisor);

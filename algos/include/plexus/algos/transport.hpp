@@ -39,6 +39,10 @@ struct RecvSpec {
   size_t bytes;
 };
 
+// The root of the frames by which ranks agree on a root (AgreeOnRoot): they
+// must match whatever root each rank named.
+constexpr uint32_t kAgreeingRoot = 0xFFFFFFFFu;
+
 class PeerTransport {
  public:
   virtual ~PeerTransport() = default;
