@@ -2,7 +2,7 @@
 # The vendor path, end to end, as a stranger would walk it: install Plexus
 # into a fresh prefix, check the installed tools run without LD_LIBRARY_PATH
 # and never look at this build tree, build samples/vendor-plugin out of tree
-# from that prefix alone (pkg-config plexus-backend / plexus-algos), and run
+# from that prefix alone (pkg-config plexus-backend / plexus-kit), and run
 # the installed plexus-conformance on it and on the installed backends.
 #   vendor_sdk_test.sh BUILD_DIR SOURCE_DIR PREFIX LIBDIR
 set -uo pipefail
@@ -35,6 +35,8 @@ check "it searches the installed plugin directory" grep -qF "$root/$libdir/plexu
 check "it does not search the build tree" bash -c "! grep -q 'build tree' '$out'"
 check "it finds the installed tcp plugin" grep -q "^tcp$" "$out"
 for f in include/plexus/backend.h include/plexus/algos/transport.hpp "$libdir/libplexus-algos.a" \
+         include/plexus/kit/table.hpp include/plexus/kit/op_queue.hpp "$libdir/libplexus-kit.a" \
+         "$libdir/pkgconfig/plexus-kit.pc" \
          "$libdir/pkgconfig/plexus.pc" "$libdir/pkgconfig/plexus-backend.pc" \
          "$libdir/pkgconfig/plexus-algos.pc" share/plexus/plexus-backend.map \
          share/doc/plexus/writing-a-backend.md bin/plexus-conformance; do
