@@ -1,10 +1,12 @@
-/* A backend that crashes the process on two calls, for plexus-conformance's
+/* A backend that ends the process on three calls, for plexus-conformance's
  * own tests: the suite must name the call in flight (collective and
- * arguments) in its crash report, start the ranks again, and go on to the
- * later checks. It forwards everything to the real TCP plugin
- * (PLEXUS_T_INNER names its file) but claims only allreduce, broadcast and
- * barrier, on int32 and float32 (sum), and:
+ * arguments) in its report, start the ranks again, and go on to the later
+ * checks. It forwards everything to the real TCP plugin (PLEXUS_T_INNER
+ * names its file) but claims only allreduce, broadcast and barrier, on int32
+ * and float32, and, in the order the suite meets them:
  *
+ *  - on rank 1, an in-place float32 sum allreduce of 13 elements sends itself
+ *    SIGKILL, which no handler sees (in the "collectives" group);
  *  - on rank 0, a float32 broadcast of 1 element from the last rank calls
  *    abort() (SIGABRT, in the "collectives" group);
  *  - on the last rank, a broadcast of a NULL buf writes through the NULL
@@ -14,6 +16,7 @@
  * library. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,11 +62,11 @@ static int32_t Caps(plexus_backend_ctx* ctx, plexus_capabilities* caps) {
   if (rc != PLEXUS_OK) return rc;
   memset(caps, 0, size);
   caps->struct_size = size;
-  caps->collectives = (1u << PLEXUS_COLL_ALLREDUCE) | (1u << PLEXUS_COLL_BROADCAST) |
-                      (1u << PLEXUS_COLL_BARRIER);
+  caps->collectives =
+      (1u << PLEXUS_COLL_ALLREDUCE) | (1u << PLEXUS_COLL_BROADCAST) | (1u << PLEXUS_COLL_BARRIER);
   caps->memory_types = 1u << PLEXUS_MEMORY_HOST;
   caps->dtypes = kDtypes;
-  caps->reduce_dtypes[PLEXUS_OP_SUM] = kDtypes;
+  for (uint32_t op = PLEXUS_OP_SUM; op <= PLEXUS_OP_MAX_V1; ++op) caps->reduce_dtypes[op] = kDtypes;
   caps->flags = flags;
   caps->thread_level = thread_level;
   return PLEXUS_OK;
@@ -139,12 +142,15 @@ static int32_t Wrap(int32_t rc, plexus_request* inner, plexus_request** req) {
   return PLEXUS_OK;
 }
 static int32_t Allreduce(plexus_comm* comm, const void* send, void* recv, uint64_t count,
-                         plexus_dtype_t dtype, plexus_reduce_op_t op,
-                         const plexus_placement* where, plexus_request** req) {
+                         plexus_dtype_t dtype, plexus_reduce_op_t op, const plexus_placement* where,
+                         plexus_request** req) {
   plexus_request* inner = NULL;
   comm->error[0] = '\0';
-  if (Unclaimed(dtype) || (op >= PLEXUS_OP_SUM && op <= PLEXUS_OP_MAX_V1 && op != PLEXUS_OP_SUM))
-    return Refuse(comm, "crashing: allreduce supports int32 and float32 sum only", req);
+  if (Unclaimed(dtype))
+    return Refuse(comm, "crashing: allreduce supports int32 and float32 only", req);
+  if (comm->rank == 1 && send == recv && count == 13 && dtype == PLEXUS_DTYPE_FLOAT32 &&
+      op == PLEXUS_OP_SUM)
+    raise(SIGKILL);
   int32_t rc = g_inner->allreduce(comm->inner, send, recv, count, dtype, op, where, &inner);
   return Wrap(rc, inner, req);
 }
@@ -161,7 +167,8 @@ static int32_t Broadcast(plexus_comm* comm, void* buf, uint64_t count, plexus_dt
     volatile unsigned char* p = (volatile unsigned char*)buf;
     p[0] = 1;
   }
-  if (Unclaimed(dtype)) return Refuse(comm, "crashing: broadcast supports int32 and float32 only", req);
+  if (Unclaimed(dtype))
+    return Refuse(comm, "crashing: broadcast supports int32 and float32 only", req);
   int32_t rc = g_inner->broadcast(comm->inner, buf, count, dtype, root, where, &inner);
   return Wrap(rc, inner, req);
 }
