@@ -23,6 +23,11 @@ alignas(16) char g_alternate_stack[64 * 1024];
 // The report being composed; static, as the alternate stack is small.
 char g_text[sizeof(RankRecord::ending_text)];
 
+constexpr int kFatalSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+// What each signal did before ours (SIG_DFL, or a backend's own handler,
+// e.g. Open MPI's or UCX's backtrace printer): it runs after our report.
+struct sigaction g_previous[NSIG];
+
 void Put(int fd, const char* text) {
   (void)!write(fd, text, strlen(text));
 }
@@ -56,7 +61,17 @@ void ReportEnding(RankEnding ending, const char* text) {
   if (g_lead) Put(fd, "RESULT: the suite could not finish: DOES NOT CONFORM\n");
 }
 
-void OnFatalSignal(int sig) {
+void OnFatalSignal(int sig, siginfo_t* info, void*) {
+  // A backend's handler that ran after ours may hand the signal back to us
+  // (UCX's restores the handler it found, ours, and raises again): the
+  // report is out, so end the process the default way instead of looping.
+  static volatile sig_atomic_t reported = 0;
+  if (reported) {
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
+  reported = 1;
   const char* name = sig == SIGSEGV  ? "SIGSEGV"
                      : sig == SIGBUS ? "SIGBUS"
                      : sig == SIGFPE ? "SIGFPE"
@@ -71,8 +86,28 @@ void OnFatalSignal(int sig) {
   AppendText(g_text, sizeof g_text, CurrentPhase());
   AppendText(g_text, sizeof g_text, "; inside the backend, or the backend corrupted memory)");
   ReportEnding(RankEnding::kCrashed, g_text);
-  signal(sig, SIG_DFL);
-  raise(sig);
+  // Then what would have happened without us. A fault from an instruction
+  // (si_code > 0, from the kernel) simply recurs on return, reaching the
+  // previous action with its own siginfo; a sent signal (abort()) is raised
+  // again, delivered once this handler returns.
+  sigaction(sig, &g_previous[sig], nullptr);
+  if (!(info && info->si_code > 0 && sig != SIGABRT)) raise(sig);
+}
+
+// Installs OnFatalSignal wherever something else (or nothing) is installed.
+void ClaimFatalSignals() {
+  struct sigaction ours {};
+  ours.sa_sigaction = OnFatalSignal;
+  ours.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&ours.sa_mask);
+  for (int sig : kFatalSignals) {
+    struct sigaction current {};
+    if (sigaction(sig, nullptr, &current) != 0) continue;
+    const bool is_ours = (current.sa_flags & SA_SIGINFO) && current.sa_sigaction == &OnFatalSignal;
+    if (is_ours) continue;
+    g_previous[sig] = current;
+    sigaction(sig, &ours, nullptr);
+  }
 }
 
 // exit() while the rank is running: the suite returns from main instead,
@@ -113,12 +148,12 @@ void InstallCrashReporter(uint32_t rank, const std::string& launcher) {
   alternate.ss_sp = g_alternate_stack;
   alternate.ss_size = sizeof g_alternate_stack;
   (void)sigaltstack(&alternate, nullptr);
-  struct sigaction sa {};
-  sa.sa_handler = OnFatalSignal;
-  sa.sa_flags = SA_ONSTACK;
-  sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigaction(sig, &sa, nullptr);
+  ClaimFatalSignals();
   std::atexit(OnExit);
+}
+
+void ReclaimFatalSignals() {
+  if (g_installed.load()) ClaimFatalSignals();
 }
 
 }  // namespace plexus::conformance

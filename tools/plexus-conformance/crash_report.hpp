@@ -19,6 +19,11 @@ namespace plexus::conformance {
 // suite never calls it there).
 void InstallCrashReporter(uint32_t rank, const std::string& launcher);
 
+// Backends install fatal-signal handlers of their own (Open MPI and UCX print
+// backtraces), replacing ours: after init and comm_create the runner calls
+// this to put ours back in front; theirs then runs after our report.
+void ReclaimFatalSignals();
+
 // The note printed with a crash or hang when the ranks cannot be started
 // again, e.g. "(the ranks came from a launcher (Open MPI), not from the suite ...)".
 std::string CannotRestartNote(const std::string& launcher);

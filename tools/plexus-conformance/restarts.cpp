@@ -215,8 +215,8 @@ int RunWithRestarts(const Options& options, const std::vector<std::string>& laun
     } else if (death.index == 0 || death.index <= resume_after) {
       stop = "(stopping: the checks that follow need what just failed)";
     } else if (restarts >= options.max_restarts) {
-      stop = "(stopping: the ranks were started again " + std::to_string(restarts) +
-             " time(s), the most --max-restarts allows; the checks after this one did not run)";
+      stop = "(stopping after " + std::to_string(restarts) +
+             " restart(s), the most --max-restarts allows; the checks after this one did not run)";
     }
     if (!stop.empty()) {
       report.Line(stop);

@@ -137,6 +137,7 @@ int RunRankSteps(const Options& options) {
   watchdog.Arm("load and init", options.timeout_ms + 60000);
   st = Plugin::Open(options.backend, job->local_address, options.verbose, &plugin);
   watchdog.Disarm();
+  ReclaimFatalSignals();
   if (!st.ok()) {
     if (lead) {
       // The other ranks wait for rank 0's capabilities: an empty value tells
@@ -228,6 +229,7 @@ int RunRankSteps(const Options& options) {
       mine.comm_broken = true;
     }
     watchdog.Disarm();
+    if (i == 0) ReclaimFatalSignals();  // a backend may set up its transports in comm_create
     std::vector<Outcome> all;
     bool renew = false, stop = false;
     auto print = [&](const std::vector<Outcome>& by_rank, bool stopping) {
