@@ -18,6 +18,7 @@
 namespace plexus::conformance {
 
 class Plugin;
+class TracedCalls;
 class Exchange;
 class Session;
 struct Options;
@@ -64,7 +65,8 @@ struct Context {
   uint32_t rank;
   uint32_t size;
 
-  const plexus_backend_v1& table() const;
+  const plexus_backend_v1& table() const;  // its fields; call through calls()
+  const TracedCalls& calls() const;
   const plexus_capabilities& caps() const;  // rank 0's: what the list was built from
   Plugin& plugin() const;
   Exchange& exchange() const;

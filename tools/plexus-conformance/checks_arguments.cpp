@@ -12,9 +12,9 @@
 
 #include "buffer.hpp"
 #include "check.hpp"
-#include "crash_report.hpp"
 #include "data.hpp"
 #include "plugin.hpp"
+#include "rank_record.hpp"
 #include "requests.hpp"
 #include "session.hpp"
 
@@ -71,7 +71,7 @@ bool HasSlot(const plexus_backend_v1& t, plexus_collective_t c) {
 // size * 16 elements of up to 8 bytes, enough for every collective.
 int32_t Invoke(Context& ctx, plexus_collective_t coll, const Args& a, Buffer& send, Buffer& recv,
                plexus_request** req) {
-  const plexus_backend_v1& t = ctx.table();
+  const TracedCalls& t = ctx.calls();
   plexus_comm* comm = ctx.comm();
   const void* s = a.null_send ? nullptr : send.data();
   void* r = a.null_recv ? nullptr : recv.data();
@@ -130,7 +130,7 @@ Outcome ExpectRefused(Context& ctx, plexus_collective_t coll, const std::vector<
       if (req && req != kPoison) {
         const Completion c = WaitFor(ctx.plugin(), req, ctx.op_bound_ms());
         if (c.done) {
-          ctx.table().request_free(req);
+          ctx.calls().request_free(req);
         } else if (!AbortAndReap(ctx.plugin(), ctx.comm(), req)) {
           Abandon(std::move(send));
           Abandon(std::move(recv));

@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "check.hpp"
-#include "crash_report.hpp"
 #include "data.hpp"
 #include "operation.hpp"
 #include "options.hpp"
 #include "plugin.hpp"
+#include "rank_record.hpp"
 
 namespace plexus::conformance {
 namespace {
@@ -79,7 +79,7 @@ std::vector<uint8_t> Bytes(uint64_t elements, plexus_dtype_t dtype) {
 }
 
 Outcome RunCase(Context& ctx, const Case& c) {
-  const plexus_backend_v1& t = ctx.table();
+  const TracedCalls& t = ctx.calls();
   plexus_comm* comm = ctx.comm();
   const uint32_t rank = ctx.rank, size = ctx.size;
   const uint64_t n = c.count, salt = ctx.seq;
@@ -241,7 +241,7 @@ Outcome RunCase(Context& ctx, const Case& c) {
 Outcome RunBarrier(Context& ctx) {
   Operation op(ctx, ctx.comm(), PLEXUS_DTYPE_UINT8);
   plexus_request* req = nullptr;
-  op.Posted("barrier", ctx.table().barrier(ctx.comm(), &req), &req);
+  op.Posted("barrier", ctx.calls().barrier(ctx.comm(), &req), &req);
   Findings f;
   bool broken = false;
   op.Finish(&f, &broken);

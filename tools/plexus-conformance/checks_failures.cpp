@@ -109,7 +109,7 @@ Outcome AbortFromThread(Context& ctx) {
     if (!problem.empty()) return Outcome::Fail(problem);
     return Outcome::Pass();
   }
-  const auto& t = ctx.table();
+  const TracedCalls& t = ctx.calls();
   Findings f;
   std::string detail;
   {

@@ -62,7 +62,7 @@ Outcome BarrierWaits(Context& ctx) {
   Operation op(ctx, ctx.comm(), PLEXUS_DTYPE_UINT8);
   plexus_request* req = nullptr;
   const auto posted = Clock::now();
-  if (!op.Posted("barrier", ctx.table().barrier(ctx.comm(), &req), &req)) {
+  if (!op.Posted("barrier", ctx.calls().barrier(ctx.comm(), &req), &req)) {
     op.Finish(&f, &broken);
     return WithBroken(f, broken);
   }
@@ -71,7 +71,7 @@ Outcome BarrierWaits(Context& ctx) {
     // Poll until it completes; it must not before rank 0 has posted.
     const auto deadline = posted + std::chrono::milliseconds(ctx.op_bound_ms());
     int32_t rc = PLEXUS_IN_PROGRESS;
-    while (Clock::now() < deadline && (rc = ctx.table().test(req)) == PLEXUS_IN_PROGRESS) {
+    while (Clock::now() < deadline && (rc = ctx.calls().test(req)) == PLEXUS_IN_PROGRESS) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     if (rc != PLEXUS_IN_PROGRESS && !RankZeroPosted(ctx)) {
@@ -137,7 +137,7 @@ Outcome TestNeverBlocks(Context& ctx) {
     int calls = 0;
     while (MillisSince(start) < kLateDelayMs - 200) {
       const auto t0 = Clock::now();
-      const int32_t rc = ctx.table().test(req);
+      const int32_t rc = ctx.calls().test(req);
       worst = std::max<int64_t>(worst, MillisSince(t0));
       ++calls;
       if (rc != PLEXUS_IN_PROGRESS) {
@@ -161,7 +161,7 @@ Outcome TestNeverBlocks(Context& ctx) {
 
 Outcome WaitTimeout(Context& ctx) {
   return WhilePending(ctx, [&](plexus_request* req, Findings* f) {
-    const auto& t = ctx.table();
+    const TracedCalls& t = ctx.calls();
     auto t0 = Clock::now();
     const int32_t rc0 = t.wait(req, 0);
     const int64_t d0 = MillisSince(t0);

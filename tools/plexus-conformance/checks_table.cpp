@@ -10,6 +10,7 @@
 #include "data.hpp"
 #include "elf_symbols.hpp"
 #include "plugin.hpp"
+#include "rank_record.hpp"
 
 namespace plexus::conformance {
 namespace {
@@ -156,8 +157,15 @@ Outcome EntryFunction(Context& ctx) {
   } else {
     const plexus_backend_v1* a = nullptr;
     const plexus_backend_v1* b = nullptr;
-    const int32_t ra = entry(PLEXUS_ABI_MINOR, &a);
-    const int32_t rb = entry(PLEXUS_ABI_MINOR, &b);
+    int32_t ra, rb, r0;
+    {
+      // The entry function is the one call outside the table (traced_calls.hpp).
+      const std::string text = std::string(PLEXUS_BACKEND_ENTRY_V1) + "(host_abi_minor " +
+                               std::to_string(PLEXUS_ABI_MINOR) + ", table_out), twice";
+      CallInFlight call(text.c_str());
+      ra = entry(PLEXUS_ABI_MINOR, &a);
+      rb = entry(PLEXUS_ABI_MINOR, &b);
+    }
     if (ra != PLEXUS_OK || !a) f.Add("entry function refused this host's ABI 1.1 on a second call");
     if (rb != PLEXUS_OK || a != b) {
       f.Add(
@@ -166,7 +174,10 @@ Outcome EntryFunction(Context& ctx) {
     }
     // A 1.0 host: either the same kind of table, or a clean refusal.
     const plexus_backend_v1* old = reinterpret_cast<const plexus_backend_v1*>(&f);  // not NULL
-    const int32_t r0 = entry(0, &old);
+    {
+      CallInFlight call(PLEXUS_BACKEND_ENTRY_V1 "(host_abi_minor 0, table_out)");
+      r0 = entry(0, &old);
+    }
     if (r0 == PLEXUS_OK && !old) f.Add("entry function for a 1.0 host returned OK and no table");
     if (r0 != PLEXUS_OK && old) {
       f.Add("entry function refused a 1.0 host with " + std::to_string(r0) +

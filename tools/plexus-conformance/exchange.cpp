@@ -1,6 +1,6 @@
 #include "exchange.hpp"
 
-#include "crash_report.hpp"
+#include "rank_record.hpp"
 
 namespace plexus::conformance {
 namespace {
@@ -45,7 +45,7 @@ Status Exchange::Publish(uint64_t seq, const Outcome& mine) {
 }
 
 Status Exchange::Report(uint64_t seq, const Outcome& mine, std::vector<Outcome>* all, bool* renew,
-                        bool* stop, bool stop_on_failure) {
+                        bool* stop, bool stop_on_failure, const Gathered& gathered) {
   SetPhase("rendezvous store: gathering results");
   Status st = Publish(seq, mine);
   if (!st.ok()) return st;
@@ -68,6 +68,8 @@ Status Exchange::Report(uint64_t seq, const Outcome& mine, std::vector<Outcome>*
       if (o.comm_broken) verdict[0] = 1;
       if (stop_on_failure && o.verdict == Verdict::kFail) verdict[1] = 1;
     }
+    if (gathered) gathered(*all, verdict[1] != 0);
+    SetPhase("rendezvous store: publishing the verdict");
     st = store_->Set(verdict_key, verdict, timeout_);
     if (!st.ok()) return st;
   } else {

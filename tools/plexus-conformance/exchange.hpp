@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,8 +31,12 @@ class Exchange {
   // whether to stop; every rank returns those two in *renew and *stop. Also
   // keeps the ranks in step from check to check. With stop_on_failure, a
   // failure on any rank stops every rank (a check the rest depends on).
+  // Rank 0 calls gathered(all, stop) before it lets the other ranks go on,
+  // so that what it prints and journals there is out before any rank can
+  // reach the next check (and crash in it).
+  using Gathered = std::function<void(const std::vector<Outcome>& all, bool stop)>;
   Status Report(uint64_t seq, const Outcome& mine, std::vector<Outcome>* all, bool* renew,
-                bool* stop, bool stop_on_failure = false);
+                bool* stop, bool stop_on_failure = false, const Gathered& gathered = {});
   // Only publishes (for a rank that is about to exit; rank 0 still collects it).
   Status Publish(uint64_t seq, const Outcome& mine);
 

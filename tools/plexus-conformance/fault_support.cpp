@@ -71,7 +71,7 @@ std::string PostLate(Context& ctx, ScenarioComm& comm, const std::string& arriva
   const Completion c = WaitFor(ctx.plugin(), req, bound);
   if (c.done) {
     if (c.status != PLEXUS_OK) op.KeepAfterFailure("the late allreduce in '" + comm.name() + "'");
-    ctx.table().request_free(req);
+    ctx.calls().request_free(req);
     return {};
   }
   std::string problem =

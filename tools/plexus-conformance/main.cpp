@@ -13,7 +13,8 @@
 // exists to find. So the suite loads the plugin with the host's loader and
 // gives it the host's services -- the plugin runs in the environment it will
 // meet in production -- but then observes the raw table: every status,
-// *req_out, error string and timing is the plugin's own.
+// *req_out, error string and timing is the plugin's own (traced_calls only
+// records each call while it is in flight, for the crash and hang reports).
 //
 // The suite's own traffic (results, capabilities, handshakes) goes through
 // the job's rendezvous store, never through the backend under test, and
@@ -21,11 +22,15 @@
 // hanging or corrupting the report.
 //
 // Files: options (command line), self_launch (plexus-run when no launcher),
-// runner (the run), session (plugin, store, shared communicator), plugin
-// (loading and communicators), exchange (the store), report (rank 0's
-// output), watchdog, operation/requests/buffer/data (posting, bounded waits,
-// guard zones, exact inputs and results), elf_symbols, and the checks_*
-// files, one per family of checks.
+// restarts (starting the ranks again after a crash), runner (the run),
+// session (plugin, store, shared communicator), plugin (loading and
+// communicators), traced_calls (every call into the plugin, recorded while
+// in flight), rank_record (what a rank is doing, readable after it died),
+// crash_report and watchdog (a crash or hang named), exchange (the store),
+// report and journal (rank 0's output, and its verdicts across restarts),
+// operation/requests/buffer/data (posting, bounded waits, guard zones,
+// exact inputs and results), elf_symbols, and the checks_* files, one per
+// family of checks.
 #include "options.hpp"
 #include "runner.hpp"
 #include "self_launch.hpp"

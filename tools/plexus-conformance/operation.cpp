@@ -78,7 +78,7 @@ plexus_request* Operation::PostAllreduce(plexus_reduce_op_t rop, uint64_t count,
   ExpectResult(r, 0, count, std::move(want), "recvbuf");
   plexus_request* req = nullptr;
   const int32_t rc =
-      ctx_.table().allreduce(comm_, data(s), data(r), count, dtype_, rop, nullptr, &req);
+      ctx_.calls().allreduce(comm_, data(s), data(r), count, dtype_, rop, nullptr, &req);
   return Posted("allreduce", rc, &req) ? req : nullptr;
 }
 
@@ -100,7 +100,7 @@ bool Operation::Finish(Findings* findings, bool* broken) {
     all_ok = false;
     for (size_t i = 0; i < requests_.size(); ++i) {
       if (done[i].done) {
-        plugin.table().request_free(requests_[i]);
+        plugin.calls().request_free(requests_[i]);
         continue;
       }
       findings->Add(request_names_[i] + " did not complete within " +

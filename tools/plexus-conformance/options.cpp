@@ -40,6 +40,18 @@ the backend under test. Rank 0 prints one line per check as it completes,
 "PASS|FAIL|SKIP  <check>  <detail>", where a FAIL says which ranks failed
 and why, then a summary per collective and capability.
 
+A check during which a rank crashes (a fatal signal, exit(), SIGKILL) or
+hangs past every deadline fails with the call into the backend that was in
+flight and its arguments, e.g.
+  FAIL  arguments: broadcast invalid arguments  rank 2: the process died of
+  SIGSEGV during this check, in broadcast(buf=NULL, count 4, int32, root 0,
+  placement NULL (host)) (...)
+When the suite started the ranks itself, it then starts them again, skips
+every check up to and including that one, and goes on to the rest; the
+RESULT line counts the checks that crashed or hung. Under a launcher
+(mpirun, srun, plexus-run) it cannot start them again: the crash ends the
+run, and the report says so.
+
 Launch: started without a launcher (no PLEXUS_RANK, RANK, OMPI_COMM_WORLD_RANK,
 SLURM_PROCID or PMI_RANK), it starts itself under `plexus-run -n N` (found next
 to this program, else on PATH) and exits with plexus-run's status. Under a
@@ -67,6 +79,9 @@ Options:
                             alltoall is N / ranks)
       --only PATTERN        run only the checks whose name contains PATTERN
                             (e.g. "allreduce float16", "abort", "table")
+      --max-restarts N      how many times to start the ranks again after a
+                            crash or hang (default 10; 0: a crash ends the
+                            run; only when the suite started the ranks)
   -v, --verbose             also print the backend's log lines (stderr); they
                             are hidden by default since the failure checks
                             provoke errors on purpose
@@ -74,7 +89,8 @@ Options:
 
 Exit status: 0 every check passed or was skipped; 1 a check failed; 2 bad
 command line, or the suite could not start (no launcher store, plexus-run not
-found); under plexus-run, plexus-run's status.
+found); when it started the ranks itself, the last plexus-run's status, or 1
+when a crash stopped it.
 )";
 
 [[noreturn]] void UsageError(const std::string& message) {
@@ -110,7 +126,7 @@ uint64_t ParseCount(const char* option, const char* text, uint64_t min, uint64_t
 }  // namespace
 
 int ParseOptions(int argc, char** argv, Options* out) {
-  enum : int { kTimeout = 1000, kFaultTimeout, kMaxCount, kOnly };
+  enum : int { kTimeout = 1000, kFaultTimeout, kMaxCount, kOnly, kMaxRestarts };
   static const option kLong[] = {
       {"backend", required_argument, nullptr, 'b'},
       {"nproc", required_argument, nullptr, 'n'},
@@ -118,6 +134,7 @@ int ParseOptions(int argc, char** argv, Options* out) {
       {"fault-timeout", required_argument, nullptr, kFaultTimeout},
       {"max-count", required_argument, nullptr, kMaxCount},
       {"only", required_argument, nullptr, kOnly},
+      {"max-restarts", required_argument, nullptr, kMaxRestarts},
       {"verbose", no_argument, nullptr, 'v'},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0},
@@ -152,6 +169,9 @@ int ParseOptions(int argc, char** argv, Options* out) {
         break;
       case kOnly:
         o.only = optarg;
+        break;
+      case kMaxRestarts:
+        o.max_restarts = int(ParseCount("--max-restarts", optarg, 0, 1000));
         break;
       case 'v':
         o.verbose = true;

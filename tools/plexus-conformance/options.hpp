@@ -15,6 +15,7 @@ struct Options {
   int64_t fault_timeout_ms = 1500;  // --fault-timeout: timeout_ms of the failure checks
   uint64_t max_count = 1u << 20;    // --max-count: the "large" element count
   std::string only;                 // --only: run checks whose name contains this
+  int max_restarts = 10;            // --max-restarts: starts of the ranks after a crash or hang
   bool verbose = false;             // --verbose: forward the backend's log lines
   std::vector<std::string> argv;    // the original command line, for re-launching
 };

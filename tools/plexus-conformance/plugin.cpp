@@ -6,7 +6,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "crash_report.hpp"
+#include "rank_record.hpp"
 
 namespace plexus::conformance {
 namespace {
@@ -46,8 +46,14 @@ void Plugin::FilteredLog(void* ctx, int32_t level, const char* message) {
 Status Plugin::Open(const std::string& spec, const std::string& local_address, bool verbose,
                     std::unique_ptr<Plugin>* out) {
   std::unique_ptr<Plugin> p(new Plugin);
-  Status st = ResolveBackend(spec, &p->lib_);
+  Status st;
+  {
+    // dlopen runs the plugin's constructors, then the entry function runs.
+    CallInFlight call("dlopen and " PLEXUS_BACKEND_ENTRY_V1 "() (the host's loader)");
+    st = ResolveBackend(spec, &p->lib_);
+  }
   if (!st.ok()) return st;
+  p->calls_ = std::make_unique<TracedCalls>(&p->lib_->table());
   p->services_ =
       std::make_unique<HostServices>(p->lib_->table().name ? p->lib_->table().name : "?",
                                      local_address, std::map<std::string, std::string>{});
@@ -57,7 +63,7 @@ Status Plugin::Open(const std::string& spec, const std::string& local_address, b
   p->host_.log = &Plugin::FilteredLog;
 
   plexus_backend_ctx* ctx = nullptr;
-  const int32_t rc = p->table().init(&p->host_, &ctx);
+  const int32_t rc = p->calls().init(&p->host_, &ctx);
   if (rc != PLEXUS_OK || !ctx) {
     std::string why;
     {
@@ -73,13 +79,13 @@ Status Plugin::Open(const std::string& spec, const std::string& local_address, b
   }
   p->ctx_ = ctx;
   p->caps_.struct_size = sizeof p->caps_;
-  p->caps_status_ = p->table().get_capabilities(ctx, &p->caps_);
+  p->caps_status_ = p->calls().get_capabilities(ctx, &p->caps_);
   *out = std::move(p);
   return Status::Ok();
 }
 
 Plugin::~Plugin() {
-  if (ctx_ && !leaked_) table().finalize(ctx_);
+  if (ctx_ && !leaked_) calls().finalize(ctx_);
   // A leaked request may still be written by a backend thread: keep the
   // library mapped, so that thread does not run unmapped code at exit.
   // Its host services stay too: a backend thread may still log.
@@ -97,7 +103,7 @@ bool Plugin::has_request_error() const {
 
 std::string Plugin::LastError(plexus_comm* comm) const {
   char buf[2048] = "";
-  table().comm_last_error(comm, buf, sizeof buf);
+  calls().comm_last_error(comm, buf, sizeof buf);
   buf[sizeof buf - 1] = '\0';
   return buf;
 }
@@ -105,7 +111,7 @@ std::string Plugin::LastError(plexus_comm* comm) const {
 std::string Plugin::RequestError(plexus_request* req) const {
   if (!has_request_error()) return {};
   char buf[2048] = "";
-  table().request_error(req, buf, sizeof buf);
+  calls().request_error(req, buf, sizeof buf);
   buf[sizeof buf - 1] = '\0';
   return buf;
 }
@@ -129,7 +135,7 @@ int32_t Plugin::CreateComm(const LaunchInfo& launch, RendezvousStore* store,
   char buf[2048] = "";
   *comm = nullptr;
   SetPhase("backend comm_create()");
-  const int32_t rc = table().comm_create(ctx_, &config, comm, buf, sizeof buf);
+  const int32_t rc = calls().comm_create(ctx_, &config, comm, buf, sizeof buf);
   buf[sizeof buf - 1] = '\0';
   *error = buf;
   return rc;

@@ -18,6 +18,7 @@
 #include "plexus/status.hpp"
 #include "plugins/host_services.hpp"
 #include "plugins/plugin_loader.hpp"
+#include "traced_calls.hpp"
 
 namespace plexus::conformance {
 
@@ -35,8 +36,11 @@ class Plugin {
   Plugin& operator=(const Plugin&) = delete;
 
   // The table as the host loader copied it (slots past the plugin's
-  // struct_size read NULL), and the plugin's own struct_size.
+  // struct_size read NULL), and the plugin's own struct_size. Read its
+  // fields here; call its functions through calls().
   const plexus_backend_v1& table() const { return lib_->table(); }
+  // The table's functions, each call recorded while in flight.
+  const TracedCalls& calls() const { return *calls_; }
   uint32_t plugin_struct_size() const { return lib_->plugin_struct_size(); }
   const std::string& path() const { return lib_->path(); }
   plexus_backend_ctx* ctx() const { return ctx_; }
@@ -70,6 +74,7 @@ class Plugin {
   static void FilteredLog(void* ctx, int32_t level, const char* message);
 
   std::unique_ptr<LoadedLibrary> lib_;
+  std::unique_ptr<TracedCalls> calls_;
   std::unique_ptr<HostServices> services_;
   plexus_host_v1 host_{};  // the services' table with FilteredLog as log
   plexus_backend_ctx* ctx_ = nullptr;

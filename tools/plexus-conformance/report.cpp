@@ -67,14 +67,28 @@ Outcome Report::Add(const Check& check, const std::vector<Outcome>& by_rank) {
   std::string line = std::string(VerdictWord(merged.verdict)) + "  " + check.name;
   if (!merged.detail.empty()) line += "  " + merged.detail;
   Line(line);
-
-  if (!groups_.count(check.group)) group_order_.push_back(check.group);
-  groups_[check.group].Add(merged.verdict);
-  if (!check.capability.empty()) capabilities_[check.group][check.capability].Add(merged.verdict);
-  (merged.verdict == Verdict::kPass   ? passed_
-   : merged.verdict == Verdict::kFail ? failed_
-                                      : skipped_)++;
+  Count(check.group, check.capability, merged.verdict);
   return merged;
+}
+
+void Report::AddEnded(const std::string& name, const std::string& group,
+                      const std::string& capability, char ended, const std::string& detail) {
+  Line("FAIL  " + name + "  " + detail);
+  Restore(group, capability, Verdict::kFail, ended);
+}
+
+void Report::Restore(const std::string& group, const std::string& capability, Verdict verdict,
+                     char ended) {
+  Count(group, capability, verdict);
+  if (ended == 'c') ++crashed_;
+  if (ended == 'h') ++hung_;
+}
+
+void Report::Count(const std::string& group, const std::string& capability, Verdict verdict) {
+  if (!groups_.count(group)) group_order_.push_back(group);
+  groups_[group].Add(verdict);
+  if (!capability.empty()) capabilities_[group][capability].Add(verdict);
+  (verdict == Verdict::kPass ? passed_ : verdict == Verdict::kFail ? failed_ : skipped_)++;
 }
 
 void Report::Summary(const std::string& backend, uint32_t size) {
@@ -109,11 +123,17 @@ void Report::Summary(const std::string& backend, uint32_t size) {
       Line(row);
     }
   }
+  // "2 failed (2 crashed a rank, 1 hung)": the checks the ranks were
+  // started again after.
+  std::string ended;
+  if (crashed_) ended = std::to_string(crashed_) + " crashed a rank";
+  if (hung_) ended += (ended.empty() ? "" : ", ") + std::to_string(hung_) + " hung";
   Line("");
   Line("RESULT: backend '" + backend + "' on " + std::to_string(size) + " rank" +
        (size == 1 ? "" : "s") + ": " + std::to_string(passed_ + failed_ + skipped_) + " checks, " +
-       std::to_string(passed_) + " passed, " + std::to_string(failed_) + " failed, " +
-       std::to_string(skipped_) + " skipped: " + (failed_ ? "DOES NOT CONFORM" : "conforms"));
+       std::to_string(passed_) + " passed, " + std::to_string(failed_) + " failed" +
+       (ended.empty() ? "" : " (" + ended + ")") + ", " + std::to_string(skipped_) +
+       " skipped: " + (failed_ ? "DOES NOT CONFORM" : "conforms"));
 }
 
 }  // namespace plexus::conformance

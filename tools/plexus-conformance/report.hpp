@@ -24,12 +24,23 @@ class Report {
   // fails), prints its line and counts it. Returns the merged outcome.
   Outcome Add(const Check& check, const std::vector<Outcome>& by_rank);
 
+  // A check during which a rank crashed (ended 'c') or hung ('h'): prints
+  // its FAIL line and counts it (restarts.cpp).
+  void AddEnded(const std::string& name, const std::string& group, const std::string& capability,
+                char ended, const std::string& detail);
+  // Counts a verdict printed by an earlier run of the ranks, without
+  // printing it (journal.hpp).
+  void Restore(const std::string& group, const std::string& capability, Verdict verdict,
+               char ended);
+
   // The per-collective table, the failing capabilities and the result line.
   void Summary(const std::string& backend, uint32_t size);
 
   bool failed() const { return failed_ > 0; }
 
  private:
+  void Count(const std::string& group, const std::string& capability, Verdict verdict);
+
   struct Counts {
     int pass = 0, fail = 0, skip = 0;
     void Add(Verdict v) { (v == Verdict::kPass ? pass : v == Verdict::kFail ? fail : skip)++; }
@@ -40,6 +51,7 @@ class Report {
   std::map<std::string, Counts> groups_;
   std::map<std::string, std::map<std::string, Counts>> capabilities_;  // group -> capability
   int passed_ = 0, failed_ = 0, skipped_ = 0;
+  int crashed_ = 0, hung_ = 0;  // of failed_: checks during which a rank crashed or hung
 };
 
 }  // namespace plexus::conformance

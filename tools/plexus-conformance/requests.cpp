@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <thread>
 
-#include "crash_report.hpp"
 #include "plexus/status.hpp"
 #include "plugin.hpp"
+#include "rank_record.hpp"
 
 namespace plexus::conformance {
 
@@ -15,7 +15,7 @@ std::string StatusText(int32_t status) {
 }
 
 Completion WaitUntil(const Plugin& plugin, plexus_request* req, Clock::time_point deadline) {
-  const auto& t = plugin.table();
+  const TracedCalls& t = plugin.calls();
   Completion c;
   const auto start = Clock::now();
   bool poll = false;  // wait() misbehaved: fall back to test()
@@ -64,7 +64,7 @@ Completion WaitUntil(const Plugin& plugin, plexus_request* req, Clock::time_poin
 }
 
 std::string CheckAndFree(const Plugin& plugin, plexus_request* req, int32_t status) {
-  const auto& t = plugin.table();
+  const TracedCalls& t = plugin.calls();
   std::string problems;
   auto add = [&](const std::string& p) { problems += (problems.empty() ? "" : "; ") + p; };
   const int32_t again = t.test(req);
@@ -91,10 +91,10 @@ std::string CheckAndFree(const Plugin& plugin, plexus_request* req, int32_t stat
 
 bool AbortAndReap(Plugin& plugin, plexus_comm* comm, plexus_request* req) {
   SetPhase("backend comm_abort()");
-  plugin.table().comm_abort(comm);
+  plugin.calls().comm_abort(comm);
   const Completion c = WaitFor(plugin, req, 5000);
   if (c.done) {
-    plugin.table().request_free(req);
+    plugin.calls().request_free(req);
     return true;
   }
   plugin.MarkLeaked();

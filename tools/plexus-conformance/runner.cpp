@@ -8,10 +8,13 @@
 #include "check.hpp"
 #include "crash_report.hpp"
 #include "job.hpp"
+#include "journal.hpp"
 #include "local_rendezvous.hpp"
 #include "plugin.hpp"
+#include "rank_record.hpp"
 #include "report.hpp"
 #include "requests.hpp"
+#include "restarts.hpp"
 #include "session.hpp"
 #include "watchdog.hpp"
 
@@ -71,9 +74,27 @@ std::vector<Check> BuildList(const Session& session) {
   return selected;
 }
 
-}  // namespace
+// After a restart: whether the check list is the one the earlier runs
+// numbered (the same plugin, capabilities and options give the same list).
+bool SameListAsBefore(const std::vector<Check>& checks, int64_t resume_after,
+                      const JournalContents& past, std::string* why) {
+  if (resume_after >= int64_t(checks.size())) {
+    *why = "an earlier run reached check " + std::to_string(resume_after) + ", but the list has " +
+           std::to_string(checks.size());
+    return false;
+  }
+  for (const JournalEntry& e : past.checks) {
+    if (e.index != resume_after) continue;
+    if (e.name == checks[size_t(resume_after)].name) return true;
+    *why = "check " + std::to_string(resume_after) + " was '" + e.name + "' and is now '" +
+           checks[size_t(resume_after)].name + "'";
+    return false;
+  }
+  *why = "the journal has no check " + std::to_string(resume_after);
+  return false;
+}
 
-int RunRank(const Options& options) {
+int RunRankSteps(const Options& options) {
   if (std::string error; !PrepareLocalRendezvous(options.timeout_ms + 30000, &error)) {
     std::fprintf(stderr,
                  "plexus-conformance: %s. The suite gathers its results through the rendezvous "
@@ -103,15 +124,20 @@ int RunRank(const Options& options) {
                  "plexus-conformance: -n %u ignored: the launcher (%s) started %u rank(s)\n",
                  options.nproc, job->launch.source.c_str(), size);
   }
+  // Restartable when the suite started the ranks itself (restarts.hpp).
+  const bool restartable = InitRankRecord(rank);
+  const int64_t resume_after = restartable ? ResumeAfter() : kNoCheck;
   Report report(stdout);
-  Watchdog watchdog(rank);
-  InstallCrashReporter(rank);
-  SetCurrentCheck("load and init");
+  Journal journal(lead && restartable ? StateDir() : std::string());
+  Watchdog watchdog(rank, job->launch.source);
+  InstallCrashReporter(rank, job->launch.source);
+  SetCurrentCheck(kNoCheck, "load and init");
 
   std::unique_ptr<Plugin> plugin;
   watchdog.Arm("load and init", options.timeout_ms + 60000);
   st = Plugin::Open(options.backend, job->local_address, options.verbose, &plugin);
   watchdog.Disarm();
+  ReclaimFatalSignals();
   if (!st.ok()) {
     if (lead) {
       // The other ranks wait for rank 0's capabilities: an empty value tells
@@ -121,13 +147,15 @@ int RunRank(const Options& options) {
       report.Line("FAIL  load and init  " + st.message());
       report.Line("RESULT: backend '" + options.backend +
                   "' could not be loaded: DOES NOT CONFORM");
+      journal.Done();
     }
     return 1;
   }
   auto session = std::make_unique<Session>(options, job, std::move(plugin));
   Exchange& ex = session->exchange();
   const plexus_backend_v1& table = session->plugin().table();
-  if (lead) {
+  if (lead && resume_after == kNoCheck) {
+    journal.Header(table.name, size);
     report.Line(std::string("plexus-conformance ") + PLEXUS_VERSION_STRING + ": backend '" +
                 table.name + "' version '" + table.version + "', ABI " +
                 std::to_string(table.abi_major) + "." + std::to_string(table.abi_minor));
@@ -137,6 +165,14 @@ int RunRank(const Options& options) {
                 std::to_string(options.fault_timeout_ms) + " ms, max count " +
                 std::to_string(options.max_count) +
                 (options.only.empty() ? "" : ", only '" + options.only + "'"));
+    report.Line(restartable
+                    ? "  after a crash or hang the ranks are started again past that "
+                      "check, at most " +
+                          std::to_string(options.max_restarts) +
+                          (options.max_restarts == 1 ? " time" : " times") + " (--max-restarts)"
+                    : "  a crash or hang ends the run: the ranks came from a launcher (" +
+                          job->launch.source +
+                          "), not from the suite, which cannot start them again");
   }
   st = AgreeOnCapabilities(*session);
   if (!st.ok()) {
@@ -158,15 +194,33 @@ int RunRank(const Options& options) {
   };
   std::vector<Check> checks = BuildList(*session);
   checks.insert(checks.begin(), std::move(create));
+  if (lead && resume_after != kNoCheck) {
+    // The ranks were started again after a crash: count what the earlier
+    // runs printed, and make sure "check N" means the same check.
+    const JournalContents past = ReadJournal(StateDir());
+    std::string why;
+    if (!SameListAsBefore(checks, resume_after, past, &why)) {
+      std::fprintf(stderr, "plexus-conformance: cannot go on after the restart: %s\n", why.c_str());
+      return 2;
+    }
+    for (const JournalEntry& e : past.checks) {
+      report.Restore(e.group, e.capability, e.verdict, e.ended);
+    }
+  }
 
   const int64_t default_limit = 4 * (options.timeout_ms + 5000) + 120000;
   uint64_t seq = 0;
   bool broke_down = false;
   for (size_t i = 0; i < checks.size(); ++i) {
+    // After a restart the shared communicator (check 0) is made again, its
+    // line printed only if that fails, and the checks the earlier runs
+    // covered, the one that crashed included, are skipped.
+    const bool remake_shared = i == 0 && resume_after != kNoCheck;
+    if (i > 0 && int64_t(i) <= resume_after) continue;
     const Check& check = checks[i];
     Context ctx{options, *session, ++seq, rank, size};
     watchdog.Arm(check.name, check.limit_ms ? check.limit_ms : default_limit);
-    SetCurrentCheck(check.name);
+    SetCurrentCheck(int64_t(i), check.name, check.group, check.capability);
     Outcome mine;
     try {
       mine = check.run(ctx);
@@ -175,16 +229,21 @@ int RunRank(const Options& options) {
       mine.comm_broken = true;
     }
     watchdog.Disarm();
+    if (i == 0) ReclaimFatalSignals();  // a backend may set up its transports in comm_create
     std::vector<Outcome> all;
     bool renew = false, stop = false;
-    st = ex.Report(ctx.seq, mine, &all, &renew, &stop, /*stop_on_failure=*/i == 0);
+    auto print = [&](const std::vector<Outcome>& by_rank, bool stopping) {
+      if (remake_shared && !stopping) return;
+      const Outcome merged = report.Add(check, by_rank);
+      journal.Add({int64_t(i), merged.verdict, '-', check.group, check.capability, check.name});
+    };
+    st = ex.Report(ctx.seq, mine, &all, &renew, &stop, /*stop_on_failure=*/i == 0, print);
     if (!st.ok()) {
       std::fprintf(stderr, "plexus-conformance[%u]: reporting '%s': %s\n", rank, check.name.c_str(),
                    st.message().c_str());
       broke_down = true;
       break;
     }
-    if (lead) report.Add(check, all);
     if (lead && i == 0) RemoveLocalRendezvousFile();  // every rank has reported through the store
     if (stop) {
       if (lead) report.Line("(stopping: the checks that follow need what just failed)");
@@ -195,24 +254,31 @@ int RunRank(const Options& options) {
     replace.name = "comm_create of a new shared communicator (the last one is broken)";
     replace.group = "table";
     watchdog.Arm(replace.name, options.timeout_ms + 60000);
-    SetCurrentCheck(replace.name);
+    SetCurrentCheck(int64_t(i), replace.name, replace.group);
     std::string error;
     const int32_t rc = session->RenewMainComm(&error);
     watchdog.Disarm();
     Outcome r = rc == PLEXUS_OK
                     ? Outcome::Pass()
                     : Outcome::Fail("comm_create returned " + StatusText(rc) + ": " + error);
-    st = ex.Report(++seq, r, &all, &renew, &stop, /*stop_on_failure=*/true);
+    // Printed only when it failed: replacing is the suite's business.
+    auto print_failure = [&](const std::vector<Outcome>& by_rank, bool stopping) {
+      if (!stopping) return;
+      const Outcome merged = report.Add(replace, by_rank);
+      journal.Add({int64_t(i), merged.verdict, '-', replace.group, "", replace.name});
+    };
+    st = ex.Report(++seq, r, &all, &renew, &stop, /*stop_on_failure=*/true, print_failure);
     if (!st.ok()) {
       broke_down = true;
       break;
     }
-    // Printed only when it failed: replacing is the suite's business.
-    if (lead && stop) report.Add(replace, all);
     if (stop) break;
   }
   const int status = (lead && report.failed()) || broke_down ? 1 : 0;
-  if (lead) report.Summary(table.name, size);
+  if (lead) {
+    report.Summary(table.name, size);
+    journal.Done();
+  }
 
   // The store may live in rank 0 (mpirun): rank 0 leaves last.
   if (!broke_down) {
@@ -225,10 +291,20 @@ int RunRank(const Options& options) {
       (void)ex.AwaitArrivals("finished", alive, std::chrono::milliseconds(60000));
     }
   }
-  SetCurrentCheck("teardown (comm_destroy, finalize)");
+  SetCurrentCheck(kAfterTheChecks, "teardown (comm_destroy, finalize)");
   watchdog.ArmTeardown(30000, status);
   session.reset();
   watchdog.Disarm();
+  return status;
+}
+
+}  // namespace
+
+int RunRank(const Options& options) {
+  const int status = RunRankSteps(options);
+  // The exit hook and the process that starts the ranks read this: the run
+  // ended on the suite's own terms, whatever its status.
+  RecordEnding(RankEnding::kReturned, "");
   return status;
 }
 

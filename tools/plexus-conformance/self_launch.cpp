@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "plexus/launch_env.hpp"
+#include "restarts.hpp"
 
 namespace plexus::conformance {
 namespace {
@@ -97,15 +98,8 @@ int RelaunchUnderPlexusRun(const Options& options) {
   // get in the way of reading (and grepping) it.
   std::vector<std::string> args = {run, "-n", std::to_string(options.nproc), "--no-prefix", self};
   args.insert(args.end(), options.argv.begin() + 1, options.argv.end());
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
   setenv(kGuardVariable, "1", 1);
-  std::fflush(stdout);
-  execv(run.c_str(), argv.data());
-  std::fprintf(stderr, "plexus-conformance: cannot execute %s: %s\n", run.c_str(),
-               std::strerror(errno));
-  return 2;
+  return RunWithRestarts(options, args);
 }
 
 }  // namespace plexus::conformance

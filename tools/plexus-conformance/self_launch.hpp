@@ -2,9 +2,11 @@
 //
 // A vendor types `plexus-conformance --backend ./libplexus-foo.so`; the suite
 // needs several ranks, so without a launcher's variables in the environment
-// it runs itself again under `plexus-run -n N` and exits with plexus-run's
-// status (which is non-zero when a rank, rank 0 with a failed check
-// included, exited non-zero).
+// it runs itself again under `plexus-run -n N`, as a child it outlives, so
+// that it can start the ranks again after a crash (restarts.hpp), and exits
+// with plexus-run's status (which is non-zero when a rank, rank 0 with a
+// failed check included, exited non-zero), or 1 when it printed the result
+// itself.
 #pragma once
 
 #include "options.hpp"
@@ -15,8 +17,8 @@ namespace plexus::conformance {
 // Malformed launcher variables are reported on stderr and exit with 2.
 bool NeedsLauncher();
 
-// Replaces this process with `plexus-run -n N --no-prefix <this program> <args>`.
-// Returns only on failure, with the exit status to use (after a message).
+// Runs `plexus-run -n N --no-prefix <this program> <args>` (again after a
+// crash) and returns the exit status to use.
 int RelaunchUnderPlexusRun(const Options& options);
 
 }  // namespace plexus::conformance

@@ -3,7 +3,7 @@
 #include <chrono>
 
 #include "check.hpp"
-#include "crash_report.hpp"
+#include "rank_record.hpp"
 
 namespace plexus::conformance {
 
@@ -37,7 +37,7 @@ void Session::DestroyComm(plexus_comm* comm, bool leaked_request) {
     return;
   }
   SetPhase("backend comm_destroy()");
-  plugin_->table().comm_destroy(comm);
+  plugin_->calls().comm_destroy(comm);
 }
 
 int32_t Session::RenewMainComm(std::string* error) {
@@ -50,6 +50,9 @@ int32_t Session::RenewMainComm(std::string* error) {
 // Context's accessors live here, where Session is complete.
 const plexus_backend_v1& Context::table() const {
   return session.plugin().table();
+}
+const TracedCalls& Context::calls() const {
+  return session.plugin().calls();
 }
 const plexus_capabilities& Context::caps() const {
   return session.plan_caps();

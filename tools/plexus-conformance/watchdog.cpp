@@ -5,12 +5,14 @@
 #include <cstdio>
 
 #include "crash_report.hpp"
+#include "rank_record.hpp"
 
 namespace plexus::conformance {
 
 constexpr int kExitHung = 3;
 
-Watchdog::Watchdog(uint32_t rank) : rank_(rank), thread_([this] { Loop(); }) {}
+Watchdog::Watchdog(uint32_t rank, const std::string& launcher)
+    : rank_(rank), cannot_restart_(CannotRestartNote(launcher)), thread_([this] { Loop(); }) {}
 
 Watchdog::~Watchdog() {
   {
@@ -54,6 +56,7 @@ void Watchdog::Loop() {
     if (cv_.wait_until(lock, deadline_) != std::cv_status::timeout) continue;
     if (!armed_ || quit_ || std::chrono::steady_clock::now() < deadline_) continue;
     if (teardown_) {
+      RecordEnding(RankEnding::kReturned, "");  // the run itself is over
       std::fprintf(stderr,
                    "plexus-conformance[%u]: comm_destroy/finalize of the backend did not return "
                    "within %lld s; exiting without waiting for it\n",
@@ -62,16 +65,29 @@ void Watchdog::Loop() {
       std::fflush(stderr);
       _exit(exit_status_);
     }
+    // The call the check is stuck in says more than the check's name: the
+    // ranks, roots and counts it was given.
+    const std::string calls = CallsInFlight();
     const std::string why =
-        "did not finish within " + std::to_string(limit_ms_ / 1000) + " s on rank " +
-        std::to_string(rank_) + " (last activity: " + CurrentPhase() +
-        "): a call blocked past every deadline it was given; stopping the suite";
-    if (rank_ == 0) {
-      std::printf("FAIL  %s  %s\n", check_.c_str(), why.c_str());
-      std::fflush(stdout);
+        "did not finish within " + std::to_string(limit_ms_ / 1000) + " s" +
+        (calls.empty() ? ", while no call into the backend was in flight" : ", in " + calls) +
+        " (last activity: " + CurrentPhase() + "): a call blocked past every deadline it was given";
+    RecordEnding(RankEnding::kHung, why.c_str());
+    if (RankRecordShared()) {
+      // The process that started the ranks prints the FAIL line and starts
+      // them again.
+      std::fprintf(stderr, "plexus-conformance[%u]: FAIL %s: %s\n", rank_, check_.c_str(),
+                   why.c_str());
+    } else {
+      if (rank_ == 0) {
+        std::printf(
+            "FAIL  %s  rank 0: %s\n%s\nRESULT: the suite could not finish: DOES NOT CONFORM\n",
+            check_.c_str(), why.c_str(), cannot_restart_.c_str());
+        std::fflush(stdout);
+      }
+      std::fprintf(stderr, "plexus-conformance[%u]: FAIL %s: %s; stopping the suite\n", rank_,
+                   check_.c_str(), why.c_str());
     }
-    std::fprintf(stderr, "plexus-conformance[%u]: FAIL %s: %s\n", rank_, check_.c_str(),
-                 why.c_str());
     std::fflush(stderr);
     _exit(kExitHung);
   }

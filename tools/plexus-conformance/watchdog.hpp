@@ -3,10 +3,14 @@
 // Waits are bounded by their timeout argument, but a backend can still block
 // inside wait(), test(), a post or comm_create without honouring it. The
 // runner arms the watchdog around each check with a generous limit; if the
-// check has not finished by then, the watchdog reports the check as FAIL
-// (rank 0 on stdout, every rank on stderr) and ends the process with exit
-// status 3, which makes plexus-run (or mpirun) stop the job. A hung backend
-// thus fails the suite instead of hanging it.
+// check has not finished by then, the watchdog reports the check as FAIL,
+// naming the calls into the backend in flight with their arguments, records
+// it in the rank record (rank_record.hpp), and ends the process with exit
+// status 3, which makes plexus-run (or mpirun) stop the job. When the suite
+// started the ranks itself, it then starts them again past the check
+// (restarts.hpp), which prints the FAIL line; otherwise rank 0 prints it on
+// stdout, every rank on stderr. A hung backend thus fails the check instead
+// of hanging the suite.
 #pragma once
 
 #include <chrono>
@@ -20,7 +24,8 @@ namespace plexus::conformance {
 
 class Watchdog {
  public:
-  explicit Watchdog(uint32_t rank);
+  // launcher: who started the ranks, for the note that the run ends here.
+  Watchdog(uint32_t rank, const std::string& launcher);
   ~Watchdog();
 
   // As a check: on expiry, a FAIL line for check and exit status 3.
@@ -34,6 +39,7 @@ class Watchdog {
   void Loop();
 
   uint32_t rank_;
+  std::string cannot_restart_;
   std::mutex mutex_;
   std::condition_variable cv_;
   bool quit_ = false;
