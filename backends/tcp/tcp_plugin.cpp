@@ -70,21 +70,9 @@ kit::AllreduceAlgo AllreduceAlgo(Algo chosen, uint32_t size, uint64_t bytes) {
   }
 }
 
-struct TcpBackend : kit::QueuedBackend<plexus_comm> {
+struct TcpBackend : kit::AlgosBackend<plexus_comm, plexus_backend_ctx> {
   static constexpr const char* kName = "tcp";
-  static constexpr uint32_t kCollectives = (1u << PLEXUS_COLL_COUNT_V1) - 1;  // all of v1
   static const char* Version() { return PLEXUS_VERSION_STRING; }
-
-  static int32_t Init(const plexus_host_v1& host, plexus_backend_ctx** ctx_out) {
-    if (!host.oob_allgather || !host.oob_broadcast) return PLEXUS_ERR_INVALID_ARGUMENT;
-    *ctx_out = new plexus_backend_ctx{host};
-    return PLEXUS_OK;
-  }
-  static void Finalize(plexus_backend_ctx* ctx) { delete ctx; }
-
-  static void Capabilities(plexus_backend_ctx&, plexus_capabilities& caps) {
-    kit::SetAlgosHostCapabilities(caps, kCollectives);
-  }
 
   static int32_t CommCreate(plexus_backend_ctx& ctx, const plexus_comm_config_v1& config,
                             plexus_comm** comm_out, std::string* error) {

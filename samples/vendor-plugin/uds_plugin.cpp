@@ -44,21 +44,9 @@ namespace {
 // Recursive doubling (log2 n steps) beats the ring (2(n-1) steps) below this.
 constexpr uint64_t kSmallAllreduceBytes = 64 << 10;
 
-struct UdsBackend : kit::QueuedBackend<plexus_comm> {
+struct UdsBackend : kit::AlgosBackend<plexus_comm, plexus_backend_ctx> {
   static constexpr const char* kName = "uds";
-  static constexpr uint32_t kCollectives = (1u << PLEXUS_COLL_COUNT_V1) - 1;  // all nine
   static const char* Version() { return "0.1.0 (example: Unix-domain sockets, one host)"; }
-
-  static int32_t Init(const plexus_host_v1& host, plexus_backend_ctx** ctx_out) {
-    if (!host.oob_allgather || !host.oob_broadcast) return PLEXUS_ERR_INVALID_ARGUMENT;
-    *ctx_out = new plexus_backend_ctx{host};
-    return PLEXUS_OK;
-  }
-  static void Finalize(plexus_backend_ctx* ctx) { delete ctx; }
-
-  static void Capabilities(plexus_backend_ctx&, plexus_capabilities& caps) {
-    kit::SetAlgosHostCapabilities(caps, kCollectives);
-  }
 
   static int32_t CommCreate(plexus_backend_ctx& ctx, const plexus_comm_config_v1& config,
                             plexus_comm** comm_out, std::string* error) {

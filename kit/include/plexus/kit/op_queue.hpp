@@ -42,6 +42,7 @@
 #include "plexus/kit/call.hpp"
 #include "plexus/kit/errors.hpp"
 #include "plexus/kit/queue_transport.hpp"
+#include "plexus/kit/settings.hpp"
 
 namespace plexus::kit {
 class OpQueue;
@@ -189,6 +190,25 @@ struct QueuedBackend {
   static ErrorSlot& Errors(Comm& comm) { return comm.queue->errors(); }
   static CommShape Shape(const Comm& comm) { return {comm.queue->rank(), comm.queue->size()}; }
   static uint32_t MemoryTypes(const Comm&) { return 1u << PLEXUS_MEMORY_HOST; }
+};
+
+// More of the same for the simplest such backend, one whose process-wide
+// context is the host table alone (Ctx: struct plexus_backend_ctx {
+// plexus_host_v1 host; }) and whose collectives are plexus-algos algorithms
+// on host memory: Init (which needs the out-of-band functions, to connect),
+// Finalize, kCollectives (every collective of ABI 1) and Capabilities.
+template <class Comm, class Ctx>
+struct AlgosBackend : QueuedBackend<Comm> {
+  static constexpr uint32_t kCollectives = (1u << PLEXUS_COLL_COUNT_V1) - 1;
+  static int32_t Init(const plexus_host_v1& host, Ctx** ctx_out) {
+    if (!host.oob_allgather || !host.oob_broadcast) return PLEXUS_ERR_INVALID_ARGUMENT;
+    *ctx_out = new Ctx{host};
+    return PLEXUS_OK;
+  }
+  static void Finalize(Ctx* ctx) { delete ctx; }
+  static void Capabilities(Ctx&, plexus_capabilities& caps) {
+    SetAlgosHostCapabilities(caps, kCollectives);
+  }
 };
 
 }  // namespace plexus::kit
