@@ -26,7 +26,8 @@
 //     // Posts a call that CheckCall accepted (req_out non-NULL, *req_out NULL).
 //     static int32_t Post(plexus_comm& comm, const Call& call, plexus_request** req_out);
 //
-//     // Requests: test, wait, request_free, request_error, as the ABI words them.
+//     // Requests: test, wait, request_free and (optional) request_error, as
+//     // the ABI words them.
 //     using Requests = kit::QueuedRequests;  // (op_queue.hpp) or the backend's own
 //   };
 //
@@ -241,7 +242,13 @@ plexus_backend_v1 MakeTable() {
   t.test = G::Test;
   t.wait = G::Wait;
   t.request_free = G::RequestFree;
-  t.request_error = G::RequestError;
+  // Optional: without B::Requests::Error the slot stays NULL and the host
+  // reads the communicator's last error instead.
+  if constexpr (requires(plexus_request & r, char* buf, size_t len) {
+                  B::Requests::Error(r, buf, len);
+                }) {
+    t.request_error = G::RequestError;
+  }
   if (has(PLEXUS_COLL_ALLREDUCE)) t.allreduce = G::Allreduce;
   if (has(PLEXUS_COLL_BROADCAST)) t.broadcast = G::Broadcast;
   if (has(PLEXUS_COLL_REDUCE)) t.reduce = G::Reduce;
