@@ -126,8 +126,11 @@ algos::Status CheckCall(const Call& c, CommShape comm, uint32_t memory_types) {
                                                        : " (it takes " + takes + " memory only)")};
   }
   // Every buffer's byte size must fit well inside the address space.
+  // (Every post passes here: multiplications, not divisions.)
   const uint64_t blocks = std::max<uint64_t>({1, r.send_blocks_per_rank, r.recv_blocks_per_rank});
-  if (c.count > (uint64_t(1) << 62) / elem / blocks) {
+  uint64_t total = 0;
+  if (__builtin_mul_overflow(c.count, uint64_t(elem) * blocks, &total) ||
+      total > (uint64_t(1) << 62)) {
     return Invalid(c, "count " + std::to_string(c.count) + " is too large: count x " +
                           std::to_string(elem) + " bytes" +
                           (blocks > 1 ? " x " + std::to_string(blocks) + " ranks" : "") +
@@ -140,9 +143,9 @@ algos::Status CheckCall(const Call& c, CommShape comm, uint32_t memory_types) {
   if (recv_needed && !c.recvbuf) {
     return Invalid(c, is_root ? "NULL buffer (recvbuf on the root)" : "NULL buffer (recvbuf)");
   }
-  const uint64_t send_bytes = CallBytes(c, std::max<uint64_t>(1, r.send_blocks_per_rank));
-  const uint64_t recv_bytes = CallBytes(c, std::max<uint64_t>(1, r.recv_blocks_per_rank));
-  const uint64_t block = CallBytes(c);
+  const uint64_t block = c.count * elem;
+  const uint64_t send_bytes = block * std::max<uint64_t>(1, r.send_blocks_per_rank);
+  const uint64_t recv_bytes = block * std::max<uint64_t>(1, r.recv_blocks_per_rank);
   const auto* send = static_cast<const uint8_t*>(c.sendbuf);
   const auto* recv = static_cast<const uint8_t*>(c.recvbuf);
   if (!recv_needed || !Overlap(send, send_bytes, recv, recv_bytes)) return {};
