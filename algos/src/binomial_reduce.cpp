@@ -24,7 +24,7 @@ Status BinomialReduce(PeerTransport& t, const OpSignature& sig, const void* send
   const uint32_t r = t.rank();
   const bool is_root = r == sig.root;
   if (sig.count == 0) return {};
-  if (n > 1) PLEXUS_ALGOS_RETURN_IF_ERROR(AgreeOnRoot(t, sig));
+  PLEXUS_ALGOS_RETURN_IF_ERROR(AgreeOnRoot(t, sig));  // (nothing to agree on for one rank)
   // The root accumulates in recvbuf; others in a private copy of sendbuf.
   Scratch own;
   uint8_t* acc;

@@ -338,8 +338,7 @@ int32_t CheckMpiCall(plexus_comm& comm, const kit::Call& call) {
                                               comm.ctx->library_version +
                                               " is not (host memory only)");
   }
-  const bool reduces = call.coll == PLEXUS_COLL_ALLREDUCE || call.coll == PLEXUS_COLL_REDUCE ||
-                       call.coll == PLEXUS_COLL_REDUCE_SCATTER;
+  const bool reduces = kit::IsReduction(call.coll);
   // The backend itself touches the data for these, on the host.
   if (reduces && (IsHalf(call.dtype) || call.op == PLEXUS_OP_AVG)) {
     return reject(PLEXUS_ERR_UNSUPPORTED,

@@ -359,8 +359,7 @@ int32_t PostCall(plexus_comm* comm, const kit::Call& call, plexus_request** req_
         req_out);
   }
   if (const int32_t rc = CheckPlacement(comm, what, *call.placement); rc != PLEXUS_OK) return rc;
-  const bool reduces = call.coll == PLEXUS_COLL_ALLREDUCE || call.coll == PLEXUS_COLL_REDUCE ||
-                       call.coll == PLEXUS_COLL_REDUCE_SCATTER;
+  const bool reduces = kit::IsReduction(call.coll);
   ncclRedOp_t nop{};
   if (reduces) {
     if (const int32_t rc = CheckReduction(comm, what, call.dtype, call.op, &nop); rc != PLEXUS_OK) {

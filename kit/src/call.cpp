@@ -86,6 +86,10 @@ const char* MemoryName(plexus_memory_type_t m) {
 
 }  // namespace
 
+bool IsReduction(plexus_collective_t coll) {
+  return RulesOf(coll, 1).reduces;
+}
+
 uint64_t CallBytes(const Call& call, uint64_t blocks) {
   return call.count * algos::DtypeSize(call.dtype) * blocks;
 }
@@ -191,7 +195,7 @@ std::string DescribeCall(const Call& c) {
     s += "sendbuf " + pointer(c.sendbuf) + ", recvbuf " + pointer(c.recvbuf);
   }
   s += ", count " + std::to_string(c.count) + ", " + algos::DtypeName(c.dtype);
-  if (RulesOf(c.coll, 1).reduces) s += std::string(", ") + algos::ReduceOpName(c.op);
+  if (IsReduction(c.coll)) s += std::string(", ") + algos::ReduceOpName(c.op);
   if (c.coll == PLEXUS_COLL_BROADCAST || c.coll == PLEXUS_COLL_REDUCE) {
     s += ", root " + std::to_string(c.root);
   }

@@ -54,6 +54,11 @@ algos::Status CheckCall(const Call& call, CommShape comm, uint32_t memory_types 
 // "broadcast(buf 0x7ffd..., count 8, float32, root 2, host memory)".
 std::string DescribeCall(const Call& call);
 
+// True for the collectives that reduce (allreduce, reduce, reduce_scatter):
+// the ones whose op CheckCall checks, and that a backend may have to refuse
+// for a dtype or memory it cannot reduce.
+bool IsReduction(plexus_collective_t coll);
+
 // Element size x count x blocks, the byte size of a buffer CheckCall accepted.
 uint64_t CallBytes(const Call& call, uint64_t blocks = 1);
 
