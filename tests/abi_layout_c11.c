@@ -45,7 +45,7 @@ PIN_AT(plexus_comm_config_v1, oob, 40);
 PIN_AT(plexus_comm_config_v1, get_config, 48); /* 1.1 */
 PIN_AT(plexus_comm_config_v1, config_ctx, 56); /* 1.1 */
 
-PIN_SIZE(plexus_backend_v1, 184); /* 176 in 1.0 */
+PIN_SIZE(plexus_backend_v1, 232); /* 176 in 1.0, 184 in 1.1 */
 PIN_AT(plexus_backend_v1, abi_major, 4);
 PIN_AT(plexus_backend_v1, abi_minor, 6);
 PIN_AT(plexus_backend_v1, name, 8);
@@ -70,10 +70,18 @@ PIN_AT(plexus_backend_v1, barrier, 152);
 PIN_AT(plexus_backend_v1, send, 160);
 PIN_AT(plexus_backend_v1, recv, 168);
 PIN_AT(plexus_backend_v1, request_error, 176); /* 1.1 */
+PIN_AT(plexus_backend_v1, gather, 184);        /* 1.2 */
+PIN_AT(plexus_backend_v1, scatter, 192);
+PIN_AT(plexus_backend_v1, allgatherv, 200);
+PIN_AT(plexus_backend_v1, alltoallv, 208);
+PIN_AT(plexus_backend_v1, allreduce_coalesced, 216);
+PIN_AT(plexus_backend_v1, comm_split, 224);
 
 /* Codes are our own and stable. */
 _Static_assert(PLEXUS_DTYPE_FLOAT64 == 12u && PLEXUS_OP_AVG == 5u, "codes changed");
-_Static_assert(PLEXUS_COLL_COUNT_V1 <= 32u, "collective bitmask overflow");
+_Static_assert(PLEXUS_COLL_COUNT_V1 == 9u && PLEXUS_COLL_GATHER == 9u, "codes changed");
+_Static_assert(PLEXUS_COLL_ALLREDUCE_COALESCED == 13u, "codes changed");
+_Static_assert(PLEXUS_COLL_COUNT_V1_2 <= 32u, "collective bitmask overflow");
 
 int main(void) {
   plexus_backend_get_v1_fn entry = 0;

@@ -23,7 +23,9 @@ struct Rules {
   bool rooted = false;  // root is a rank
   bool peer = false;    // root is another rank (send, recv)
   bool needs_send = false;
-  bool needs_recv = false;            // (reduce: on the root only)
+  bool needs_recv = false;            // (reduce, gather: on the root only)
+  bool send_on_root_only = false;     // scatter
+  bool recv_on_root_only = false;     // reduce, gather
   uint64_t send_blocks_per_rank = 0;  // 1: count elements; size: count per rank
   uint64_t recv_blocks_per_rank = 0;
   InPlace in_place = InPlace::kNone;
@@ -40,8 +42,21 @@ Rules RulesOf(plexus_collective_t coll, uint32_t size) {
       r.rooted = r.needs_recv = true;
       break;
     case PLEXUS_COLL_REDUCE:
-      r.reduces = r.rooted = r.needs_send = r.needs_recv = true;
+      r.reduces = r.rooted = r.needs_send = r.needs_recv = r.recv_on_root_only = true;
       r.in_place = InPlace::kEqual;
+      break;
+    case PLEXUS_COLL_GATHER:
+      r.rooted = r.needs_send = r.needs_recv = r.recv_on_root_only = true;
+      r.recv_blocks_per_rank = size;
+      r.in_place = InPlace::kRecvBlock;
+      break;
+    case PLEXUS_COLL_SCATTER:
+      r.rooted = r.needs_send = r.needs_recv = r.send_on_root_only = true;
+      r.send_blocks_per_rank = size;
+      r.in_place = InPlace::kSendBlock;
+      break;
+    case PLEXUS_COLL_ALLREDUCE_COALESCED:
+      r.reduces = true;  // its buffers are checked by CheckCoalesced
       break;
     case PLEXUS_COLL_ALLGATHER:
       r.needs_send = r.needs_recv = true;
@@ -94,8 +109,167 @@ uint64_t CallBytes(const Call& call, uint64_t blocks) {
   return call.count * algos::DtypeSize(call.dtype) * blocks;
 }
 
+VCounts VCounts::Of(const Call& call, uint32_t size) {
+  VCounts v;
+  auto copy = [size](const uint64_t* a) {
+    return a ? std::vector<uint64_t>(a, a + size) : std::vector<uint64_t>();
+  };
+  if (call.coll == PLEXUS_COLL_ALLTOALLV) {
+    v.sendcounts = copy(call.sendcounts);
+    v.sdispls = copy(call.sdispls);
+  }
+  v.recvcounts = copy(call.recvcounts);
+  v.rdispls = copy(call.rdispls);
+  return v;
+}
+
+namespace {
+
+constexpr uint64_t kMaxBytes = uint64_t(1) << 62;
+
+// One block of a v-collective: [displ, displ + count) elements of a buffer.
+struct Block {
+  uint64_t begin, end;  // bytes from the buffer's start
+  uint32_t rank;
+};
+
+// Checks the size blocks described by counts and displs (elements of elem
+// bytes): each one inside 2^62 bytes. Fills blocks (non-empty ones only) and
+// *extent (the bytes the buffer must hold).
+algos::Status BlocksOf(const Call& c, const char* what, const uint64_t* counts,
+                       const uint64_t* displs, uint32_t size, size_t elem,
+                       std::vector<Block>* blocks, uint64_t* extent) {
+  *extent = 0;
+  for (uint32_t j = 0; j < size; ++j) {
+    uint64_t end = 0, bytes = 0;
+    if (__builtin_add_overflow(counts[j], displs[j], &end) ||
+        __builtin_mul_overflow(end, uint64_t(elem), &bytes) || bytes > kMaxBytes) {
+      return Invalid(c, std::string(what) + " block of rank " + std::to_string(j) + " (count " +
+                            std::to_string(counts[j]) + ", displacement " +
+                            std::to_string(displs[j]) + ") ends beyond 2^62 bytes");
+    }
+    if (counts[j] == 0) continue;
+    blocks->push_back({displs[j] * elem, bytes, j});
+    *extent = std::max(*extent, bytes);
+  }
+  return {};
+}
+
+// Receive blocks may not share an element: the result would depend on
+// which rank's data landed last.
+algos::Status Disjoint(const Call& c, const char* what, std::vector<Block> blocks) {
+  std::sort(blocks.begin(), blocks.end(),
+            [](const Block& a, const Block& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < blocks.size(); ++i) {
+    if (blocks[i].begin < blocks[i - 1].end) {
+      return Invalid(c, std::string(what) + " blocks of ranks " +
+                            std::to_string(blocks[i - 1].rank) + " and " +
+                            std::to_string(blocks[i].rank) + " overlap");
+    }
+  }
+  return {};
+}
+
+algos::Status CheckV(const Call& c, CommShape comm, size_t elem) {
+  const bool all = c.coll == PLEXUS_COLL_ALLTOALLV;
+  if (!c.recvcounts || !c.rdispls || (all && (!c.sendcounts || !c.sdispls))) {
+    return Invalid(c, all ? "NULL counts or displacements array" : "NULL recvcounts or displs");
+  }
+  std::vector<Block> recv_blocks, send_blocks;
+  uint64_t recv_extent = 0, send_extent = 0;
+  algos::Status st = BlocksOf(c, "receive", c.recvcounts, c.rdispls, comm.size, elem,
+                              &recv_blocks, &recv_extent);
+  if (!st.ok()) return st;
+  if (all) {
+    st = BlocksOf(c, "send", c.sendcounts, c.sdispls, comm.size, elem, &send_blocks,
+                  &send_extent);
+  } else if (c.count != c.recvcounts[comm.rank]) {
+    return Invalid(c, "sendcount " + std::to_string(c.count) + " differs from recvcounts[" +
+                          std::to_string(comm.rank) + "] = " +
+                          std::to_string(c.recvcounts[comm.rank]));
+  } else if (__builtin_mul_overflow(c.count, uint64_t(elem), &send_extent) ||
+             send_extent > kMaxBytes) {
+    return Invalid(c, "sendcount " + std::to_string(c.count) + " exceeds 2^62 bytes");
+  }
+  if (!st.ok()) return st;
+  st = Disjoint(c, "receive", recv_blocks);
+  if (!st.ok()) return st;
+  if (recv_extent > 0 && !c.recvbuf) return Invalid(c, "NULL buffer (recvbuf)");
+  if (send_extent > 0 && !c.sendbuf) return Invalid(c, "NULL buffer (sendbuf)");
+  const auto* send = static_cast<const uint8_t*>(c.sendbuf);
+  const auto* recv = static_cast<const uint8_t*>(c.recvbuf);
+  if (!all) {
+    if (!Overlap(send, send_extent, recv, recv_extent)) return {};
+    if (send == recv + c.rdispls[comm.rank] * elem) return {};
+    return Invalid(c,
+                   "sendbuf lies in recvbuf but not at the in-place position (recvbuf + "
+                   "displs[rank] elements)");
+  }
+  // Not in place: no send block may share memory with a receive block.
+  for (const Block& s : send_blocks) {
+    for (const Block& r : recv_blocks) {
+      if (Overlap(send + s.begin, s.end - s.begin, recv + r.begin, r.end - r.begin)) {
+        return Invalid(c, "send block of rank " + std::to_string(s.rank) +
+                              " overlaps receive block of rank " + std::to_string(r.rank) +
+                              " (alltoallv is not in place)");
+      }
+    }
+  }
+  return {};
+}
+
+algos::Status CheckCoalesced(const Call& c, size_t elem) {
+  if (c.nbuffers == 0) return Invalid(c, "nbuffers is 0");
+  if (!c.sendbufs || !c.recvbufs || !c.counts) return Invalid(c, "NULL buffer or count array");
+  uint64_t total = 0;
+  struct Span {
+    const uint8_t* begin;
+    uint64_t bytes;
+    uint32_t index;
+  };
+  std::vector<Span> spans;
+  for (uint32_t i = 0; i < c.nbuffers; ++i) {
+    uint64_t bytes = 0;
+    if (__builtin_add_overflow(total, c.counts[i], &total) ||
+        __builtin_mul_overflow(total, uint64_t(elem), &bytes) || bytes > kMaxBytes) {
+      return Invalid(c, "the counts add up to more than 2^62 bytes (at buffer " +
+                            std::to_string(i) + ")");
+    }
+    if (c.counts[i] == 0) continue;
+    if (!c.sendbufs[i] || !c.recvbufs[i]) {
+      return Invalid(c, "NULL buffer " + std::to_string(i) + " (count " +
+                            std::to_string(c.counts[i]) + ")");
+    }
+    const uint64_t n = c.counts[i] * elem;
+    const auto* send = static_cast<const uint8_t*>(c.sendbufs[i]);
+    const auto* recv = static_cast<const uint8_t*>(c.recvbufs[i]);
+    if (send != recv && Overlap(send, n, recv, n)) {
+      return Invalid(c, "sendbufs[" + std::to_string(i) + "] and recvbufs[" + std::to_string(i) +
+                            "] overlap without being equal");
+    }
+    spans.push_back({recv, n, i});
+    if (send != recv) spans.push_back({send, n, i});
+  }
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  for (size_t k = 1; k < spans.size(); ++k) {
+    const Span &a = spans[k - 1], &b = spans[k];
+    if (b.begin < a.begin + a.bytes && a.index != b.index) {
+      return Invalid(c, "buffers " + std::to_string(a.index) + " and " + std::to_string(b.index) +
+                            " overlap");
+    }
+  }
+  if (total != c.count) {
+    return Invalid(c, "count " + std::to_string(c.count) + " is not the sum of counts (" +
+                          std::to_string(total) + ")");
+  }
+  return {};
+}
+
+}  // namespace
+
 algos::Status CheckCall(const Call& c, CommShape comm, uint32_t memory_types) {
-  if (c.coll >= PLEXUS_COLL_COUNT_V1) {
+  if (c.coll >= PLEXUS_COLL_COUNT_V1_2) {
     return {PLEXUS_ERR_INVALID_ARGUMENT, "unknown collective code " + std::to_string(c.coll)};
   }
   const Rules r = RulesOf(c.coll, comm.size);
@@ -129,6 +303,10 @@ algos::Status CheckCall(const Call& c, CommShape comm, uint32_t memory_types) {
                                         (takes.empty() ? std::string(" (it takes no memory here)")
                                                        : " (it takes " + takes + " memory only)")};
   }
+  if (c.coll == PLEXUS_COLL_ALLGATHERV || c.coll == PLEXUS_COLL_ALLTOALLV) {
+    return CheckV(c, comm, elem);
+  }
+  if (c.coll == PLEXUS_COLL_ALLREDUCE_COALESCED) return CheckCoalesced(c, elem);
   // Every buffer's byte size must fit well inside the address space.
   // (Every post passes here: multiplications, not divisions.)
   const uint64_t blocks = std::max<uint64_t>({1, r.send_blocks_per_rank, r.recv_blocks_per_rank});
@@ -142,8 +320,12 @@ algos::Status CheckCall(const Call& c, CommShape comm, uint32_t memory_types) {
   }
   if (c.count == 0) return {};  // no buffer is touched
   const bool is_root = r.rooted && c.root == comm.rank;
-  const bool recv_needed = r.needs_recv && (c.coll != PLEXUS_COLL_REDUCE || is_root);
-  if (r.needs_send && !c.sendbuf) return Invalid(c, "NULL buffer (sendbuf)");
+  const bool recv_needed = r.needs_recv && (!r.recv_on_root_only || is_root);
+  const bool send_needed = r.needs_send && (!r.send_on_root_only || is_root);
+  if (send_needed && !c.sendbuf) {
+    return Invalid(c, r.send_on_root_only ? "NULL buffer (sendbuf on the root)"
+                                          : "NULL buffer (sendbuf)");
+  }
   if (recv_needed && !c.recvbuf) {
     return Invalid(c, is_root ? "NULL buffer (recvbuf on the root)" : "NULL buffer (recvbuf)");
   }
@@ -152,7 +334,7 @@ algos::Status CheckCall(const Call& c, CommShape comm, uint32_t memory_types) {
   const uint64_t recv_bytes = block * std::max<uint64_t>(1, r.recv_blocks_per_rank);
   const auto* send = static_cast<const uint8_t*>(c.sendbuf);
   const auto* recv = static_cast<const uint8_t*>(c.recvbuf);
-  if (!recv_needed || !Overlap(send, send_bytes, recv, recv_bytes)) return {};
+  if (!recv_needed || !send_needed || !Overlap(send, send_bytes, recv, recv_bytes)) return {};
   switch (r.in_place) {
     case InPlace::kEqual:
       if (send == recv) return {};
@@ -161,14 +343,18 @@ algos::Status CheckCall(const Call& c, CommShape comm, uint32_t memory_types) {
                      "recvbuf)");
     case InPlace::kRecvBlock:
       if (send == recv + comm.rank * block) return {};
-      return Invalid(c,
-                     "sendbuf lies in recvbuf but not at the in-place position (recvbuf + "
-                     "rank x count elements)");
+      return Invalid(c, c.coll == PLEXUS_COLL_GATHER
+                            ? "sendbuf lies in recvbuf but not at the in-place position "
+                              "(recvbuf + root x count elements)"
+                            : "sendbuf lies in recvbuf but not at the in-place position "
+                              "(recvbuf + rank x count elements)");
     case InPlace::kSendBlock:
       if (recv == send + comm.rank * block) return {};
-      return Invalid(c,
-                     "recvbuf lies in sendbuf but not at the in-place position (sendbuf + "
-                     "rank x count elements)");
+      return Invalid(c, c.coll == PLEXUS_COLL_SCATTER
+                            ? "recvbuf lies in sendbuf but not at the in-place position "
+                              "(sendbuf + root x count elements)"
+                            : "recvbuf lies in sendbuf but not at the in-place position "
+                              "(sendbuf + rank x count elements)");
     case InPlace::kDisjoint:
       return Invalid(c, "sendbuf and recvbuf overlap (" +
                             std::string(algos::CollectiveName(c.coll)) + " is not in place)");
@@ -191,14 +377,21 @@ std::string DescribeCall(const Call& c) {
     s += "buf " + pointer(c.recvbuf);
   } else if (c.coll == PLEXUS_COLL_SEND) {
     s += "buf " + pointer(c.sendbuf);
+  } else if (c.coll == PLEXUS_COLL_ALLREDUCE_COALESCED) {
+    s += "sendbufs " + pointer(c.sendbufs) + ", recvbufs " + pointer(c.recvbufs);
   } else {
     s += "sendbuf " + pointer(c.sendbuf) + ", recvbuf " + pointer(c.recvbuf);
   }
-  s += ", count " + std::to_string(c.count) + ", " + algos::DtypeName(c.dtype);
-  if (IsReduction(c.coll)) s += std::string(", ") + algos::ReduceOpName(c.op);
-  if (c.coll == PLEXUS_COLL_BROADCAST || c.coll == PLEXUS_COLL_REDUCE) {
-    s += ", root " + std::to_string(c.root);
+  if (c.coll == PLEXUS_COLL_ALLREDUCE_COALESCED) {
+    s += ", " + std::to_string(c.nbuffers) + " buffers";
   }
+  if (c.coll != PLEXUS_COLL_ALLTOALLV) {
+    s += std::string(c.coll == PLEXUS_COLL_ALLGATHERV ? ", sendcount " : ", count ") +
+         std::to_string(c.count);
+  }
+  s += std::string(", ") + algos::DtypeName(c.dtype);
+  if (IsReduction(c.coll)) s += std::string(", ") + algos::ReduceOpName(c.op);
+  if (RulesOf(c.coll, 1).rooted) s += ", root " + std::to_string(c.root);
   if (c.coll == PLEXUS_COLL_SEND || c.coll == PLEXUS_COLL_RECV) {
     s += ", peer " + std::to_string(c.root);
   }

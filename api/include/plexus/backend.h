@@ -48,7 +48,7 @@ extern "C" {
  * function signature changes incompatibly; each major has its own entry symbol
  * and its own header section. The minor grows when fields are appended. */
 #define PLEXUS_ABI_MAJOR 1
-#define PLEXUS_ABI_MINOR 1
+#define PLEXUS_ABI_MINOR 2
 
 /* Name of the entry function of ABI major 1, for dlsym(). */
 #define PLEXUS_BACKEND_ENTRY_V1 "plexus_backend_get_v1"
@@ -67,7 +67,13 @@ extern "C" {
  *  1.1  plexus_comm_config_v1.get_config/config_ctx (each communicator's own
  *       configuration) and plexus_backend_v1.request_error (an error string
  *       per request). A 1.1 backend works with a 1.0 host and the reverse:
- *       each side reads a 1.1 field only when struct_size says it is there. */
+ *       each side reads a 1.1 field only when struct_size says it is there.
+ *  1.2  groups and uneven collectives: plexus_backend_v1.gather, scatter,
+ *       allgatherv, alltoallv, allreduce_coalesced and comm_split, with
+ *       collective codes 9-13. A host without a comm_split slot makes a
+ *       group with comm_create over the group's ranks. 1.0 and 1.1 backends
+ *       keep working under a 1.2 host (the new collectives are refused as
+ *       UNSUPPORTED, groups are made with comm_create). */
 
 /* ------------------------------------------------------------------------- */
 /* Status codes                                                              */
@@ -152,7 +158,17 @@ typedef uint32_t plexus_collective_t;
 #define PLEXUS_COLL_BARRIER 6u
 #define PLEXUS_COLL_SEND 7u
 #define PLEXUS_COLL_RECV 8u
-#define PLEXUS_COLL_COUNT_V1 9u
+#define PLEXUS_COLL_COUNT_V1 9u /* codes 0-8: ABI 1.0 */
+/* added in 1.2 */
+#define PLEXUS_COLL_GATHER 9u
+#define PLEXUS_COLL_SCATTER 10u
+#define PLEXUS_COLL_ALLGATHERV 11u
+#define PLEXUS_COLL_ALLTOALLV 12u
+#define PLEXUS_COLL_ALLREDUCE_COALESCED 13u
+#define PLEXUS_COLL_COUNT_V1_2 14u /* codes 0-13: ABI 1.2 */
+
+/* The color of comm_split (1.2) for a rank that joins no group. */
+#define PLEXUS_SPLIT_NO_COLOR 0xFFFFFFFFu
 
 /* Bits of plexus_capabilities.flags. */
 #define PLEXUS_CAP_IN_PLACE 0x1u       /* sendbuf == recvbuf accepted where documented */
@@ -482,6 +498,81 @@ typedef struct plexus_backend_v1 {
    * concurrently with request_free(req). NULL = the host uses
    * comm_last_error. */
   size_t (*request_error)(plexus_request* req, char* buf, size_t len);
+
+  /* --- added in 1.2 --- */
+
+  /* Every rank's sendbuf (count elements) lands in root's recvbuf (size *
+   * count elements) in rank order. recvbuf of the other ranks is not touched
+   * and may be NULL. In place on root: sendbuf == recvbuf + root * count. */
+  int32_t (*gather)(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                    plexus_dtype_t dtype, uint32_t root, const plexus_placement* placement,
+                    plexus_request** req_out);
+
+  /* Block r (count elements) of root's sendbuf (size * count elements) lands
+   * in rank r's recvbuf (count elements). sendbuf of the other ranks is not
+   * read and may be NULL. In place on root: recvbuf == sendbuf + root * count
+   * (root's own block stays where it is). */
+  int32_t (*scatter)(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                     plexus_dtype_t dtype, uint32_t root, const plexus_placement* placement,
+                     plexus_request** req_out);
+
+  /* Allgather of uneven blocks: rank r's sendbuf (sendcount elements, which
+   * must equal recvcounts[r] on every rank) lands at recvbuf + displs[r]
+   * elements on every rank. recvcounts and displs have size entries, in
+   * elements, and must be the same on every rank; the blocks they describe
+   * must not overlap. The arrays are BORROWED FOR THE CALL ONLY: the backend
+   * copies what it needs before the post returns. In place:
+   * sendbuf == recvbuf + displs[rank] elements. A rank whose sendcount
+   * differs from what another rank's recvcounts says fails the operation
+   * with PLEXUS_ERR_REMOTE (or, on a backend that cannot tell, it is the
+   * caller's bug, as in MPI). */
+  int32_t (*allgatherv)(plexus_comm* comm, const void* sendbuf, uint64_t sendcount, void* recvbuf,
+                        const uint64_t* recvcounts, const uint64_t* displs, plexus_dtype_t dtype,
+                        const plexus_placement* placement, plexus_request** req_out);
+
+  /* All-to-all of uneven blocks: sendcounts[j] elements at sendbuf +
+   * sdispls[j] go to rank j, landing there at recvbuf + rdispls[i] (i this
+   * rank), where rank j's recvcounts[i] must equal this rank's sendcounts[j].
+   * The four arrays have size entries, in elements, BORROWED FOR THE CALL
+   * ONLY. Receive blocks must not overlap each other or the send blocks (not
+   * in place); send blocks may overlap each other. A count that disagrees
+   * with the peer's fails as in allgatherv. */
+  int32_t (*alltoallv)(plexus_comm* comm, const void* sendbuf, const uint64_t* sendcounts,
+                       const uint64_t* sdispls, void* recvbuf, const uint64_t* recvcounts,
+                       const uint64_t* rdispls, plexus_dtype_t dtype,
+                       const plexus_placement* placement, plexus_request** req_out);
+
+  /* nbuffers allreduces of one dtype and op posted as one operation, so the
+   * backend may fuse them (DDP's bucket of gradients): recvbufs[i] receives
+   * op over ranks of sendbufs[i], counts[i] elements. The three arrays have
+   * nbuffers entries (>= 1), BORROWED FOR THE CALL ONLY; the buffers they
+   * point to follow the request protocol. In place per buffer:
+   * sendbufs[i] == recvbufs[i]. Buffers of different i must not overlap.
+   * Every rank posts the same nbuffers and counts. The result equals
+   * nbuffers separate allreduces. */
+  int32_t (*allreduce_coalesced)(plexus_comm* comm, const void* const* sendbufs,
+                                 void* const* recvbufs, const uint64_t* counts, uint32_t nbuffers,
+                                 plexus_dtype_t dtype, plexus_reduce_op_t op,
+                                 const plexus_placement* placement, plexus_request** req_out);
+
+  /* Optional. Splits comm into groups natively (MPI_Comm_split,
+   * ncclCommSplit). COLLECTIVE and BLOCKING over every rank of comm, called
+   * like a collective posted on comm: every rank at the same point of
+   * comm's posting order, with no request of comm pending on this thread's
+   * account. Ranks that give the same color form one new communicator, its
+   * ranks ordered by (key, rank in comm); color PLEXUS_SPLIT_NO_COLOR joins
+   * none. The host has already computed the result: config describes the
+   * new communicator of this rank (rank and size as above, name, timeout,
+   * device; config->oob is the new group's channel), or is NULL for
+   * PLEXUS_SPLIT_NO_COLOR. The backend must reach the same rank and size or
+   * fail (PLEXUS_ERR_INTERNAL). On success *comm_out is owned by the host
+   * (comm_destroy), NULL for PLEXUS_SPLIT_NO_COLOR; comm stays usable and
+   * independent of the new one. On failure as comm_create. Threads: one at
+   * a time per ctx. NULL: the host makes each group with comm_create over
+   * the group's ranks. */
+  int32_t (*comm_split)(plexus_comm* comm, uint32_t color, uint32_t key,
+                        const plexus_comm_config_v1* config, plexus_comm** comm_out,
+                        char* error_buf, size_t error_len);
 
   /* New slots of major 1 are appended here, each under an "added in 1.N"
    * comment; the host reads one only if abi_minor >= N, the slot lies inside

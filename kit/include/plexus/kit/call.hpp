@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "plexus/algos/status.hpp"
 #include "plexus/backend.h"
@@ -25,8 +26,28 @@ struct Call {
   uint64_t count = 0;
   plexus_dtype_t dtype = 0;                     // 0 for barrier
   plexus_reduce_op_t op = 0;                    // allreduce, reduce, reduce_scatter
-  uint32_t root = 0;                            // broadcast, reduce: root; send, recv: peer
+  uint32_t root = 0;  // broadcast, reduce, gather, scatter: root; send, recv: peer
   const plexus_placement* placement = nullptr;  // NULL: host memory, no stream
+
+  // ABI 1.2. The arrays are borrowed for the post only: a backend that needs
+  // them later copies them (VCounts below). size entries each, in elements.
+  const uint64_t* sendcounts = nullptr;  // alltoallv
+  const uint64_t* sdispls = nullptr;     // alltoallv
+  const uint64_t* recvcounts = nullptr;  // allgatherv, alltoallv
+  const uint64_t* rdispls = nullptr;     // allgatherv (its displs), alltoallv
+  // allreduce_coalesced: nbuffers entries each; count is their sum.
+  const void* const* sendbufs = nullptr;
+  void* const* recvbufs = nullptr;
+  const uint64_t* counts = nullptr;
+  uint32_t nbuffers = 0;
+};
+
+// The per-rank counts and displacements of an allgatherv or alltoallv,
+// copied out of a Call (whose arrays are the caller's only during the post).
+// For allgatherv the send side is empty (the call's count is the send count).
+struct VCounts {
+  std::vector<uint64_t> sendcounts, sdispls, recvcounts, rdispls;
+  static VCounts Of(const Call& call, uint32_t size);
 };
 
 // This rank's place in the communicator the call was posted on.
@@ -40,11 +61,17 @@ constexpr uint32_t kHostMemoryOnly = 1u << PLEXUS_MEMORY_HOST;
 
 // Checks call against the ABI's rules for its collective:
 //  - dtype (and op, for reductions) are codes of ABI 1; barrier takes none;
-//  - root (broadcast, reduce) is a rank; peer (send, recv) is another rank;
+//  - root (broadcast, reduce, gather, scatter) is a rank; peer (send, recv)
+//    is another rank;
 //  - no NULL buffer where count > 0 needs one (reduce: recvbuf on the root only);
 //  - the byte size of every buffer (count x element size, x size for the
 //    per-rank blocks of allgather, reduce_scatter, alltoall) stays below 2^62;
 //  - buffers overlap only as the ABI's in-place form of that collective;
+//  - allgatherv, alltoallv: no NULL array, every block (count + displacement)
+//    inside 2^62 bytes, receive blocks disjoint, allgatherv's send count is
+//    recvcounts[rank];
+//  - allreduce_coalesced: 1 <= nbuffers, no NULL array, buffers pairwise
+//    disjoint except sendbufs[i] == recvbufs[i], the sum of counts in range;
 //  - placement names a memory type in memory_types (an unknown type is
 //    INVALID_ARGUMENT, a known one the backend lacks UNSUPPORTED).
 // Returns OK, or INVALID_ARGUMENT / UNSUPPORTED with "<collective>: <why>".

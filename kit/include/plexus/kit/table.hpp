@@ -26,6 +26,12 @@
 //     // Posts a call that CheckCall accepted (req_out non-NULL, *req_out NULL).
 //     static int32_t Post(plexus_comm& comm, const Call& call, plexus_request** req_out);
 //
+//     // Optional (ABI 1.2 comm_split): a native split. config is NULL for
+//     // PLEXUS_SPLIT_NO_COLOR. Without it the slot stays NULL.
+//     static int32_t CommSplit(plexus_comm& comm, uint32_t color, uint32_t key,
+//                              const plexus_comm_config_v1* config, plexus_comm** comm_out,
+//                              std::string* error);
+//
 //     // Requests: test, wait, request_free and (optional) request_error, as
 //     // the ABI words them.
 //     using Requests = kit::QueuedRequests;  // (op_queue.hpp) or the backend's own
@@ -208,6 +214,83 @@ struct Glue {
                       uint32_t peer, const plexus_placement* placement, plexus_request** req_out) {
     return Post(comm, {PLEXUS_COLL_RECV, nullptr, buf, count, dtype, 0, peer, placement}, req_out);
   }
+  static int32_t Gather(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                        plexus_dtype_t dtype, uint32_t root, const plexus_placement* placement,
+                        plexus_request** req_out) {
+    return Post(comm, {PLEXUS_COLL_GATHER, sendbuf, recvbuf, count, dtype, 0, root, placement},
+                req_out);
+  }
+  static int32_t Scatter(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                         plexus_dtype_t dtype, uint32_t root, const plexus_placement* placement,
+                         plexus_request** req_out) {
+    return Post(comm, {PLEXUS_COLL_SCATTER, sendbuf, recvbuf, count, dtype, 0, root, placement},
+                req_out);
+  }
+  static int32_t Allgatherv(plexus_comm* comm, const void* sendbuf, uint64_t sendcount,
+                            void* recvbuf, const uint64_t* recvcounts, const uint64_t* displs,
+                            plexus_dtype_t dtype, const plexus_placement* placement,
+                            plexus_request** req_out) {
+    Call call{PLEXUS_COLL_ALLGATHERV, sendbuf, recvbuf, sendcount, dtype, 0, 0, placement};
+    call.recvcounts = recvcounts;
+    call.rdispls = displs;
+    return Post(comm, call, req_out);
+  }
+  static int32_t Alltoallv(plexus_comm* comm, const void* sendbuf, const uint64_t* sendcounts,
+                           const uint64_t* sdispls, void* recvbuf, const uint64_t* recvcounts,
+                           const uint64_t* rdispls, plexus_dtype_t dtype,
+                           const plexus_placement* placement, plexus_request** req_out) {
+    Call call{PLEXUS_COLL_ALLTOALLV, sendbuf, recvbuf, 0, dtype, 0, 0, placement};
+    call.sendcounts = sendcounts;
+    call.sdispls = sdispls;
+    call.recvcounts = recvcounts;
+    call.rdispls = rdispls;
+    return Post(comm, call, req_out);
+  }
+  static int32_t AllreduceCoalesced(plexus_comm* comm, const void* const* sendbufs,
+                                    void* const* recvbufs, const uint64_t* counts,
+                                    uint32_t nbuffers, plexus_dtype_t dtype, plexus_reduce_op_t op,
+                                    const plexus_placement* placement, plexus_request** req_out) {
+    Call call{PLEXUS_COLL_ALLREDUCE_COALESCED, nullptr, nullptr, 0, dtype, op, 0, placement};
+    call.sendbufs = sendbufs;
+    call.recvbufs = recvbufs;
+    call.counts = counts;
+    call.nbuffers = nbuffers;
+    // count: the sum (CheckCall checks it against the counts); the host's
+    // stall reports and the backend's signature see the fused size.
+    if (counts) {
+      for (uint32_t i = 0; i < nbuffers; ++i) call.count += counts[i];
+    }
+    return Post(comm, call, req_out);
+  }
+  // comm_split, for a backend with B::CommSplit (the kit checks the
+  // arguments, B gets a config only for a color).
+  static int32_t CommSplit(plexus_comm* comm, uint32_t color, uint32_t key,
+                           const plexus_comm_config_v1* config, plexus_comm** comm_out,
+                           char* error_buf, size_t error_len) noexcept {
+    const std::string prefix = std::string(B::kName) + " comm_split";
+    const bool joins = color != PLEXUS_SPLIT_NO_COLOR;
+    if (!comm || !comm_out ||
+        (joins && (!config ||
+                   config->struct_size < offsetof(plexus_comm_config_v1, oob) + sizeof(void*) ||
+                   config->size == 0 || config->rank >= config->size ||
+                   config->timeout_ms <= 0))) {
+      CopyOut(prefix + ": invalid arguments (NULL comm or comm_out, or a bad config)", error_buf,
+              error_len);
+      return PLEXUS_ERR_INVALID_ARGUMENT;
+    }
+    *comm_out = nullptr;
+    std::string error;
+    ErrorSlot slot;
+    const int32_t rc = Guarded(&slot, prefix.c_str(), [&] {
+      return B::CommSplit(*comm, color, key, joins ? config : nullptr, comm_out, &error);
+    });
+    if (rc != PLEXUS_OK) {
+      if (error.empty()) error = std::string(B::kName) + ": " + LastOf(slot);
+      CopyOut(error, error_buf, error_len);
+      *comm_out = nullptr;
+    }
+    return rc;
+  }
 
  private:
   static int32_t Reject(ErrorSlot& errors, int32_t code, const Call& call, const char* why) {
@@ -258,6 +341,17 @@ plexus_backend_v1 MakeTable() {
   if (has(PLEXUS_COLL_BARRIER)) t.barrier = G::Barrier;
   if (has(PLEXUS_COLL_SEND)) t.send = G::Send;
   if (has(PLEXUS_COLL_RECV)) t.recv = G::Recv;
+  if (has(PLEXUS_COLL_GATHER)) t.gather = G::Gather;
+  if (has(PLEXUS_COLL_SCATTER)) t.scatter = G::Scatter;
+  if (has(PLEXUS_COLL_ALLGATHERV)) t.allgatherv = G::Allgatherv;
+  if (has(PLEXUS_COLL_ALLTOALLV)) t.alltoallv = G::Alltoallv;
+  if (has(PLEXUS_COLL_ALLREDUCE_COALESCED)) t.allreduce_coalesced = G::AllreduceCoalesced;
+  // Optional: a backend that splits natively (MPI_Comm_split, ncclCommSplit)
+  // defines B::CommSplit(comm, color, key, config or NULL, comm_out, error).
+  if constexpr (requires(plexus_comm & c, const plexus_comm_config_v1* cfg, plexus_comm** out,
+                         std::string* e) { B::CommSplit(c, 0u, 0u, cfg, out, e); }) {
+    t.comm_split = G::CommSplit;
+  }
   return t;
 }
 
