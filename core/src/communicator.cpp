@@ -255,7 +255,7 @@ Communicator Communicator::from_env(const CommunicatorOptions& options) {
                     : OpenBackend(spec, *job, &state->backend);
   if (!st.ok()) Throw(st);
 
-  plexus_oob oob{job->store.get(), state->name + "/oob", l.rank, l.size};
+  plexus_oob oob{job->store.get(), state->name + "/oob", l.rank, l.size, 0, {}};
   plexus_comm_config_v1 config{};
   config.struct_size = sizeof config;
   config.rank = l.rank;

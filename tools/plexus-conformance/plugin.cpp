@@ -119,7 +119,7 @@ std::string Plugin::RequestError(plexus_request* req) const {
 int32_t Plugin::CreateComm(const LaunchInfo& launch, RendezvousStore* store,
                            const std::string& name, int64_t timeout_ms, plexus_comm** comm,
                            std::string* error) {
-  plexus_oob oob{store, name + "/oob", launch.rank, launch.size};
+  plexus_oob oob{store, name + "/oob", launch.rank, launch.size, 0, {}};
   plexus_comm_config_v1 config{};
   config.struct_size = sizeof config;
   config.rank = launch.rank;

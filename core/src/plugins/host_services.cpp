@@ -86,7 +86,7 @@ int32_t HostServices::OobAllgather(void* ctx, plexus_oob* oob, const void* in, v
     // Rank r's part lives under its own "plexus/rank/r/" (store_protocol.hpp):
     // the store takes it from rank r's connection only.
     const std::string base = oob->prefix + "/" + std::to_string(call) + "/ag";
-    auto part = [&](uint32_t r) { return store::RankKey(r, base); };
+    auto part = [&](uint32_t r) { return store::RankKey(oob->JobRank(r), base); };
     const auto timeout = std::chrono::milliseconds(timeout_ms);
     const auto* src = static_cast<const uint8_t*>(in);
     Status st = oob->store->Set(part(oob->rank), Bytes(src, src + bytes_per_rank), timeout);
@@ -102,13 +102,13 @@ int32_t HostServices::OobAllgather(void* ctx, plexus_oob* oob, const void* in, v
       if (st.code() == PLEXUS_ERR_TIMEOUT) {
         // Say which rank, not which key: the key means nothing to a user.
         st = Status(PLEXUS_ERR_TIMEOUT,
-                    "rank " + std::to_string(r) + " did not take part in out-of-band exchange " +
+                    oob->RankName(r) + " did not take part in out-of-band exchange " +
                         std::to_string(call) + " (" + oob->prefix + ") within " +
                         std::to_string(timeout_ms) +
                         " ms: it failed before it (see its error), stopped, or never got there");
       }
       if (st.ok() && value.size() != bytes_per_rank) {
-        st = Status::Remote("rank " + std::to_string(r) + " contributed " +
+        st = Status::Remote(oob->RankName(r) + " contributed " +
                             std::to_string(value.size()) + " bytes to an out-of-band allgather " +
                             "of " + std::to_string(bytes_per_rank));
       }
@@ -134,7 +134,7 @@ int32_t HostServices::OobBroadcast(void* ctx, plexus_oob* oob, void* buf, uint64
   try {
     // The root's, under its own "plexus/rank/<root>/": nobody else may write it.
     const std::string key =
-        store::RankKey(root, oob->prefix + "/" + std::to_string(oob->calls++) + "/bcast");
+        store::RankKey(oob->JobRank(root), oob->prefix + "/" + std::to_string(oob->calls++) + "/bcast");
     const auto timeout = std::chrono::milliseconds(timeout_ms);
     auto* data = static_cast<uint8_t*>(buf);
     Status st;
@@ -145,7 +145,7 @@ int32_t HostServices::OobBroadcast(void* ctx, plexus_oob* oob, void* buf, uint64
       st = oob->store->Get(key, &value, timeout);
       if (st.code() == PLEXUS_ERR_TIMEOUT) {
         st = Status(PLEXUS_ERR_TIMEOUT,
-                    "rank " + std::to_string(root) + " (the root) did not take part in " +
+                    oob->RankName(root) + " (the root) did not take part in " +
                         "out-of-band broadcast " + key + " within " + std::to_string(timeout_ms) +
                         " ms: it failed before it (see its error), stopped, or never got there");
       }

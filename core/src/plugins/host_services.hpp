@@ -8,19 +8,33 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "plexus/backend.h"
 #include "plexus/rendezvous_store.hpp"
 
 // One communicator's out-of-band channel: the store, a key prefix unique to
 // the communicator, and a call counter that keeps successive exchanges apart.
-// Owned by the host; valid during comm_create.
+// Owned by the host; valid during comm_create (or comm_split).
 struct plexus_oob {
   plexus::RendezvousStore* store;  // not owned
   std::string prefix;              // "<communicator name>/oob"
-  uint32_t rank;
+  uint32_t rank;                   // in the communicator being made
   uint32_t size;
   uint64_t calls = 0;
+  // A group's ranks in the job, by group rank (members[rank] is this
+  // process); empty for a communicator over the whole job. Each part is
+  // written under its writer's own job rank (store::RankKey): the store
+  // takes it from that rank's connection only.
+  std::vector<uint32_t> members;
+
+  uint32_t JobRank(uint32_t r) const { return members.empty() ? r : members[r]; }
+  // "rank 2" or, in a group, "rank 2 (job rank 5)".
+  std::string RankName(uint32_t r) const {
+    std::string s = "rank " + std::to_string(r);
+    if (!members.empty()) s += " (job rank " + std::to_string(members[r]) + ")";
+    return s;
+  }
 };
 
 namespace plexus {
