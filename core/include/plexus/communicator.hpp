@@ -20,8 +20,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "plexus/backend.h"
 #include "plexus/error.hpp"
@@ -89,6 +91,60 @@ class Communicator {
             const plexus_placement* where = nullptr);
   Work barrier();
 
+  // ABI 1.2 collectives. A backend built for 1.0 or 1.1 refuses them with
+  // PLEXUS_ERR_UNSUPPORTED (supports() tells beforehand).
+  //
+  // gather: every rank's send (count elements) lands in root's recv (size() *
+  // count) in rank order; recv of other ranks is not touched (may be NULL).
+  // In place on root: send == recv + root * count.
+  Work gather(const void* send, void* recv, uint64_t count, DType dtype, uint32_t root,
+              const plexus_placement* where = nullptr);
+  // scatter: block r (count elements) of root's send (size() * count) lands
+  // in rank r's recv; send of other ranks is not read (may be NULL). In place
+  // on root: recv == send + root * count.
+  Work scatter(const void* send, void* recv, uint64_t count, DType dtype, uint32_t root,
+               const plexus_placement* where = nullptr);
+  // allgatherv: rank r's send (send_count == recv_counts[r] elements) lands
+  // at recv + displs[r] on every rank. Both spans hold size() entries (in
+  // elements); they are copied before the call returns. In place: send ==
+  // recv + displs[rank()].
+  Work allgatherv(const void* send, uint64_t send_count, void* recv,
+                  std::span<const uint64_t> recv_counts, std::span<const uint64_t> displs,
+                  DType dtype, const plexus_placement* where = nullptr);
+  // alltoallv: send_counts[j] elements at send + send_displs[j] go to rank
+  // j, landing at its recv + recv_displs[rank()]; rank j's recv_counts[i]
+  // must equal rank i's send_counts[j]. Four spans of size() entries, copied
+  // before the call returns. Not in place.
+  Work alltoallv(const void* send, std::span<const uint64_t> send_counts,
+                 std::span<const uint64_t> send_displs, void* recv,
+                 std::span<const uint64_t> recv_counts, std::span<const uint64_t> recv_displs,
+                 DType dtype, const plexus_placement* where = nullptr);
+  // Several allreduces of one dtype and op in one post, which the backend
+  // may fuse (c10d's allreduce_coalesced, a DDP bucket of views): recvs[i]
+  // receives op over ranks of sends[i] (counts[i] elements). The spans are
+  // copied before the call returns; the buffers follow the usual rules.
+  Work allreduce_coalesced(std::span<const void* const> sends, std::span<void* const> recvs,
+                           std::span<const uint64_t> counts, DType dtype, ReduceOp op,
+                           const plexus_placement* where = nullptr);
+
+  // Groups: communicators over a subset of this one's ranks. Both are
+  // collective over EVERY rank of this communicator (like MPI_Comm_split
+  // and torch.distributed.new_group), posted in the same order as its
+  // collectives, and BLOCK until the group is made (up to timeout()).
+  //
+  // split: ranks that give the same color form one communicator, ranked by
+  // (key, rank here). kNoColor joins none and gets std::nullopt.
+  static constexpr uint32_t kNoColor = PLEXUS_SPLIT_NO_COLOR;
+  std::optional<Communicator> split(uint32_t color, uint32_t key);
+  // group: the communicator of ranks, in that order (ranks[i] becomes rank
+  // i); every rank passes the same list, without repeats. A rank outside it
+  // gets std::nullopt. A list that differs between ranks, a repeat or a rank
+  // >= size() fails on every rank with INVALID_ARGUMENT.
+  std::optional<Communicator> group(std::span<const uint32_t> ranks);
+  // The rank in the whole job of each rank of this communicator (0, 1, ...
+  // for a communicator from from_env).
+  const std::vector<uint32_t>& job_ranks() const;
+
   // Typed forms over spans; sizes are checked (INVALID_ARGUMENT otherwise).
   template <Element T>
   Work allreduce(std::span<T> inout, ReduceOp op = ReduceOp::Sum) {
@@ -129,6 +185,39 @@ class Communicator {
               "alltoall: send and recv must both hold size() equal blocks");
     return alltoall(send.data(), recv.data(), send.size() / size(), kDTypeOf<T>);
   }
+  // recv.size() must be size() * send.size() on root; other ranks may pass
+  // an empty recv.
+  template <Element T>
+  Work gather(std::span<const T> send, std::span<T> recv, uint32_t root) {
+    CheckSpan(rank() != root || recv.size() == send.size() * size(),
+              "gather: root's recv must hold size() * send");
+    return gather(send.data(), recv.data(), send.size(), kDTypeOf<T>, root);
+  }
+  // send.size() must be size() * recv.size() on root; other ranks may pass
+  // an empty send.
+  template <Element T>
+  Work scatter(std::span<const T> send, std::span<T> recv, uint32_t root) {
+    CheckSpan(rank() != root || send.size() == recv.size() * size(),
+              "scatter: root's send must hold size() * recv");
+    return scatter(send.data(), recv.data(), recv.size(), kDTypeOf<T>, root);
+  }
+  // Rank r's block lands after those of ranks 0..r-1: recv holds the sum of
+  // recv_counts, and send.size() == recv_counts[rank()].
+  template <Element T>
+  Work allgatherv(std::span<const T> send, std::span<T> recv,
+                  std::span<const uint64_t> recv_counts) {
+    const std::vector<uint64_t> displs = PackedDispls(recv_counts, recv.size(), "allgatherv");
+    return allgatherv(send.data(), send.size(), recv.data(), recv_counts, displs, kDTypeOf<T>);
+  }
+  // Blocks packed in rank order on both sides (as all_to_all_single with
+  // split sizes): send holds the sum of send_counts, recv of recv_counts.
+  template <Element T>
+  Work alltoallv(std::span<const T> send, std::span<const uint64_t> send_counts, std::span<T> recv,
+                 std::span<const uint64_t> recv_counts) {
+    const std::vector<uint64_t> sd = PackedDispls(send_counts, send.size(), "alltoallv send");
+    const std::vector<uint64_t> rd = PackedDispls(recv_counts, recv.size(), "alltoallv recv");
+    return alltoallv(send.data(), send_counts, sd, recv.data(), recv_counts, rd, kDTypeOf<T>);
+  }
   template <Element T>
   Work send(std::span<const T> buf, uint32_t peer) {
     return send(buf.data(), buf.size(), kDTypeOf<T>, peer);
@@ -145,6 +234,10 @@ class Communicator {
  private:
   explicit Communicator(std::shared_ptr<detail::CommState> state);
   static void CheckSpan(bool ok, const char* what);
+  // Displacements of blocks packed in rank order; checks that counts has
+  // size() entries whose sum is total (INVALID_ARGUMENT otherwise).
+  std::vector<uint64_t> PackedDispls(std::span<const uint64_t> counts, uint64_t total,
+                                     const char* what) const;
   // collective: what was posted, counted here in the communicator's sequence
   // (for stall reports); nullptr for send/recv.
   Work Start(const Status& posted, plexus_request* req, const char* what,
