@@ -118,10 +118,13 @@ const char* ReduceOpName(plexus_reduce_op_t op) {
 }
 
 const char* CollectiveName(plexus_collective_t coll) {
-  static const char* const kNames[] = {
-      "allreduce", "broadcast", "reduce",     "allgather",  "reduce_scatter",
-      "alltoall",  "barrier",   "send",       "recv",       "gather",
-      "scatter",   "allgatherv", "alltoallv", "allreduce_coalesced"};
+  static const char* const kNames[] = {"allreduce",      "broadcast",
+                                       "reduce",         "allgather",
+                                       "reduce_scatter", "alltoall",
+                                       "barrier",        "send",
+                                       "recv",           "gather",
+                                       "scatter",        "allgatherv",
+                                       "alltoallv",      "allreduce_coalesced"};
   static_assert(sizeof kNames / sizeof kNames[0] == PLEXUS_COLL_COUNT_V1_2);
   return coll < PLEXUS_COLL_COUNT_V1_2 ? kNames[coll] : "unknown";
 }

@@ -21,8 +21,15 @@ struct CommState {
   uint32_t rank = 0;
   uint32_t size = 1;
   uint32_t local_rank = 0;
+  uint32_t local_size = 1;
+  int32_t device = -1;  // plexus_comm_config_v1.device, handed down to groups
   std::chrono::milliseconds timeout{0};
   std::string name;
+  // The job rank of each rank of this communicator (identity for from_env).
+  std::vector<uint32_t> job_ranks;
+  // Groups made from this communicator so far (split/group): numbers their
+  // names, the same on every rank because making one is collective.
+  uint64_t groups_made = 0;
   // CommunicatorOptions::config: this communicator's settings, ahead of the
   // environment; the backend reads them through ConfigGetter (ABI 1.1).
   std::map<std::string, std::string> config;

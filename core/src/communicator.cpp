@@ -242,6 +242,10 @@ Communicator Communicator::from_env(const CommunicatorOptions& options) {
   state->rank = l.rank;
   state->size = l.size;
   state->local_rank = l.local_rank;
+  state->local_size = l.local_size;
+  state->device = options.device >= 0 ? options.device : int32_t(l.local_rank);
+  state->job_ranks.resize(l.size);
+  for (uint32_t r = 0; r < l.size; ++r) state->job_ranks[r] = r;
   state->timeout = timeout;
   state->name = "plexus/" + std::to_string(job->next_comm++);
   state->debug_detail = detail::DetailDebugEnabled();
@@ -262,7 +266,7 @@ Communicator Communicator::from_env(const CommunicatorOptions& options) {
   config.size = l.size;
   config.local_rank = l.local_rank;
   config.local_size = l.local_size;
-  config.device = options.device >= 0 ? options.device : int32_t(l.local_rank);
+  config.device = state->device;
   config.timeout_ms = timeout.count();
   config.name = state->name.c_str();
   config.oob = &oob;
@@ -511,6 +515,137 @@ Work Communicator::barrier() {
       Prepare(s, guard, "barrier", PLEXUS_COLL_BARRIER, 0, DType::Float32, 0, 0, 1, &posted);
   if (st.ok()) st = s.backend->Barrier(s.comm, &req);
   return Start(st, req, "barrier", &posted);
+}
+
+Work Communicator::gather(const void* send, void* recv, uint64_t count, DType dtype, uint32_t root,
+                          const plexus_placement* where) {
+  auto& s = state();
+  plexus_request* req = nullptr;
+  detail::PostedOp posted;
+  detail::PostingGuard guard(s);
+  Status st = CheckRank(root, s.size, "gather root");
+  if (st.ok()) {
+    st = Prepare(s, guard, "gather", PLEXUS_COLL_GATHER, count, dtype, 0, root, s.size, &posted);
+  }
+  if (st.ok()) st = s.backend->Gather(s.comm, send, recv, count, Code(dtype), root, where, &req);
+  return Start(st, req, "gather", &posted);
+}
+
+Work Communicator::scatter(const void* send, void* recv, uint64_t count, DType dtype, uint32_t root,
+                           const plexus_placement* where) {
+  auto& s = state();
+  plexus_request* req = nullptr;
+  detail::PostedOp posted;
+  detail::PostingGuard guard(s);
+  Status st = CheckRank(root, s.size, "scatter root");
+  if (st.ok()) {
+    st = Prepare(s, guard, "scatter", PLEXUS_COLL_SCATTER, count, dtype, 0, root, s.size, &posted);
+  }
+  if (st.ok()) st = s.backend->Scatter(s.comm, send, recv, count, Code(dtype), root, where, &req);
+  return Start(st, req, "scatter", &posted);
+}
+
+namespace {
+// A per-rank array of a v-collective must have one entry per rank.
+Status CheckPerRank(std::span<const uint64_t> a, uint32_t size, const char* what) {
+  if (a.size() == size) return Status::Ok();
+  return Status::InvalidArgument(std::string(what) + " has " + std::to_string(a.size()) +
+                                 " entries; the communicator has " + std::to_string(size) +
+                                 " ranks");
+}
+}  // namespace
+
+Work Communicator::allgatherv(const void* send, uint64_t send_count, void* recv,
+                              std::span<const uint64_t> recv_counts,
+                              std::span<const uint64_t> displs, DType dtype,
+                              const plexus_placement* where) {
+  auto& s = state();
+  plexus_request* req = nullptr;
+  detail::PostedOp posted;
+  detail::PostingGuard guard(s);
+  Status st = CheckPerRank(recv_counts, s.size, "allgatherv recv_counts");
+  if (st.ok()) st = CheckPerRank(displs, s.size, "allgatherv displs");
+  // (The fingerprint's count is 0: ranks send different counts by design.)
+  if (st.ok()) {
+    st = Prepare(s, guard, "allgatherv", PLEXUS_COLL_ALLGATHERV, 0, dtype, 0, 0, 1, &posted);
+  }
+  if (st.ok()) {
+    st = s.backend->Allgatherv(s.comm, send, send_count, recv, recv_counts.data(), displs.data(),
+                               Code(dtype), where, &req);
+  }
+  return Start(st, req, "allgatherv", &posted);
+}
+
+Work Communicator::alltoallv(const void* send, std::span<const uint64_t> send_counts,
+                             std::span<const uint64_t> send_displs, void* recv,
+                             std::span<const uint64_t> recv_counts,
+                             std::span<const uint64_t> recv_displs, DType dtype,
+                             const plexus_placement* where) {
+  auto& s = state();
+  plexus_request* req = nullptr;
+  detail::PostedOp posted;
+  detail::PostingGuard guard(s);
+  Status st = CheckPerRank(send_counts, s.size, "alltoallv send_counts");
+  if (st.ok()) st = CheckPerRank(send_displs, s.size, "alltoallv send_displs");
+  if (st.ok()) st = CheckPerRank(recv_counts, s.size, "alltoallv recv_counts");
+  if (st.ok()) st = CheckPerRank(recv_displs, s.size, "alltoallv recv_displs");
+  if (st.ok()) {
+    st = Prepare(s, guard, "alltoallv", PLEXUS_COLL_ALLTOALLV, 0, dtype, 0, 0, 1, &posted);
+  }
+  if (st.ok()) {
+    st = s.backend->Alltoallv(s.comm, send, send_counts.data(), send_displs.data(), recv,
+                              recv_counts.data(), recv_displs.data(), Code(dtype), where, &req);
+  }
+  return Start(st, req, "alltoallv", &posted);
+}
+
+Work Communicator::allreduce_coalesced(std::span<const void* const> sends,
+                                       std::span<void* const> recvs,
+                                       std::span<const uint64_t> counts, DType dtype, ReduceOp op,
+                                       const plexus_placement* where) {
+  auto& s = state();
+  plexus_request* req = nullptr;
+  detail::PostedOp posted;
+  detail::PostingGuard guard(s);
+  Status st;
+  if (sends.size() != recvs.size() || sends.size() != counts.size()) {
+    st = Status::InvalidArgument("allreduce_coalesced: " + std::to_string(sends.size()) +
+                                 " send buffers, " + std::to_string(recvs.size()) +
+                                 " recv buffers and " + std::to_string(counts.size()) +
+                                 " counts (they must be as many)");
+  } else if (sends.empty() || sends.size() > UINT32_MAX) {
+    st = Status::InvalidArgument("allreduce_coalesced: " + std::to_string(sends.size()) +
+                                 " buffers (give 1 to 2^32 - 1)");
+  }
+  uint64_t total = 0;
+  for (uint64_t c : counts) total += c;  // (the backend checks it against overflow)
+  if (st.ok()) {
+    st = Prepare(s, guard, "allreduce_coalesced", PLEXUS_COLL_ALLREDUCE_COALESCED, total, dtype,
+                 Code(op), 0, 1, &posted);
+  }
+  if (st.ok()) {
+    st = s.backend->AllreduceCoalesced(s.comm, sends.data(), recvs.data(), counts.data(),
+                                       uint32_t(sends.size()), Code(dtype), Code(op), where, &req);
+  }
+  return Start(st, req, "allreduce_coalesced", &posted);
+}
+
+std::vector<uint64_t> Communicator::PackedDispls(std::span<const uint64_t> counts, uint64_t total,
+                                                 const char* what) const {
+  Status st = CheckPerRank(counts, size(), what);
+  if (!st.ok()) throw Error(st.code(), "plexus", st.message());
+  std::vector<uint64_t> displs(counts.size());
+  uint64_t at = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    displs[i] = at;
+    if (__builtin_add_overflow(at, counts[i], &at)) at = UINT64_MAX;
+  }
+  if (at != total) {
+    throw Error(PLEXUS_ERR_INVALID_ARGUMENT, "plexus",
+                std::string(what) + ": the counts add up to " + std::to_string(at) +
+                    " elements but the buffer holds " + std::to_string(total));
+  }
+  return displs;
 }
 
 void Communicator::abort() {

@@ -177,16 +177,15 @@ algos::Status CheckV(const Call& c, CommShape comm, size_t elem) {
   }
   std::vector<Block> recv_blocks, send_blocks;
   uint64_t recv_extent = 0, send_extent = 0;
-  algos::Status st = BlocksOf(c, "receive", c.recvcounts, c.rdispls, comm.size, elem,
-                              &recv_blocks, &recv_extent);
+  algos::Status st =
+      BlocksOf(c, "receive", c.recvcounts, c.rdispls, comm.size, elem, &recv_blocks, &recv_extent);
   if (!st.ok()) return st;
   if (all) {
-    st = BlocksOf(c, "send", c.sendcounts, c.sdispls, comm.size, elem, &send_blocks,
-                  &send_extent);
+    st = BlocksOf(c, "send", c.sendcounts, c.sdispls, comm.size, elem, &send_blocks, &send_extent);
   } else if (c.count != c.recvcounts[comm.rank]) {
     return Invalid(c, "sendcount " + std::to_string(c.count) + " differs from recvcounts[" +
-                          std::to_string(comm.rank) + "] = " +
-                          std::to_string(c.recvcounts[comm.rank]));
+                          std::to_string(comm.rank) +
+                          "] = " + std::to_string(c.recvcounts[comm.rank]));
   } else if (__builtin_mul_overflow(c.count, uint64_t(elem), &send_extent) ||
              send_extent > kMaxBytes) {
     return Invalid(c, "sendcount " + std::to_string(c.count) + " exceeds 2^62 bytes");
@@ -232,13 +231,13 @@ algos::Status CheckCoalesced(const Call& c, size_t elem) {
     uint64_t bytes = 0;
     if (__builtin_add_overflow(total, c.counts[i], &total) ||
         __builtin_mul_overflow(total, uint64_t(elem), &bytes) || bytes > kMaxBytes) {
-      return Invalid(c, "the counts add up to more than 2^62 bytes (at buffer " +
-                            std::to_string(i) + ")");
+      return Invalid(
+          c, "the counts add up to more than 2^62 bytes (at buffer " + std::to_string(i) + ")");
     }
     if (c.counts[i] == 0) continue;
     if (!c.sendbufs[i] || !c.recvbufs[i]) {
-      return Invalid(c, "NULL buffer " + std::to_string(i) + " (count " +
-                            std::to_string(c.counts[i]) + ")");
+      return Invalid(
+          c, "NULL buffer " + std::to_string(i) + " (count " + std::to_string(c.counts[i]) + ")");
     }
     const uint64_t n = c.counts[i] * elem;
     const auto* send = static_cast<const uint8_t*>(c.sendbufs[i]);
@@ -255,8 +254,8 @@ algos::Status CheckCoalesced(const Call& c, size_t elem) {
   for (size_t k = 1; k < spans.size(); ++k) {
     const Span &a = spans[k - 1], &b = spans[k];
     if (b.begin < a.begin + a.bytes && a.index != b.index) {
-      return Invalid(c, "buffers " + std::to_string(a.index) + " and " + std::to_string(b.index) +
-                            " overlap");
+      return Invalid(
+          c, "buffers " + std::to_string(a.index) + " and " + std::to_string(b.index) + " overlap");
     }
   }
   if (total != c.count) {
@@ -323,8 +322,8 @@ algos::Status CheckCall(const Call& c, CommShape comm, uint32_t memory_types) {
   const bool recv_needed = r.needs_recv && (!r.recv_on_root_only || is_root);
   const bool send_needed = r.needs_send && (!r.send_on_root_only || is_root);
   if (send_needed && !c.sendbuf) {
-    return Invalid(c, r.send_on_root_only ? "NULL buffer (sendbuf on the root)"
-                                          : "NULL buffer (sendbuf)");
+    return Invalid(
+        c, r.send_on_root_only ? "NULL buffer (sendbuf on the root)" : "NULL buffer (sendbuf)");
   }
   if (recv_needed && !c.recvbuf) {
     return Invalid(c, is_root ? "NULL buffer (recvbuf on the root)" : "NULL buffer (recvbuf)");

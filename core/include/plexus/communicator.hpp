@@ -233,6 +233,10 @@ class Communicator {
 
  private:
   explicit Communicator(std::shared_ptr<detail::CommState> state);
+  // The group split() or group() made (none for a rank outside every
+  // group), or throws st.
+  static std::optional<Communicator> Made(const Status& st, std::shared_ptr<detail::CommState> made,
+                                          const detail::CommState& parent);
   static void CheckSpan(bool ok, const char* what);
   // Displacements of blocks packed in rank order; checks that counts has
   // size() entries whose sum is total (INVALID_ARGUMENT otherwise).

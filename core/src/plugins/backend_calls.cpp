@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "plexus/algos/dtype.hpp"
 #include "plexus/log.hpp"
@@ -36,6 +37,16 @@ const void* SlotOf(const plexus_backend_v1& t, plexus_collective_t coll) {
       return reinterpret_cast<const void*>(t.send);
     case PLEXUS_COLL_RECV:
       return reinterpret_cast<const void*>(t.recv);
+    case PLEXUS_COLL_GATHER:
+      return reinterpret_cast<const void*>(t.gather);
+    case PLEXUS_COLL_SCATTER:
+      return reinterpret_cast<const void*>(t.scatter);
+    case PLEXUS_COLL_ALLGATHERV:
+      return reinterpret_cast<const void*>(t.allgatherv);
+    case PLEXUS_COLL_ALLTOALLV:
+      return reinterpret_cast<const void*>(t.alltoallv);
+    case PLEXUS_COLL_ALLREDUCE_COALESCED:
+      return reinterpret_cast<const void*>(t.allreduce_coalesced);
     default:
       return nullptr;
   }
@@ -147,7 +158,12 @@ Status Backend::Open(std::unique_ptr<LoadedLibrary> lib, std::unique_ptr<HostSer
                                " is unusable in this process: it supports no memory type here" +
                                (why.empty() ? "" : " (" + why + ")"));
   }
-  for (plexus_collective_t c = 0; c < PLEXUS_COLL_COUNT_V1; ++c) {
+  // Bits of collectives newer than the plugin's minor mean nothing (a 1.1
+  // backend may have set them by mistake); they are dropped, not believed.
+  const plexus_collective_t known =
+      b->t_->abi_minor >= 2 ? PLEXUS_COLL_COUNT_V1_2 : PLEXUS_COLL_COUNT_V1;
+  b->caps_.collectives &= (1u << known) - 1;
+  for (plexus_collective_t c = 0; c < known; ++c) {
     if ((b->caps_.collectives >> c & 1u) && !SlotOf(*b->t_, c)) {
       return Status::Internal(who + " claims " + algos::CollectiveName(c) +
                               " in its capabilities but its slot is NULL (a backend bug)");
@@ -412,6 +428,109 @@ Status Backend::Alltoall(plexus_comm* comm, const void* send, void* recv, uint64
                                         {"dtype", PLEXUS_DT(dtype)},
                                         {"where", Where(where)}}),
                       alltoall(comm, send, recv, count, dtype, where, req));
+}
+
+Status Backend::Gather(plexus_comm* comm, const void* send, void* recv, uint64_t count,
+                       plexus_dtype_t dtype, uint32_t root, const plexus_placement* where,
+                       plexus_request** req) {
+  PLEXUS_CHECKED_CALL(PLEXUS_COLL_GATHER, dtype, 0, where,
+                      Args("gather", {{"comm", Ptr(comm)},
+                                      {"send", Ptr(send)},
+                                      {"recv", Ptr(recv)},
+                                      {"count", std::to_string(count)},
+                                      {"dtype", PLEXUS_DT(dtype)},
+                                      {"root", std::to_string(root)},
+                                      {"where", Where(where)}}),
+                      gather(comm, send, recv, count, dtype, root, where, req));
+}
+
+Status Backend::Scatter(plexus_comm* comm, const void* send, void* recv, uint64_t count,
+                        plexus_dtype_t dtype, uint32_t root, const plexus_placement* where,
+                        plexus_request** req) {
+  PLEXUS_CHECKED_CALL(PLEXUS_COLL_SCATTER, dtype, 0, where,
+                      Args("scatter", {{"comm", Ptr(comm)},
+                                       {"send", Ptr(send)},
+                                       {"recv", Ptr(recv)},
+                                       {"count", std::to_string(count)},
+                                       {"dtype", PLEXUS_DT(dtype)},
+                                       {"root", std::to_string(root)},
+                                       {"where", Where(where)}}),
+                      scatter(comm, send, recv, count, dtype, root, where, req));
+}
+
+Status Backend::Allgatherv(plexus_comm* comm, const void* send, uint64_t send_count, void* recv,
+                           const uint64_t* recv_counts, const uint64_t* displs,
+                           plexus_dtype_t dtype, const plexus_placement* where,
+                           plexus_request** req) {
+  PLEXUS_CHECKED_CALL(
+      PLEXUS_COLL_ALLGATHERV, dtype, 0, where,
+      Args("allgatherv", {{"comm", Ptr(comm)},
+                          {"send", Ptr(send)},
+                          {"send_count", std::to_string(send_count)},
+                          {"recv", Ptr(recv)},
+                          {"dtype", PLEXUS_DT(dtype)},
+                          {"where", Where(where)}}),
+      allgatherv(comm, send, send_count, recv, recv_counts, displs, dtype, where, req));
+}
+
+Status Backend::Alltoallv(plexus_comm* comm, const void* send, const uint64_t* send_counts,
+                          const uint64_t* send_displs, void* recv, const uint64_t* recv_counts,
+                          const uint64_t* recv_displs, plexus_dtype_t dtype,
+                          const plexus_placement* where, plexus_request** req) {
+  PLEXUS_CHECKED_CALL(PLEXUS_COLL_ALLTOALLV, dtype, 0, where,
+                      Args("alltoallv", {{"comm", Ptr(comm)},
+                                         {"send", Ptr(send)},
+                                         {"recv", Ptr(recv)},
+                                         {"dtype", PLEXUS_DT(dtype)},
+                                         {"where", Where(where)}}),
+                      alltoallv(comm, send, send_counts, send_displs, recv, recv_counts,
+                                recv_displs, dtype, where, req));
+}
+
+Status Backend::AllreduceCoalesced(plexus_comm* comm, const void* const* sends, void* const* recvs,
+                                   const uint64_t* counts, uint32_t nbuffers, plexus_dtype_t dtype,
+                                   plexus_reduce_op_t op, const plexus_placement* where,
+                                   plexus_request** req) {
+  PLEXUS_CHECKED_CALL(
+      PLEXUS_COLL_ALLREDUCE_COALESCED, dtype, op, where,
+      Args("allreduce_coalesced", {{"comm", Ptr(comm)},
+                                   {"nbuffers", std::to_string(nbuffers)},
+                                   {"dtype", PLEXUS_DT(dtype)},
+                                   {"op", PLEXUS_OPN(op)},
+                                   {"where", Where(where)}}),
+      allreduce_coalesced(comm, sends, recvs, counts, nbuffers, dtype, op, where, req));
+}
+
+Status Backend::SplitComm(plexus_comm* parent, uint32_t color, uint32_t key,
+                          const plexus_comm_config_v1* config, plexus_comm** comm) {
+  char reason[1024] = "";
+  *comm = nullptr;
+  if (!t_->comm_split) return Status::Unsupported("backend '" + name_ + "' has no comm_split");
+  const int32_t rc = t_->comm_split(parent, color, key, config, comm, reason, sizeof reason);
+  reason[sizeof reason - 1] = '\0';
+  if (Tracing()) {
+    LogLine(PLEXUS_LOG_TRACE, name_,
+            Args("comm_split", {{"parent", Ptr(parent)},
+                                {"color", std::to_string(color)},
+                                {"key", std::to_string(key)},
+                                {"name", config ? config->name : "(none)"}}) +
+                " -> " + StatusName(rc) + ", comm=" + Ptr(*comm));
+  }
+  const bool joins = config != nullptr;
+  if (rc == PLEXUS_OK && (*comm != nullptr) == joins) return Status::Ok();
+  if (rc == PLEXUS_OK) {
+    if (*comm) DestroyComm(std::exchange(*comm, nullptr));
+    return Status::Internal("backend '" + name_ + "': comm_split returned PLEXUS_OK " +
+                            (joins ? "but no communicator" : "and a communicator for no color") +
+                            " (a backend bug)");
+  }
+  if (*comm) ComplainOnce("comm_split failed but set *comm_out");
+  *comm = nullptr;
+  const std::string text =
+      reason[0] ? PrintableText(reason, sizeof reason)
+                : "comm_split failed: " + StatusName(rc) + " (the backend gave no message)";
+  if (rc > 0) ComplainOnce("comm_split returned the positive status " + std::to_string(rc));
+  return Status(rc > 0 ? PLEXUS_ERR_INTERNAL : rc, text);
 }
 
 Status Backend::Barrier(plexus_comm* comm, plexus_request** req) {

@@ -79,6 +79,32 @@ class Backend {
   Status Recv(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype, uint32_t peer,
               const plexus_placement* where, plexus_request** req);
 
+  // ABI 1.2. The count arrays are borrowed for the call.
+  Status Gather(plexus_comm* comm, const void* send, void* recv, uint64_t count,
+                plexus_dtype_t dtype, uint32_t root, const plexus_placement* where,
+                plexus_request** req);
+  Status Scatter(plexus_comm* comm, const void* send, void* recv, uint64_t count,
+                 plexus_dtype_t dtype, uint32_t root, const plexus_placement* where,
+                 plexus_request** req);
+  Status Allgatherv(plexus_comm* comm, const void* send, uint64_t send_count, void* recv,
+                    const uint64_t* recv_counts, const uint64_t* displs, plexus_dtype_t dtype,
+                    const plexus_placement* where, plexus_request** req);
+  Status Alltoallv(plexus_comm* comm, const void* send, const uint64_t* send_counts,
+                   const uint64_t* send_displs, void* recv, const uint64_t* recv_counts,
+                   const uint64_t* recv_displs, plexus_dtype_t dtype, const plexus_placement* where,
+                   plexus_request** req);
+  Status AllreduceCoalesced(plexus_comm* comm, const void* const* sends, void* const* recvs,
+                            const uint64_t* counts, uint32_t nbuffers, plexus_dtype_t dtype,
+                            plexus_reduce_op_t op, const plexus_placement* where,
+                            plexus_request** req);
+
+  // Whether the backend splits natively (comm_split, ABI 1.2).
+  bool HasCommSplit() const { return t_->comm_split != nullptr; }
+  // comm_split; config is NULL for PLEXUS_SPLIT_NO_COLOR. On failure the
+  // status carries the backend's reason.
+  Status SplitComm(plexus_comm* parent, uint32_t color, uint32_t key,
+                   const plexus_comm_config_v1* config, plexus_comm** comm);
+
   // Whether the capabilities allow coll on dtype (with op, 0 for none) in memory.
   Status CheckSupported(plexus_collective_t coll, plexus_dtype_t dtype, plexus_reduce_op_t op,
                         const plexus_placement* where) const;

@@ -108,9 +108,9 @@ int32_t HostServices::OobAllgather(void* ctx, plexus_oob* oob, const void* in, v
                         " ms: it failed before it (see its error), stopped, or never got there");
       }
       if (st.ok() && value.size() != bytes_per_rank) {
-        st = Status::Remote(oob->RankName(r) + " contributed " +
-                            std::to_string(value.size()) + " bytes to an out-of-band allgather " +
-                            "of " + std::to_string(bytes_per_rank));
+        st = Status::Remote(oob->RankName(r) + " contributed " + std::to_string(value.size()) +
+                            " bytes to an out-of-band allgather " + "of " +
+                            std::to_string(bytes_per_rank));
       }
       if (st.ok() && bytes_per_rank)
         std::memcpy(dst + r * bytes_per_rank, value.data(), value.size());
@@ -133,8 +133,8 @@ int32_t HostServices::OobBroadcast(void* ctx, plexus_oob* oob, void* buf, uint64
   if (bytes > kStoreMaxValueBytes) return PLEXUS_ERR_INVALID_ARGUMENT;
   try {
     // The root's, under its own "plexus/rank/<root>/": nobody else may write it.
-    const std::string key =
-        store::RankKey(oob->JobRank(root), oob->prefix + "/" + std::to_string(oob->calls++) + "/bcast");
+    const std::string key = store::RankKey(
+        oob->JobRank(root), oob->prefix + "/" + std::to_string(oob->calls++) + "/bcast");
     const auto timeout = std::chrono::milliseconds(timeout_ms);
     auto* data = static_cast<uint8_t*>(buf);
     Status st;

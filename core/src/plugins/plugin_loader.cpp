@@ -147,6 +147,13 @@ Status LoadBackendLibrary(const std::string& path, std::unique_ptr<LoadedLibrary
   // Copy what the plugin has; what it lacks stays zero = unsupported.
   std::memcpy(&lib->table_, table, std::min<size_t>(table->struct_size, sizeof lib->table_));
   lib->plugin_struct_size_ = table->struct_size;
+  // A slot is read only if the plugin's minor has it, whatever struct_size
+  // says (a 1.1 table padded to a larger size holds no 1.2 slots).
+  if (lib->table_.abi_minor < 2) {
+    const size_t from = offsetof(plexus_backend_v1, gather);
+    std::memset(reinterpret_cast<char*>(&lib->table_) + from, 0, sizeof lib->table_ - from);
+  }
+  if (lib->table_.abi_minor < 1) lib->table_.request_error = nullptr;
   if (!lib->table_.name || !lib->table_.version) {
     return Status::InvalidArgument("table has a NULL name or version");
   }

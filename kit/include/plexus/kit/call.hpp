@@ -24,9 +24,9 @@ struct Call {
   const void* sendbuf = nullptr;  // send: the message
   void* recvbuf = nullptr;        // broadcast: the buffer; recv: the message
   uint64_t count = 0;
-  plexus_dtype_t dtype = 0;                     // 0 for barrier
-  plexus_reduce_op_t op = 0;                    // allreduce, reduce, reduce_scatter
-  uint32_t root = 0;  // broadcast, reduce, gather, scatter: root; send, recv: peer
+  plexus_dtype_t dtype = 0;   // 0 for barrier
+  plexus_reduce_op_t op = 0;  // allreduce, reduce, reduce_scatter
+  uint32_t root = 0;          // broadcast, reduce, gather, scatter: root; send, recv: peer
   const plexus_placement* placement = nullptr;  // NULL: host memory, no stream
 
   // ABI 1.2. The arrays are borrowed for the post only: a backend that needs

@@ -270,10 +270,9 @@ struct Glue {
     const std::string prefix = std::string(B::kName) + " comm_split";
     const bool joins = color != PLEXUS_SPLIT_NO_COLOR;
     if (!comm || !comm_out ||
-        (joins && (!config ||
-                   config->struct_size < offsetof(plexus_comm_config_v1, oob) + sizeof(void*) ||
-                   config->size == 0 || config->rank >= config->size ||
-                   config->timeout_ms <= 0))) {
+        (joins &&
+         (!config || config->struct_size < offsetof(plexus_comm_config_v1, oob) + sizeof(void*) ||
+          config->size == 0 || config->rank >= config->size || config->timeout_ms <= 0))) {
       CopyOut(prefix + ": invalid arguments (NULL comm or comm_out, or a bad config)", error_buf,
               error_len);
       return PLEXUS_ERR_INVALID_ARGUMENT;
