@@ -147,8 +147,20 @@ void CheckNewCollectives(Communicator& c, const std::string& where) {
       Expect(ok, where + ": gather to root " + S(root));
     }
   } else {
-    std::printf("rank %u: %s: skipped gather (not supported by %s)\n", r, where.c_str(),
-                c.backend_name().c_str());
+    // A backend without it (ABI 1.0 or 1.1) refuses it, naming it.
+    int32_t status = 0;
+    std::string error;
+    try {
+      int32_t x = 0;
+      c.gather(&x, &x, 1, DType::Int32, 0).wait();
+    } catch (const plexus::Error& e) {
+      status = e.status();
+      error = e.what();
+    }
+    Expect(status == PLEXUS_ERR_UNSUPPORTED && error.find("gather") != std::string::npos,
+           where + ": gather on a backend without it: UNSUPPORTED naming it, got '" + error + "'");
+    std::printf("rank %u: %s: the 1.2 collectives are not supported by %s (refused: %s)\n", r,
+                where.c_str(), c.backend_name().c_str(), error.c_str());
   }
   if (c.supports(PLEXUS_COLL_SCATTER)) {
     for (uint32_t root = 0; root < n; ++root) {

@@ -49,7 +49,7 @@ const char* MemoryName(uint32_t m) {
 void PrintCaps(const plexus_capabilities& c) {
   std::printf(
       "  collectives:  %s\n",
-      Bits(c.collectives, 0, PLEXUS_COLL_COUNT_V1 - 1, plexus::algos::CollectiveName).c_str());
+      Bits(c.collectives, 0, PLEXUS_COLL_COUNT_V1_2 - 1, plexus::algos::CollectiveName).c_str());
   std::printf("  memory:       %s\n", Bits(c.memory_types, 1, 2, MemoryName).c_str());
   std::printf("  dtypes:       %s\n",
               Bits(c.dtypes, 1, PLEXUS_DTYPE_MAX_V1, plexus::algos::DtypeName).c_str());
@@ -99,6 +99,9 @@ bool Examine(const std::string& path) {
     return false;
   }
   PrintCaps(backend->capabilities());
+  std::printf("  groups:       %s\n", backend->HasCommSplit()
+                                          ? "native (comm_split)"
+                                          : "made by the host with comm_create over the group");
   std::printf("\n");
   return true;
 }

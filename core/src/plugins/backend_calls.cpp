@@ -290,6 +290,10 @@ Status Backend::CheckSupported(plexus_collective_t coll, plexus_dtype_t dtype,
     return Status::Unsupported(what + " (" + why + ")");
   };
   if (!(caps_.collectives >> coll & 1u) || !SlotOf(*t_, coll)) {
+    if (coll >= PLEXUS_COLL_COUNT_V1 && t_->abi_minor < 2) {
+      return refuse("the backend is built for ABI 1." + std::to_string(t_->abi_minor) + "; " +
+                    algos::CollectiveName(coll) + " came in 1.2");
+    }
     return refuse("collective not implemented");
   }
   if (mem >= 32 || !(caps_.memory_types >> mem & 1u)) return refuse("memory type");
