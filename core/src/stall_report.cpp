@@ -46,6 +46,8 @@ std::string LineKey(uint32_t rank) {
 }
 
 // Key of rank's mark of collective #seq (from 0) on comm: its Fingerprint.
+// rank is the JOB rank (the store takes a key only from its own rank), also
+// for a group's communicator.
 std::string MarkKey(const std::string& comm, uint64_t seq, uint32_t rank) {
   return store::RankKey(rank, comm + "/stalled/" + std::to_string(seq));
 }
@@ -79,7 +81,8 @@ Fingerprint FingerprintOf(const CommState& comm, const PostedOp& op) {
 bool Mark(CommState& comm, const Fingerprint& f) {
   const auto* p = reinterpret_cast<const uint8_t*>(&f);
   return comm.job->store
-      ->Set(MarkKey(comm.name, f.seq, comm.rank), Bytes(p, p + sizeof f), kStoreCallLimit)
+      ->Set(MarkKey(comm.name, f.seq, comm.job_ranks[comm.rank]), Bytes(p, p + sizeof f),
+            kStoreCallLimit)
       .ok();
 }
 
@@ -130,7 +133,10 @@ Marks Collect(CommState& comm, const Fingerprint& mine, milliseconds wait) {
     const auto left = std::max(milliseconds(0),
                                std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
     Fingerprint theirs;
-    const int found = ReadMark(*comm.job->store, comm.name, mine.seq, r, left, &theirs);
+    // Keys are the job rank's (a group's rank 1 may be the job's rank 5).
+    const uint32_t job_rank = comm.job_ranks[r];
+    const int found = ReadMark(*comm.job->store, comm.name, mine.seq, job_rank, left, &theirs);
+    theirs.rank = r;
     if (found < 0) {
       m.ok = false;
       return m;
@@ -138,12 +144,12 @@ Marks Collect(CommState& comm, const Fingerprint& mine, milliseconds wait) {
     // A rank that already marked the next collective got past this one; one
     // that failed in the collective before is stuck there, waiting like this
     // one (in a ring, ranks may be a collective apart when a peer vanishes).
-    if (found == 0 &&
-        ReadMark(*comm.job->store, comm.name, mine.seq + 1, r, milliseconds(0), &theirs) == 1) {
+    if (found == 0 && ReadMark(*comm.job->store, comm.name, mine.seq + 1, job_rank, milliseconds(0),
+                               &theirs) == 1) {
       m.same.push_back(r);
     } else if (found == 0 && mine.seq > 0 &&
-               ReadMark(*comm.job->store, comm.name, mine.seq - 1, r, milliseconds(0), &theirs) ==
-                   1) {
+               ReadMark(*comm.job->store, comm.name, mine.seq - 1, job_rank, milliseconds(0),
+                        &theirs) == 1) {
       m.behind.push_back(r);
     } else if (found == 0) {
       m.missing.push_back(r);
@@ -160,7 +166,8 @@ Marks Collect(CommState& comm, const Fingerprint& mine, milliseconds wait) {
 void WriteLine(CommState& comm, const Fingerprint& mine, const PostedOp& op) {
   const std::string line =
       comm.name + " " + std::to_string(mine.seq) + " " + algos::CollectiveName(op.coll);
-  (void)comm.job->store->Set(LineKey(comm.rank), Bytes(line.begin(), line.end()), kStoreCallLimit);
+  (void)comm.job->store->Set(LineKey(comm.job_ranks[comm.rank]), Bytes(line.begin(), line.end()),
+                             kStoreCallLimit);
 }
 
 std::string Differ(const CommState& comm, const Fingerprint& mine,
