@@ -32,9 +32,11 @@ Options (sizes take a K, M or G suffix, powers of 1024):
                             (default float32; nccl-tests' names char, int,
                             half, float, double are accepted too)
   -t, --collective NAME     allreduce, broadcast, reduce, allgather,
-                            reduce_scatter, alltoall, sendrecv or barrier
-                            (default allreduce)
-  -r, --root N              root rank of broadcast and reduce (default 0)
+                            reduce_scatter, alltoall, sendrecv, barrier,
+                            gather, scatter, allgatherv, alltoallv or
+                            allreduce_coalesced (default allreduce)
+  -r, --root N              root rank of broadcast, reduce, gather and
+                            scatter (default 0)
       --blocking            wait for each timed operation before posting the
                             next (the default posts the whole batch at once)
       --json FILE           also write every row to FILE as JSON (rank 0)
@@ -44,9 +46,14 @@ Size: bytes of one rank's buffer, as in nccl-tests. allreduce, broadcast,
 reduce, sendrecv: the buffer of `count` elements. allgather: the whole output
 (size / ranks bytes sent by each rank). reduce_scatter: the whole input (each
 rank receives size / ranks bytes). alltoall: the whole send buffer (size /
-ranks bytes to each peer). Sizes are rounded down to whole elements (whole
-blocks of ranks elements for the last three); count is the size in elements.
-barrier runs once, with size 0.
+ranks bytes to each peer). gather: the root's whole output; scatter: the
+root's whole input (size / ranks bytes to each rank). allgatherv and
+alltoallv: as allgather and alltoall, with every rank's count given in the
+per-rank arrays of the v-collective (equal blocks, so the two can be
+compared). allreduce_coalesced: as allreduce, the buffer cut into 8 buffers
+posted as one operation. Sizes are rounded down to whole elements (whole
+blocks of ranks elements for the per-rank collectives); count is the size in
+elements. barrier runs once, with size 0.
 
 Timing: per size, -w warm-up operations (each waited for), then a barrier,
 then -n operations posted back to back as one batch (nccl-tests' method),
@@ -54,16 +61,20 @@ then a wait for all of them; a rank's time is the batch time / -n, and the
 time printed is the maximum over ranks (an allreduce with max). With
 --blocking each operation is waited for before the next is posted (as a
 blocking MPI_Allreduce loop is). algbw = size / time; busbw = algbw * factor,
-factor = 2(n-1)/n for allreduce, (n-1)/n for allgather, reduce_scatter and
-alltoall, 1 for broadcast, reduce and sendrecv (n = ranks).
+factor = 2(n-1)/n for allreduce and allreduce_coalesced, (n-1)/n for
+allgather, reduce_scatter, alltoall, gather, scatter and their v forms, 1 for
+broadcast, reduce and sendrecv (n = ranks).
 
 Check (-c 1): one more operation per size and placement on fresh inputs whose
 reduction is exact in any order (small integers; products of +-1 and 2), each
 rank counts its wrong output elements, and #wrong is their sum. N/A: not
 checked, or no such placement. In place follows the ABI: allreduce
 send == recv; reduce send == recv; allgather send == recv + rank * count;
-reduce_scatter recv == send + rank * count; broadcast has one buffer and is
-reported in the in-place columns; alltoall and sendrecv have no in-place form.
+reduce_scatter recv == send + rank * count; gather (on the root) send ==
+recv + root * count; scatter (on the root) recv == send + root * count;
+allgatherv send == recv + displs[rank]; allreduce_coalesced each buffer's
+send == recv; broadcast has one buffer and is reported in the in-place
+columns; alltoall, alltoallv and sendrecv have no in-place form.
 
 Output: rank 0 prints a header, one row per size as it is measured, and a
 footer with the total of wrong elements and the average bus bandwidth.
@@ -147,8 +158,11 @@ bool ParseOp(std::string_view s, std::vector<ReduceOp>* out) {
 
 bool ParseCollective(std::string_view s, Collective* out) {
   static const Collective kAll[] = {
-      Collective::Allreduce,     Collective::Broadcast, Collective::Reduce,   Collective::Allgather,
-      Collective::ReduceScatter, Collective::Alltoall,  Collective::SendRecv, Collective::Barrier};
+      Collective::Allreduce,         Collective::Broadcast,     Collective::Reduce,
+      Collective::Allgather,         Collective::ReduceScatter, Collective::Alltoall,
+      Collective::SendRecv,          Collective::Barrier,       Collective::Gather,
+      Collective::Scatter,           Collective::Allgatherv,    Collective::Alltoallv,
+      Collective::AllreduceCoalesced};
   for (Collective c : kAll) {
     if (s == CollectiveName(c)) {
       *out = c;
@@ -187,6 +201,16 @@ const char* CollectiveName(Collective c) {
       return "sendrecv";
     case Collective::Barrier:
       return "barrier";
+    case Collective::Gather:
+      return "gather";
+    case Collective::Scatter:
+      return "scatter";
+    case Collective::Allgatherv:
+      return "allgatherv";
+    case Collective::Alltoallv:
+      return "alltoallv";
+    case Collective::AllreduceCoalesced:
+      return "allreduce_coalesced";
   }
   return "unknown";
 }
@@ -209,15 +233,27 @@ std::vector<plexus_collective_t> RequiredCollectives(Collective c) {
       return {PLEXUS_COLL_SEND, PLEXUS_COLL_RECV};
     case Collective::Barrier:
       return {PLEXUS_COLL_BARRIER};
+    case Collective::Gather:
+      return {PLEXUS_COLL_GATHER};
+    case Collective::Scatter:
+      return {PLEXUS_COLL_SCATTER};
+    case Collective::Allgatherv:
+      return {PLEXUS_COLL_ALLGATHERV};
+    case Collective::Alltoallv:
+      return {PLEXUS_COLL_ALLTOALLV};
+    case Collective::AllreduceCoalesced:
+      return {PLEXUS_COLL_ALLREDUCE_COALESCED};
   }
   return {};
 }
 
 bool IsReduction(Collective c) {
-  return c == Collective::Allreduce || c == Collective::Reduce || c == Collective::ReduceScatter;
+  return c == Collective::Allreduce || c == Collective::Reduce || c == Collective::ReduceScatter ||
+         c == Collective::AllreduceCoalesced;
 }
 bool HasRoot(Collective c) {
-  return c == Collective::Broadcast || c == Collective::Reduce;
+  return c == Collective::Broadcast || c == Collective::Reduce || c == Collective::Gather ||
+         c == Collective::Scatter;
 }
 bool MovesData(Collective c) {
   return c != Collective::Barrier;

@@ -12,7 +12,7 @@
 
 namespace plexus::bench {
 
-// What -t selects. The first seven are ABI collectives; SendRecv pairs a
+// What -t selects. All but SendRecv are ABI collectives; SendRecv pairs a
 // send to rank + 1 with a receive from rank - 1 (nccl-tests' sendrecv).
 enum class Collective {
   Allreduce,
@@ -23,7 +23,16 @@ enum class Collective {
   Alltoall,
   SendRecv,
   Barrier,
+  // ABI 1.2
+  Gather,
+  Scatter,
+  Allgatherv,          // equal blocks, through the v-collective
+  Alltoallv,           // equal blocks, through the v-collective
+  AllreduceCoalesced,  // the buffer as kCoalescedBuffers buffers in one post
 };
+
+// allreduce_coalesced splits each size into this many buffers.
+constexpr uint32_t kCoalescedBuffers = 8;
 
 struct BenchArgs {
   uint64_t min_bytes = 8;

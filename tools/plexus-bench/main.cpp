@@ -127,9 +127,10 @@ int Run(const BenchArgs& args) {
   if (lead) {
     report.PrintHeader();
     if (!tally.trusted() && comm.size() > 1) {
-      report.PrintNote("no rendezvous store (plain mpirun?): #wrong is gathered through the "
-                       "backend under test; set MASTER_ADDR/MASTER_PORT or use plexus-run for "
-                       "an independent check");
+      report.PrintNote(
+          "no rendezvous store (plain mpirun?): #wrong is gathered through the "
+          "backend under test; set MASTER_ADDR/MASTER_PORT or use plexus-run for "
+          "an independent check");
     }
     for (const std::string& s : skipped) {
       report.PrintNote("skipped " + s + ": not supported by backend " + comm.backend_name());

@@ -32,10 +32,15 @@ double BusFactor(Collective c, uint32_t n) {
   const double nd = n;
   switch (c) {
     case Collective::Allreduce:
+    case Collective::AllreduceCoalesced:
       return 2.0 * (nd - 1) / nd;
     case Collective::Allgather:
     case Collective::ReduceScatter:
     case Collective::Alltoall:
+    case Collective::Gather:
+    case Collective::Scatter:
+    case Collective::Allgatherv:
+    case Collective::Alltoallv:
       return (nd - 1) / nd;
     case Collective::Broadcast:
     case Collective::Reduce:
@@ -118,12 +123,17 @@ Runner::Shape Runner::ShapeOf(DType t, uint64_t size) const {
     case Collective::Broadcast:
     case Collective::Reduce:
     case Collective::SendRecv:
+    case Collective::AllreduceCoalesced:
       s.count = size / es;
       s.bytes = s.count * es;
       break;
     case Collective::Allgather:
     case Collective::ReduceScatter:
     case Collective::Alltoall:
+    case Collective::Gather:
+    case Collective::Scatter:
+    case Collective::Allgatherv:
+    case Collective::Alltoallv:
       s.count = size / (es * size_);  // per rank / per block
       s.bytes = s.count * es * size_;
       break;
@@ -140,10 +150,15 @@ bool Runner::HasPlacement(Placement p) const {
     case Collective::Reduce:
     case Collective::Allgather:
     case Collective::ReduceScatter:
+    case Collective::Gather:
+    case Collective::Scatter:
+    case Collective::Allgatherv:
+    case Collective::AllreduceCoalesced:
       return p == Placement::OutOfPlace || in_place_ok;
     case Collective::Broadcast:
       return p == Placement::InPlace;  // one buffer: in place
     case Collective::Alltoall:
+    case Collective::Alltoallv:
     case Collective::SendRecv:
     case Collective::Barrier:
       return p == Placement::OutOfPlace;
@@ -183,11 +198,41 @@ void Runner::Post(Placement p, DType t, ReduceOp op, const Shape& s, std::vector
     case Collective::Barrier:
       works->push_back(comm_.barrier());
       break;
+    case Collective::Gather:
+      works->push_back(
+          comm_.gather(in ? recv + rank_ * block : send, recv, s.count, t, args_.root));
+      break;
+    case Collective::Scatter:
+      works->push_back(in ? comm_.scatter(recv, recv + rank_ * block, s.count, t, args_.root)
+                          : comm_.scatter(send, recv, s.count, t, args_.root));
+      break;
+    case Collective::Allgatherv:
+      works->push_back(comm_.allgatherv(in ? recv + rank_ * block : send, s.count, recv, v_.counts,
+                                        v_.displs, t));
+      break;
+    case Collective::Alltoallv:
+      works->push_back(comm_.alltoallv(send, v_.counts, v_.displs, recv, v_.counts, v_.displs, t));
+      break;
+    case Collective::AllreduceCoalesced: {
+      // kCoalescedBuffers pieces of the one buffer (the last takes the rest).
+      const void* sends[kCoalescedBuffers];
+      void* recvs[kCoalescedBuffers];
+      uint64_t counts[kCoalescedBuffers];
+      const uint64_t piece = s.count / kCoalescedBuffers;
+      for (uint32_t i = 0; i < kCoalescedBuffers; ++i) {
+        counts[i] = i + 1 < kCoalescedBuffers ? piece : s.count - piece * i;
+        recvs[i] = recv + i * piece * ElementSize(t);
+        sends[i] = in ? recvs[i] : send + i * piece * ElementSize(t);
+      }
+      works->push_back(comm_.allreduce_coalesced(sends, recvs, counts, t, op));
+      break;
+    }
   }
 }
 
 double Runner::TimeBatch(Placement p, DType t, ReduceOp op, const Shape& s) {
   std::vector<Work> works;
+  SetBlocks(s);
   for (int i = 0; i < args_.warmup_iters; ++i) {
     Post(p, t, op, s, &works);
     for (Work& w : works) w.wait();
@@ -230,8 +275,11 @@ uint64_t Runner::CheckOnce(Placement p, DType t, ReduceOp op, const Shape& s) {
   const Pattern data = DataPattern();
   // Output buffers start as the sentinel, so a missing write is caught.
   std::memset(recv, kSentinel, size_t(s.bytes));
+  SetBlocks(s);
+  const bool root = r == args_.root;
   switch (args_.collective) {
     case Collective::Allreduce:
+    case Collective::AllreduceCoalesced:
     case Collective::Reduce:
       Fill(t, in ? recv : send, c, ReductionInput(t, op, r, n));
       break;
@@ -239,12 +287,18 @@ uint64_t Runner::CheckOnce(Placement p, DType t, ReduceOp op, const Shape& s) {
       if (r == args_.root) Fill(t, recv, c, data, DataOffset(r));
       break;
     case Collective::Allgather:
+    case Collective::Allgatherv:
+    case Collective::Gather:
       Fill(t, in ? recv + r * block : send, c, data, DataOffset(r));
+      break;
+    case Collective::Scatter:
+      if (root) Fill(t, in ? recv : send, c * n, data, DataOffset(0));
       break;
     case Collective::ReduceScatter:
       Fill(t, in ? recv : send, c * n, ReductionInput(t, op, r, n));
       break;
     case Collective::Alltoall:
+    case Collective::Alltoallv:
       for (uint32_t d = 0; d < n; ++d) Fill(t, send + d * block, c, data, DataOffset(r * n + d));
       break;
     case Collective::SendRecv:
@@ -259,6 +313,7 @@ uint64_t Runner::CheckOnce(Placement p, DType t, ReduceOp op, const Shape& s) {
 
   switch (args_.collective) {
     case Collective::Allreduce:
+    case Collective::AllreduceCoalesced:
       return CountWrong(t, recv, c, ReductionResult(t, op, n));
     case Collective::Reduce:
       if (r == args_.root) return CountWrong(t, recv, c, ReductionResult(t, op, n));
@@ -266,7 +321,11 @@ uint64_t Runner::CheckOnce(Placement p, DType t, ReduceOp op, const Shape& s) {
       return in ? CountWrong(t, recv, c, ReductionInput(t, op, r, n)) : CountTouched(recv, c, es);
     case Collective::Broadcast:
       return CountWrong(t, recv, c, data, DataOffset(args_.root));
-    case Collective::Allgather: {
+    case Collective::Gather:
+      if (!root) return 0;  // (other ranks' recvbuf is not the operation's)
+      [[fallthrough]];
+    case Collective::Allgather:
+    case Collective::Allgatherv: {
       uint64_t wrong = 0;
       for (uint32_t src = 0; src < n; ++src) {
         wrong += CountWrong(t, recv + src * block, c, data, DataOffset(src));
@@ -275,7 +334,11 @@ uint64_t Runner::CheckOnce(Placement p, DType t, ReduceOp op, const Shape& s) {
     }
     case Collective::ReduceScatter:
       return CountWrong(t, in ? recv + r * block : recv, c, ReductionResult(t, op, n), r * c);
-    case Collective::Alltoall: {
+    case Collective::Scatter:
+      // Block r of the root's input: elements r * c.. of the pattern.
+      return CountWrong(t, in ? recv + r * block : recv, c, data, DataOffset(0) + r * c);
+    case Collective::Alltoall:
+    case Collective::Alltoallv: {
       uint64_t wrong = 0;
       for (uint32_t src = 0; src < n; ++src) {
         wrong += CountWrong(t, recv + src * block, c, data, DataOffset(src * n + r));
@@ -288,6 +351,12 @@ uint64_t Runner::CheckOnce(Placement p, DType t, ReduceOp op, const Shape& s) {
       break;
   }
   return 0;
+}
+
+void Runner::SetBlocks(const Shape& s) {
+  v_.counts.assign(size_, s.count);
+  v_.displs.resize(size_);
+  for (uint32_t j = 0; j < size_; ++j) v_.displs[j] = j * s.count;
 }
 
 Cell Runner::MeasureCell(Placement p, DType t, ReduceOp op, const Shape& s) {

@@ -84,6 +84,9 @@ class Runner {
   // Wrong output elements of one operation on fresh inputs, on this rank.
   uint64_t CheckOnce(Placement p, DType t, ReduceOp op, const Shape& s);
   Cell MeasureCell(Placement p, DType t, ReduceOp op, const Shape& s);
+  // The per-rank arrays of allgatherv and alltoallv for shape s (equal
+  // blocks of s.count elements, packed in rank order).
+  void SetBlocks(const Shape& s);
 
   Communicator& comm_;
   const BenchArgs& args_;
@@ -92,6 +95,9 @@ class Runner {
   const uint32_t size_;
   AlignedBuffer send_;
   AlignedBuffer recv_;
+  struct {
+    std::vector<uint64_t> counts, displs;
+  } v_;
 };
 
 }  // namespace plexus::bench

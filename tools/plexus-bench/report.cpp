@@ -148,8 +148,8 @@ void Report::AddRow(const Row& row) {
                 std::to_string(row.root).c_str());
   std::printf("%s%s%s\n", lead, CellText(row.out_of_place).c_str(), CellText(row.in_place).c_str());
   // Which ranks were wrong: a backend may be right on rank 0 alone.
-  for (const auto& [cell, name] : {std::pair{&row.out_of_place, "out-of-place"},
-                                   std::pair{&row.in_place, "in-place"}}) {
+  for (const auto& [cell, name] :
+       {std::pair{&row.out_of_place, "out-of-place"}, std::pair{&row.in_place, "in-place"}}) {
     if (!cell->present || cell->wrong <= 0) continue;
     std::string ranks;
     for (size_t r = 0; r < cell->wrong_by_rank.size(); ++r) {
@@ -194,7 +194,8 @@ double Report::average_busbw() const {
 void Report::Finish() {
   const uint64_t wrong = total_wrong();
   std::string where;
-  for (uint32_t r : wrong_ranks_) where += (where.empty() ? " (on rank " : ", ") + std::to_string(r);
+  for (uint32_t r : wrong_ranks_)
+    where += (where.empty() ? " (on rank " : ", ") + std::to_string(r);
   if (!where.empty()) where += ")";
   std::printf("# Out of bounds values : %llu %s%s\n", static_cast<unsigned long long>(wrong),
               wrong == 0 ? "OK" : "FAILED", where.c_str());
