@@ -9,7 +9,8 @@ std::string DescribeOp(const OpSignature& sig) {
                   ", count " + std::to_string(sig.count);
   if (sig.dtype) s += std::string(", ") + DtypeName(sig.dtype);
   if (sig.op) s += std::string(", ") + ReduceOpName(sig.op);
-  if (sig.coll == PLEXUS_COLL_BROADCAST || sig.coll == PLEXUS_COLL_REDUCE) {
+  if (sig.coll == PLEXUS_COLL_BROADCAST || sig.coll == PLEXUS_COLL_REDUCE ||
+      sig.coll == PLEXUS_COLL_GATHER || sig.coll == PLEXUS_COLL_SCATTER) {
     s += sig.root == kAgreeingRoot ? std::string(", agreeing on the root")
                                    : ", root " + std::to_string(sig.root);
   }

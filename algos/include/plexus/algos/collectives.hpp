@@ -55,4 +55,19 @@ Status RingAllgather(PeerTransport& t, const OpSignature& sig, const void* sendb
 // Dissemination barrier: ceil(log2 size) rounds of empty frames.
 Status DisseminationBarrier(PeerTransport& t, const OpSignature& sig);
 
+// --- ABI 1.2 ---
+
+// Binomial tree towards sig.root, after AgreeOnRoot: the root's recvbuf
+// (size blocks of sig.count elements) receives every rank's sendbuf in rank
+// order. Only the root's recvbuf is written; other ranks' recvbuf is
+// ignored. On the root sendbuf may equal recvbuf + root * count * elem_size.
+Status BinomialGather(PeerTransport& t, const OpSignature& sig, const void* sendbuf, void* recvbuf);
+
+// Binomial tree from sig.root, after AgreeOnRoot: block r of the root's
+// sendbuf (size blocks of sig.count elements) lands in rank r's recvbuf.
+// Only the root's sendbuf is read; other ranks' sendbuf is ignored. On the
+// root recvbuf may equal sendbuf + root * count * elem_size.
+Status BinomialScatter(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
+                       void* recvbuf);
+
 }  // namespace plexus::algos
