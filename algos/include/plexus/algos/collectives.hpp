@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "plexus/algos/status.hpp"
 #include "plexus/algos/transport.hpp"
@@ -69,5 +70,26 @@ Status BinomialGather(PeerTransport& t, const OpSignature& sig, const void* send
 // root recvbuf may equal sendbuf + root * count * elem_size.
 Status BinomialScatter(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
                        void* recvbuf);
+
+// Ring allgather of uneven blocks: rank r's sendbuf (recvcounts[r]
+// elements) lands at recvbuf + displs[r] elements on every rank. Both spans
+// have size entries; sig.count is not read (a backend puts something there
+// that is the same on every rank). sendbuf may equal recvbuf + displs[rank]
+// elements. Ranks whose counts disagree fail with REMOTE: each block is one
+// frame, whose size Exchange checks.
+Status RingAllgatherv(PeerTransport& t, const OpSignature& sig, const void* sendbuf, void* recvbuf,
+                      std::span<const uint64_t> recvcounts, std::span<const uint64_t> displs);
+
+// Pairwise exchange of uneven blocks: sendcounts[j] elements at sendbuf +
+// sdispls[j] go to rank j, landing there at recvbuf + rdispls[rank]. The
+// four spans have size entries; sig.count is not read. Receive blocks must
+// not overlap each other or the send blocks. A count that disagrees with
+// the peer's fails with REMOTE: each block is one frame, whose size
+// Exchange checks; sendcounts[rank] != recvcounts[rank] (no peer to check)
+// fails with INVALID_ARGUMENT before anything moves.
+Status PairwiseAlltoallv(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
+                         std::span<const uint64_t> sendcounts, std::span<const uint64_t> sdispls,
+                         void* recvbuf, std::span<const uint64_t> recvcounts,
+                         std::span<const uint64_t> rdispls);
 
 }  // namespace plexus::algos
