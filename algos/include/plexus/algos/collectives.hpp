@@ -92,4 +92,18 @@ Status PairwiseAlltoallv(PeerTransport& t, const OpSignature& sig, const void* s
                          void* recvbuf, std::span<const uint64_t> recvcounts,
                          std::span<const uint64_t> rdispls);
 
+// An allreduce algorithm above (RingAllreduce, RecursiveDoublingAllreduce,
+// PairExchangeAllreduce).
+using AllreduceFn = Status (*)(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
+                               void* recvbuf);
+
+// counts.size() allreduces of one dtype and op as one: the buffers are
+// packed into one vector, all-reduced by `allreduce`, and unpacked.
+// sig.count must be the sum of counts. recvbufs[i] receives op over ranks
+// of sendbufs[i] (counts[i] elements); sendbufs[i] may equal recvbufs[i].
+Status PackedAllreduceCoalesced(PeerTransport& t, const OpSignature& sig,
+                                std::span<const void* const> sendbufs,
+                                std::span<void* const> recvbufs, std::span<const uint64_t> counts,
+                                AllreduceFn allreduce);
+
 }  // namespace plexus::algos
