@@ -30,6 +30,30 @@ class BlockLayout {
   uint64_t extra_;
 };
 
+// A run of ranks of a rooted tree, in the tree's virtual numbering (virtual
+// rank v is rank (v + root) % size): `count` ranks from `first` on.
+struct RankRun {
+  uint32_t first;
+  uint32_t count;
+};
+
+// The blocks of virtual ranks [from, to) as at most two runs, each contiguous
+// in rank order too: the range is cut where the virtual numbering wraps past
+// rank size - 1 (at virtual rank size - root). Gather and scatter move a
+// subtree's blocks as these runs, so the root can send or receive each run
+// in place in its rank-ordered buffer; every rank cuts a range the same way,
+// so sender and receiver agree on the frames. Returns the number of runs.
+inline int RootedRuns(uint32_t from, uint32_t to, uint32_t size, uint32_t root, RankRun runs[2]) {
+  const uint32_t wrap = size - root;  // virtual rank of rank 0 (size when root is 0)
+  if (from < wrap && wrap < to) {
+    runs[0] = {from, wrap - from};
+    runs[1] = {wrap, to - wrap};
+    return 2;
+  }
+  runs[0] = {from, to - from};
+  return 1;
+}
+
 // Number of segments of at most seg_elems elements that cover len elements.
 inline uint64_t SegmentCount(uint64_t len, uint64_t seg_elems) {
   return (len + seg_elems - 1) / seg_elems;

@@ -53,8 +53,14 @@ int64_t MsSince(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
 }
 
+// Not send/recv, not comm_create's hello (kHelloColl). The collectives of
+// ABI 1.2 (codes above recv's) are collectives too: with the send/recv tag
+// they would lose their signature bits, so ranks in different operations
+// could match each other's frames, and collide with messages numbered like
+// their operation.
 bool IsCollective(const algos::OpSignature& s) {
-  return s.coll < PLEXUS_COLL_SEND;  // not send/recv, not comm_create's hello
+  return s.coll < PLEXUS_COLL_COUNT_V1_2 && s.coll != PLEXUS_COLL_SEND &&
+         s.coll != PLEXUS_COLL_RECV;
 }
 
 }  // namespace

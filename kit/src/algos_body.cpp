@@ -1,29 +1,37 @@
 #include "plexus/kit/algos_body.hpp"
 
+#include <numeric>
+#include <vector>
+
 #include "plexus/algos/collectives.hpp"
 
 namespace plexus::kit {
+namespace {
 
-OpBody AlgosBody(const Call& call, AllreduceAlgo allreduce) {
+algos::AllreduceFn AllreduceOf(AllreduceAlgo allreduce) {
+  switch (allreduce) {
+    case AllreduceAlgo::kPairExchange:
+      return algos::PairExchangeAllreduce;
+    case AllreduceAlgo::kRecursiveDoubling:
+      return algos::RecursiveDoublingAllreduce;
+    case AllreduceAlgo::kRing:
+      break;
+  }
+  return algos::RingAllreduce;
+}
+
+}  // namespace
+
+OpBody AlgosBody(const Call& call, uint32_t size, AllreduceAlgo allreduce) {
   const void* send = call.sendbuf;
   void* recv = call.recvbuf;
   using T = algos::PeerTransport;
   using S = algos::OpSignature;
   switch (call.coll) {
-    case PLEXUS_COLL_ALLREDUCE:
-      switch (allreduce) {
-        case AllreduceAlgo::kPairExchange:
-          return [send, recv](T& t, const S& s) {
-            return algos::PairExchangeAllreduce(t, s, send, recv);
-          };
-        case AllreduceAlgo::kRecursiveDoubling:
-          return [send, recv](T& t, const S& s) {
-            return algos::RecursiveDoublingAllreduce(t, s, send, recv);
-          };
-        case AllreduceAlgo::kRing:
-          break;
-      }
-      return [send, recv](T& t, const S& s) { return algos::RingAllreduce(t, s, send, recv); };
+    case PLEXUS_COLL_ALLREDUCE: {
+      const algos::AllreduceFn run = AllreduceOf(allreduce);
+      return [send, recv, run](T& t, const S& s) { return run(t, s, send, recv); };
+    }
     case PLEXUS_COLL_BROADCAST:
       return [recv](T& t, const S& s) { return algos::BinomialBroadcast(t, s, recv); };
     case PLEXUS_COLL_REDUCE:
@@ -34,6 +42,31 @@ OpBody AlgosBody(const Call& call, AllreduceAlgo allreduce) {
       return [send, recv](T& t, const S& s) { return algos::RingReduceScatter(t, s, send, recv); };
     case PLEXUS_COLL_ALLTOALL:
       return [send, recv](T& t, const S& s) { return algos::PairwiseAlltoall(t, s, send, recv); };
+    case PLEXUS_COLL_GATHER:
+      return [send, recv](T& t, const S& s) { return algos::BinomialGather(t, s, send, recv); };
+    case PLEXUS_COLL_SCATTER:
+      return [send, recv](T& t, const S& s) { return algos::BinomialScatter(t, s, send, recv); };
+    // The arrays of the v-collectives and of coalesced are the caller's only
+    // during the post: the closure keeps copies (an allocation per post).
+    case PLEXUS_COLL_ALLGATHERV:
+      return [send, recv, v = VCounts::Of(call, size)](T& t, const S& s) {
+        return algos::RingAllgatherv(t, s, send, recv, v.recvcounts, v.rdispls);
+      };
+    case PLEXUS_COLL_ALLTOALLV:
+      return [send, recv, v = VCounts::Of(call, size)](T& t, const S& s) {
+        return algos::PairwiseAlltoallv(t, s, send, v.sendcounts, v.sdispls, recv, v.recvcounts,
+                                        v.rdispls);
+      };
+    case PLEXUS_COLL_ALLREDUCE_COALESCED: {
+      std::vector<const void*> sends(call.sendbufs, call.sendbufs + call.nbuffers);
+      std::vector<void*> recvs(call.recvbufs, call.recvbufs + call.nbuffers);
+      std::vector<uint64_t> counts(call.counts, call.counts + call.nbuffers);
+      const algos::AllreduceFn run = AllreduceOf(allreduce);
+      return [sends = std::move(sends), recvs = std::move(recvs), counts = std::move(counts), run](
+                 T& t, const S& s) {
+        return algos::PackedAllreduceCoalesced(t, s, sends, recvs, counts, run);
+      };
+    }
     default:  // barrier
       return [](T& t, const S& s) { return algos::DisseminationBarrier(t, s); };
   }
@@ -48,9 +81,29 @@ int32_t PostAlgos(OpQueue& queue, const Call& call, AllreduceAlgo allreduce,
   if (call.coll == PLEXUS_COLL_RECV) {
     return queue.PostMessage(false, call.root, call.recvbuf, call.count, call.dtype, req_out);
   }
-  const algos::OpSignature sig{0, call.coll, call.dtype, call.op, call.count, call.root};
-  const bool empty = call.count == 0 && call.coll != PLEXUS_COLL_BARRIER;
-  return queue.Post(sig, empty ? OpBody() : AlgosBody(call, allreduce), req_out);
+  // The signature every frame carries must be the same on every rank.
+  // allgatherv's count is this rank's sendcount, which differs between
+  // ranks: its frames carry the sum of recvcounts instead (so ranks whose
+  // arrays add up differently mismatch at once). alltoallv has no count the
+  // same everywhere (its call's count is 0), so its frames carry 0; the
+  // algorithm checks every block's size frame by frame. (So an alltoallv
+  // of any size may run on a waiting caller's thread, as small operations
+  // do: it uses no scratch memory, which is why large ones stay on the
+  // worker; see OpQueueOptions::inline_max_bytes.)
+  algos::OpSignature sig{0, call.coll, call.dtype, call.op, call.count, call.root};
+  if (call.coll == PLEXUS_COLL_ALLGATHERV) {
+    sig.count = std::accumulate(call.recvcounts, call.recvcounts + queue.size(), uint64_t{0});
+  }
+  // A collective of count 0 may complete without the peers when every rank
+  // knows that no rank sends or receives anything: count is the same on
+  // every rank (for allreduce_coalesced the sum of the counts, which every
+  // rank posts alike). Not the v-collectives: a rank that moves nothing
+  // itself may still have to agree with the others that it moves nothing,
+  // and one whose counts disagree must fail rather than skip.
+  const bool v_collective =
+      call.coll == PLEXUS_COLL_ALLGATHERV || call.coll == PLEXUS_COLL_ALLTOALLV;
+  const bool empty = call.count == 0 && call.coll != PLEXUS_COLL_BARRIER && !v_collective;
+  return queue.Post(sig, empty ? OpBody() : AlgosBody(call, queue.size(), allreduce), req_out);
 }
 
 }  // namespace plexus::kit

@@ -182,6 +182,14 @@ algos::Status CheckV(const Call& c, CommShape comm, size_t elem) {
   if (!st.ok()) return st;
   if (all) {
     st = BlocksOf(c, "send", c.sendcounts, c.sdispls, comm.size, elem, &send_blocks, &send_extent);
+    // The block a rank sends itself has no peer to check its size against.
+    if (st.ok() && c.sendcounts[comm.rank] != c.recvcounts[comm.rank]) {
+      return Invalid(c, "sendcounts[" + std::to_string(comm.rank) +
+                            "] = " + std::to_string(c.sendcounts[comm.rank]) +
+                            " differs from recvcounts[" + std::to_string(comm.rank) +
+                            "] = " + std::to_string(c.recvcounts[comm.rank]) +
+                            " (the block this rank sends itself)");
+    }
   } else if (c.count != c.recvcounts[comm.rank]) {
     return Invalid(c, "sendcount " + std::to_string(c.count) + " differs from recvcounts[" +
                           std::to_string(comm.rank) +

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "plexus/algos/status.hpp"
 #include "plexus/algos/transport.hpp"
@@ -54,5 +55,55 @@ Status RingAllgather(PeerTransport& t, const OpSignature& sig, const void* sendb
 
 // Dissemination barrier: ceil(log2 size) rounds of empty frames.
 Status DisseminationBarrier(PeerTransport& t, const OpSignature& sig);
+
+// --- ABI 1.2 ---
+
+// Binomial tree towards sig.root, after AgreeOnRoot: the root's recvbuf
+// (size blocks of sig.count elements) receives every rank's sendbuf in rank
+// order. Only the root's recvbuf is written; other ranks' recvbuf is
+// ignored. On the root sendbuf may equal recvbuf + root * count * elem_size.
+Status BinomialGather(PeerTransport& t, const OpSignature& sig, const void* sendbuf, void* recvbuf);
+
+// Binomial tree from sig.root, after AgreeOnRoot: block r of the root's
+// sendbuf (size blocks of sig.count elements) lands in rank r's recvbuf.
+// Only the root's sendbuf is read; other ranks' sendbuf is ignored. On the
+// root recvbuf may equal sendbuf + root * count * elem_size.
+Status BinomialScatter(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
+                       void* recvbuf);
+
+// Ring allgather of uneven blocks: rank r's sendbuf (recvcounts[r]
+// elements) lands at recvbuf + displs[r] elements on every rank. Both spans
+// have size entries; sig.count is not read (a backend puts something there
+// that is the same on every rank). sendbuf may equal recvbuf + displs[rank]
+// elements. Ranks whose counts disagree fail with REMOTE: each block is one
+// frame, whose size Exchange checks.
+Status RingAllgatherv(PeerTransport& t, const OpSignature& sig, const void* sendbuf, void* recvbuf,
+                      std::span<const uint64_t> recvcounts, std::span<const uint64_t> displs);
+
+// Pairwise exchange of uneven blocks: sendcounts[j] elements at sendbuf +
+// sdispls[j] go to rank j, landing there at recvbuf + rdispls[rank]. The
+// four spans have size entries; sig.count is not read. Receive blocks must
+// not overlap each other or the send blocks. A count that disagrees with
+// the peer's fails with REMOTE: each block is one frame, whose size
+// Exchange checks; sendcounts[rank] != recvcounts[rank] (no peer to check)
+// fails with INVALID_ARGUMENT before anything moves.
+Status PairwiseAlltoallv(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
+                         std::span<const uint64_t> sendcounts, std::span<const uint64_t> sdispls,
+                         void* recvbuf, std::span<const uint64_t> recvcounts,
+                         std::span<const uint64_t> rdispls);
+
+// An allreduce algorithm above (RingAllreduce, RecursiveDoublingAllreduce,
+// PairExchangeAllreduce).
+using AllreduceFn = Status (*)(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
+                               void* recvbuf);
+
+// counts.size() allreduces of one dtype and op as one: the buffers are
+// packed into one vector, all-reduced by `allreduce`, and unpacked.
+// sig.count must be the sum of counts. recvbufs[i] receives op over ranks
+// of sendbufs[i] (counts[i] elements); sendbufs[i] may equal recvbufs[i].
+Status PackedAllreduceCoalesced(PeerTransport& t, const OpSignature& sig,
+                                std::span<const void* const> sendbufs,
+                                std::span<void* const> recvbufs, std::span<const uint64_t> counts,
+                                AllreduceFn allreduce);
 
 }  // namespace plexus::algos

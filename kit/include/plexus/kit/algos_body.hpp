@@ -14,18 +14,24 @@ enum class AllreduceAlgo {
   kPairExchange,       // 2 ranks: one step, each reduces the whole vector
 };
 
-// The body of call (any collective but send and recv): allreduce by
-// `allreduce`, broadcast and reduce by binomial trees, allgather and
-// reduce_scatter by rings, alltoall pairwise, barrier by dissemination.
-// The closure holds the buffers and nothing else, so std::function keeps it
-// in place (no allocation per post).
-OpBody AlgosBody(const Call& call, AllreduceAlgo allreduce);
+// The body of call (any collective but send and recv) on a communicator of
+// `size` ranks: allreduce by `allreduce`, broadcast, reduce, gather and
+// scatter by binomial trees, allgather, allgatherv and reduce_scatter by
+// rings, alltoall and alltoallv pairwise, allreduce_coalesced packed into
+// one allreduce by `allreduce`, barrier by dissemination. For the ABI 1.0
+// collectives the closure holds the buffers and nothing else, so
+// std::function keeps it in place (no allocation per post); the 1.2 ones
+// with arrays (allgatherv, alltoallv, allreduce_coalesced) copy them here,
+// since the caller's arrays are borrowed for the post only.
+OpBody AlgosBody(const Call& call, uint32_t size, AllreduceAlgo allreduce);
 
 // Posts a checked call on queue: send and recv as messages, a zero-count
 // collective as an operation that completes in its place without the peers
-// (the ABI allows it; a barrier, always of count 0, does synchronise), any
-// other collective with AlgosBody. A backend's whole B::Post, once it has
-// chosen how to all-reduce.
+// (the ABI allows it; a barrier, always of count 0, does synchronise; the
+// v-collectives, whose count is not the same on every rank, never skip),
+// any other collective with AlgosBody. A backend's whole B::Post, once it
+// has chosen how to all-reduce (by kit::CallBytes(call), which for
+// allreduce_coalesced is the packed vector's size).
 int32_t PostAlgos(OpQueue& queue, const Call& call, AllreduceAlgo allreduce,
                   plexus_request** req_out);
 

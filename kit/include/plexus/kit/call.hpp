@@ -69,7 +69,7 @@ constexpr uint32_t kHostMemoryOnly = 1u << PLEXUS_MEMORY_HOST;
 //  - buffers overlap only as the ABI's in-place form of that collective;
 //  - allgatherv, alltoallv: no NULL array, every block (count + displacement)
 //    inside 2^62 bytes, receive blocks disjoint, allgatherv's send count is
-//    recvcounts[rank];
+//    recvcounts[rank], alltoallv's sendcounts[rank] is recvcounts[rank];
 //  - allreduce_coalesced: 1 <= nbuffers, no NULL array, buffers pairwise
 //    disjoint except sendbufs[i] == recvbufs[i], the sum of counts in range;
 //  - placement names a memory type in memory_types (an unknown type is

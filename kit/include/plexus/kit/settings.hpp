@@ -18,8 +18,10 @@ bool IntSetting(const plexus_host_v1& host, const plexus_comm_config_v1& config,
 
 // The capabilities of a backend whose collectives are plexus-algos
 // algorithms on host memory: every dtype of ABI 1, every reduction op on
-// each, in place, abort that interrupts, any thread. collectives: the
-// PLEXUS_COLL_* bits it has slots for.
+// each (reduce_dtypes, which allreduce_coalesced shares with allreduce,
+// reduce and reduce_scatter: it runs the same allreduce algorithms), in
+// place, abort that interrupts, any thread. collectives: the PLEXUS_COLL_*
+// bits it has slots for.
 void SetAlgosHostCapabilities(plexus_capabilities& caps, uint32_t collectives);
 
 }  // namespace plexus::kit
