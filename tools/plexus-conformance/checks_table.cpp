@@ -23,7 +23,7 @@ constexpr size_t kTableSize11 = PLEXUS_CONFORMANCE_SLOT_END(request_error);
 constexpr size_t kAbsurdTableSize = 64 * 1024;
 
 constexpr uint32_t kKnownDtypes = ((1u << (PLEXUS_DTYPE_MAX_V1 + 1)) - 1) & ~1u;
-constexpr uint32_t kKnownCollectives = (1u << PLEXUS_COLL_COUNT_V1) - 1;
+constexpr uint32_t kKnownCollectives = (1u << PLEXUS_COLL_COUNT_V1_2) - 1;
 constexpr uint32_t kKnownMemory = (1u << PLEXUS_MEMORY_HOST) | (1u << PLEXUS_MEMORY_CUDA);
 constexpr uint32_t kKnownFlags = PLEXUS_CAP_IN_PLACE | PLEXUS_CAP_STREAM_ORDERED | PLEXUS_CAP_ABORT;
 

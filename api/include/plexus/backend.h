@@ -194,7 +194,8 @@ typedef struct plexus_capabilities {
   uint32_t memory_types; /* bit (1u << PLEXUS_MEMORY_*) per supported memory type */
   uint32_t dtypes;       /* bit (1u << PLEXUS_DTYPE_*) per dtype movable by data-only collectives */
   /* reduce_dtypes[op] = bit (1u << PLEXUS_DTYPE_*) per dtype that reduction op
-   * supports, for allreduce, reduce and reduce_scatter. Index 0 is unused. */
+   * supports, for allreduce, reduce, reduce_scatter and (1.2) allreduce_coalesced.
+   * Index 0 is unused. */
   uint32_t reduce_dtypes[8];
   uint32_t flags;           /* PLEXUS_CAP_* bits */
   uint32_t thread_level;    /* PLEXUS_THREAD_* */
