@@ -44,7 +44,7 @@ namespace plexus::mpi {
 namespace {
 
 constexpr uint32_t kAllDtypes = 0x1ffeu;  // bits 1..12
-constexpr uint32_t kAllCollectives = (1u << PLEXUS_COLL_COUNT_V1) - 1;
+constexpr uint32_t kAllCollectives = (1u << PLEXUS_COLL_COUNT_V1_2) - 1;  // all of 1.2
 
 #if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
 constexpr bool kBuiltCudaAware = true;
@@ -429,6 +429,19 @@ struct MpiBackend {
         return PostSend(&comm, c.sendbuf, c.count, c.dtype, c.root, req_out);
       case PLEXUS_COLL_RECV:
         return PostRecv(&comm, c.recvbuf, c.count, c.dtype, c.root, req_out);
+      case PLEXUS_COLL_GATHER:
+        return PostGather(&comm, c.sendbuf, c.recvbuf, c.count, c.dtype, c.root, req_out);
+      case PLEXUS_COLL_SCATTER:
+        return PostScatter(&comm, c.sendbuf, c.recvbuf, c.count, c.dtype, c.root, req_out);
+      case PLEXUS_COLL_ALLGATHERV:
+        return PostAllgatherv(&comm, c.sendbuf, c.count, c.recvbuf, c.recvcounts, c.rdispls,
+                              c.dtype, req_out);
+      case PLEXUS_COLL_ALLTOALLV:
+        return PostAlltoallv(&comm, c.sendbuf, c.sendcounts, c.sdispls, c.recvbuf, c.recvcounts,
+                             c.rdispls, c.dtype, req_out);
+      case PLEXUS_COLL_ALLREDUCE_COALESCED:
+        return PostAllreduceCoalesced(&comm, c.sendbufs, c.recvbufs, c.counts, c.nbuffers, c.count,
+                                      c.dtype, c.op, host, req_out);
       default:
         return PostBarrier(&comm, req_out);
     }
