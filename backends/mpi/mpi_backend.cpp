@@ -95,6 +95,7 @@ void AbandonLocked(plexus_request* req) {
   if (a.requests.empty()) return;  // nothing of MPI's left: scratch can go with req
   a.scratch = std::move(req->scratch);
   a.discards = std::move(req->discards);
+  a.vargs = std::move(req->vargs);
   req->comm->ctx->Abandon(std::move(a));
 }
 
@@ -169,6 +170,15 @@ void Unqueue(plexus_request* req) {
   std::erase(comm->unmatched[req->peer], req);
   req->queued = false;
   comm->ctx->queued_recvs.fetch_sub(1);
+}
+
+void FinishData(plexus_request* req) {
+  if (req->average && req->average_count) {
+    algos::FinishAverage(req->average, req->average_count, req->dtype, req->comm->size);
+  }
+  for (const plexus_request::Unpack& u : req->unpack) {
+    std::memcpy(u.to, req->scratch.get() + u.from, u.bytes);
+  }
 }
 
 int32_t Progress(plexus_request* req) {
@@ -261,13 +271,9 @@ int32_t Progress(plexus_request* req) {
     return PLEXUS_IN_PROGRESS;
   }
 
-  if (req->scratch && req->scratch_to && req->scratch_bytes) {
-    std::memcpy(req->scratch_to, req->scratch.get(), req->scratch_bytes);
-  }
+  FinishData(req);
   req->scratch.reset();
-  if (req->average && req->average_count) {
-    algos::FinishAverage(req->average, req->average_count, req->dtype, comm->size);
-  }
+  req->vargs.reset();
   req->status = PLEXUS_OK;
   return req->status;
 }
@@ -511,9 +517,7 @@ bool AdvanceRequest(plexus_request* req) {
     return true;
   }
   req->schedules.clear();
-  if (req->average && req->average_count) {
-    algos::FinishAverage(req->average, req->average_count, req->dtype, comm->size);
-  }
+  FinishData(req);
   if (req->scratch) comm->GiveScratch(std::move(req->scratch), req->scratch_capacity);
   SetStatus(req, PLEXUS_OK);
   return true;

@@ -55,6 +55,15 @@ std::string MpiErrorText(int code);
 // The ABI status class of an MPI error code.
 int32_t StatusOfMpiError(int code);
 
+// The argument arrays of a v-collective (MPI_Iallgatherv, MPI_Ialltoallw):
+// MPI may read them until the operation completes, so they live with its
+// request (and, after an abort, with what the context keeps). The caller's
+// uint64_t arrays are borrowed for the post only; these are our copies.
+struct VArgs {
+  std::vector<int> ints;            // counts and displacements, as MPI takes them
+  std::vector<MPI_Datatype> types;  // MPI_Ialltoallw's per-peer types (freed after the post)
+};
+
 // MPI requests of an aborted operation that MPI may still be working on (or
 // own schedules, which the context keeps running to their end), the scratch
 // memory they may still write, and the communicator they run on.
@@ -64,6 +73,7 @@ struct Abandoned {
   std::vector<AllreduceSchedule> schedules;
   std::unique_ptr<uint8_t[]> scratch;
   std::vector<std::unique_ptr<uint8_t[]>> discards;  // mismatched messages still arriving
+  std::unique_ptr<VArgs> vargs;                      // arrays MPI may still read
 };
 
 // The parts of an own schedule's tag: kP2pTag + 1 + slot * kTagKinds + kind,
@@ -244,13 +254,19 @@ struct plexus_request {
   // (test/wait of own schedules, which AdvanceSchedules completes).
   std::atomic<int32_t> status{PLEXUS_IN_PROGRESS};
 
-  // Finishing steps, run once after every MPI request completed:
+  // Finishing steps, run once after every MPI request completed (or every
+  // schedule finished), in this order (FinishData):
   void* average = nullptr;  // divide average_count elements here by comm->size (AVG)
   uint64_t average_count = 0;
   plexus_dtype_t dtype = 0;
-  std::unique_ptr<uint8_t[]> scratch;  // MPI wrote the result here ...
-  void* scratch_to = nullptr;          // ... and it goes here
-  size_t scratch_bytes = 0;
+  std::unique_ptr<uint8_t[]> scratch;  // MPI wrote (part of) the result here ...
+  struct Unpack {
+    void* to;       // ... and bytes of it at scratch + from go here
+    uint64_t from;  // (in-place reduce_scatter; allreduce_coalesced's packed buffers)
+    uint64_t bytes;
+  };
+  std::vector<Unpack> unpack;
+  std::unique_ptr<plexus::mpi::VArgs> vargs;  // v-collectives: arrays MPI reads until done
 
   // Own schedules (allreduce on host memory): one per chunk, all running at
   // once; pending is then unused and scratch (scratch_capacity bytes) is
@@ -282,6 +298,11 @@ namespace plexus::mpi {
 void MatchRecvs(plexus_comm* comm, uint32_t peer);
 // Takes req (a recv) out of its communicator's queue of unmatched recvs.
 void Unqueue(plexus_request* req);
+
+// The finishing steps of a request whose data has all arrived: the AVG
+// division (req->average), then the copies out of req->scratch
+// (req->unpack). Before scratch is released.
+void FinishData(plexus_request* req);
 
 // test(): progresses req without blocking; see the ABI's test().
 int32_t Progress(plexus_request* req);

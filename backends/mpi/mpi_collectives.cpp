@@ -3,8 +3,11 @@
 #include "mpi_schedule.hpp"
 
 #include <algorithm>
+#include <climits>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "plexus/algos/dtype.hpp"
 
@@ -84,6 +87,7 @@ class Posting {
       a.comm = comm_->mpi;
       a.requests = std::move(req_->pending);
       a.scratch = std::move(req_->scratch);
+      a.vargs = std::move(req_->vargs);
       comm_->ctx->Abandon(std::move(a));
     }
     comm_->Break(code, message);
@@ -124,17 +128,177 @@ int MakeChunkType(MPI_Datatype base, int n, MPI_Aint extent, MPI_Datatype* out) 
   return rc;
 }
 
+// A datatype for one block of a v-collective that MPI's ints cannot carry:
+// count elements of base (es bytes each) at byte displacement at (from the
+// buffer, or an absolute address with MPI_BOTTOM), as count / max pieces of
+// max elements and one of the rest, so that no int of MPI's exceeds max and
+// the displacement is an MPI_Aint. One element of it is the whole block.
+// The caller has checked count / max <= INT_MAX (BlocksFit).
+int MakeBlockType(MPI_Datatype base, uint64_t es, uint64_t count, uint64_t max, MPI_Aint at,
+                  MPI_Datatype* out) {
+  const uint64_t pieces = count / max, rest = count % max;
+  MPI_Datatype piece = MPI_DATATYPE_NULL, tail = MPI_DATATYPE_NULL;
+  int lens[2] = {0, 0};
+  MPI_Aint displs[2] = {0, 0};
+  MPI_Datatype types[2] = {MPI_DATATYPE_NULL, MPI_DATATYPE_NULL};
+  int k = 0;
+  int rc = MPI_SUCCESS;
+  if (pieces > 0) {
+    rc = MPI_Type_contiguous(int(max), base, &piece);
+    if (rc == MPI_SUCCESS) {
+      lens[k] = int(pieces);
+      displs[k] = at;
+      types[k++] = piece;
+    }
+  }
+  if (rc == MPI_SUCCESS && rest > 0) {
+    rc = MPI_Type_contiguous(int(rest), base, &tail);
+    if (rc == MPI_SUCCESS) {
+      lens[k] = 1;
+      displs[k] = MPI_Aint_add(at, MPI_Aint(pieces * max * es));
+      types[k++] = tail;
+    }
+  }
+  if (rc == MPI_SUCCESS) rc = MPI_Type_create_struct(k, lens, displs, types, out);
+  if (piece != MPI_DATATYPE_NULL) MPI_Type_free(&piece);
+  if (tail != MPI_DATATYPE_NULL) MPI_Type_free(&tail);
+  if (rc != MPI_SUCCESS) return rc;
+  rc = MPI_Type_commit(out);
+  if (rc != MPI_SUCCESS) MPI_Type_free(out);
+  return rc;
+}
+
+// Whether MakeBlockType can describe every block of counts (n entries): at
+// most INT_MAX pieces of max elements each. Only a tiny PLEXUS_MPI_MAX_COUNT
+// makes this false for a block inside the ABI's 2^62 bytes; *what then names
+// the block and the limit.
+bool BlocksFit(const uint64_t* counts, uint32_t n, uint64_t max, const char* side,
+               std::string* what) {
+  for (uint32_t j = 0; counts && j < n; ++j) {
+    if (counts[j] / max > uint64_t(INT_MAX)) {
+      *what = std::string(side) + " block of rank " + std::to_string(j) + " has " +
+              std::to_string(counts[j]) + " elements; MPI's int counts take at most " +
+              std::to_string(INT_MAX) + " pieces of " + std::to_string(max) +
+              " elements (PLEXUS_MPI_MAX_COUNT) per block";
+      return false;
+    }
+  }
+  return true;
+}
+
+// One side (send or receive) of an MPI_Ialltoallw: for each rank j,
+// counts[j] (or count, when counts is NULL) elements at displs[j] elements
+// (0 when displs is NULL) from buf.
+struct WSide {
+  const void* buf = nullptr;
+  const uint64_t* counts = nullptr;
+  uint64_t count = 0;
+  const uint64_t* displs = nullptr;
+  int64_t skip = -1;      // this rank's block, in place: count 0 (it stays where it is)
+  bool absolute = false;  // buf goes to MPI as MPI_BOTTOM, its address in each block's type
+};
+
+// Posts one MPI_Ialltoallw moving the blocks of s to the blocks of r. A block
+// goes as (count, byte displacement, element type) when its count and its
+// displacement in elements are at most max_count and the byte displacement
+// fits MPI_Ialltoallw's int; otherwise (or with absolute) as one element of
+// a derived type that holds its count and its 64-bit byte displacement
+// itself (MakeBlockType), with displacement 0. Each rank describes its own
+// blocks: MPI matches a message by its type signature (so many elements of
+// the element type), not by how either side laid it out.
+void PostAlltoallw(Posting& p, plexus_comm* comm, MPI_Datatype type, uint64_t es, const WSide& s,
+                   const WSide& r) {
+  const uint32_t n = comm->size;
+  const uint64_t max = comm->ctx->max_count;
+  auto v = std::make_unique<VArgs>();
+  v->ints.assign(size_t(4) * n, 0);  // sendcounts, sdispls, recvcounts, rdispls
+  v->types.assign(size_t(2) * n, type);
+  std::vector<MPI_Datatype> derived;
+  const auto describe = [&](const WSide& side, uint32_t j, int* count, int* displ,
+                            MPI_Datatype* t) {
+    const uint64_t c = int64_t(j) == side.skip ? 0 : side.counts ? side.counts[j] : side.count;
+    if (c == 0) return true;  // 0 elements of the element type at 0
+    const uint64_t d = side.displs ? side.displs[j] : 0;
+    if (!side.absolute && c <= max && d <= max && d * es <= uint64_t(INT_MAX)) {
+      *count = int(c);
+      *displ = int(d * es);
+      return true;
+    }
+    MPI_Aint at = MPI_Aint(d * es);
+    if (side.absolute) {
+      MPI_Aint base = 0;
+      if (!p.Check(MPI_Get_address(side.buf, &base), "MPI_Get_address")) return false;
+      at = MPI_Aint_add(base, at);
+    }
+    MPI_Datatype block = MPI_DATATYPE_NULL;
+    if (!p.Check(MakeBlockType(type, es, c, max, at, &block), "MPI_Type_create_struct")) {
+      return false;
+    }
+    derived.push_back(block);
+    *count = 1;
+    *displ = 0;
+    *t = block;
+    return true;
+  };
+  int* ints = v->ints.data();
+  bool ok = true;
+  for (uint32_t j = 0; j < n && ok; ++j) {
+    ok = describe(s, j, &ints[j], &ints[n + j], &v->types[j]) &&
+         describe(r, j, &ints[2 * n + j], &ints[3 * n + j], &v->types[n + j]);
+  }
+  if (ok) {
+    MPI_Request req = MPI_REQUEST_NULL;
+    p.Add(MPI_Ialltoallw(s.absolute ? MPI_BOTTOM : s.buf, ints, ints + n, v->types.data(),
+                         r.absolute ? MPI_BOTTOM : const_cast<void*>(r.buf), ints + 2 * n,
+                         ints + 3 * n, v->types.data() + n, comm->mpi, &req),
+          &req, "MPI_Ialltoallw");
+  }
+  // Allowed while the operation runs (MPI keeps what it needs); freed
+  // through copies of the handles, so that the posted array stays as MPI
+  // saw it.
+  for (MPI_Datatype& t : derived) MPI_Type_free(&t);
+  p.req().vargs = std::move(v);
+}
+
 }  // namespace
 
 namespace {
 
+// The buffers of an allreduce_coalesced, to be packed into one.
+struct Coalesced {
+  const void* const* sendbufs;
+  void* const* recvbufs;
+  const uint64_t* counts;
+  uint32_t nbuffers;
+};
+
+// Copies the buffers of c into pack (their sum of elements of es bytes) and
+// records, for each, where its result goes (req->unpack, offsets from
+// req->scratch, where pack starts at pack_offset).
+void Pack(const Coalesced& c, uint64_t es, uint8_t* pack, uint64_t pack_offset,
+          plexus_request* req) {
+  uint64_t off = 0;
+  req->unpack.reserve(c.nbuffers);
+  for (uint32_t i = 0; i < c.nbuffers; ++i) {
+    const uint64_t bytes = c.counts[i] * es;
+    if (bytes == 0) continue;
+    std::memcpy(pack + off, c.sendbufs[i], bytes);
+    req->unpack.push_back({c.recvbufs[i], pack_offset + off, bytes});
+    off += bytes;
+  }
+}
+
 // Allreduce on host memory: one AllreduceSchedule per chunk of at most
-// max_count elements, each with its own tag, all started now.
+// max_count elements, each with its own tag, all started now. With packed
+// (allreduce_coalesced), send and recv are ignored: the buffers are copied
+// into one, behind the schedules' scratch in the request's scratch memory,
+// which is then reduced in place and copied out on completion.
 int32_t PostAllreduceSchedules(plexus_comm* comm, const void* send, void* recv, uint64_t count,
-                               plexus_dtype_t dtype, plexus_reduce_op_t op, plexus_request** out) {
+                               plexus_dtype_t dtype, plexus_reduce_op_t op, plexus_request** out,
+                               const Coalesced* packed = nullptr) {
   plexus_backend_ctx* ctx = comm->ctx;
   const uint64_t es = algos::DtypeSize(dtype);
-  const bool in_place = send == recv;
+  const bool in_place = packed || send == recv;
   const uint64_t max = ctx->max_count;
   const uint64_t chunks = count <= max ? 1 : (count + max - 1) / max;
   const MPI_Op mop = ToMpiOp(ctx->half_ops, dtype, op);
@@ -142,21 +306,28 @@ int32_t PostAllreduceSchedules(plexus_comm* comm, const void* send, void* recv, 
 
   std::unique_ptr<plexus_request> req(new plexus_request);  // (not value-initialised: no memset)
   req->comm = comm;
-  req->coll = PLEXUS_COLL_ALLREDUCE;
+  req->coll = packed ? PLEXUS_COLL_ALLREDUCE_COALESCED : PLEXUS_COLL_ALLREDUCE;
   req->dtype = dtype;
   req->type = ToMpiType(dtype);
   req->own_schedule = true;
   req->bytes = count * es;
-  if (op == PLEXUS_OP_AVG) {
-    req->average = recv;
-    req->average_count = count;
-  }
   uint64_t scratch_bytes = 0;
   for (uint64_t k = 0; k < chunks; ++k) {
     const uint64_t n = std::min(max, count - k * max);
     scratch_bytes += AllreduceSchedule::ScratchBytes(n, dtype, comm->size, in_place, algorithm);
   }
+  const uint64_t pack_offset = scratch_bytes;  // a multiple of es: aligned for the elements
+  if (packed) scratch_bytes += count * es;
   if (scratch_bytes) req->scratch = comm->TakeScratch(scratch_bytes, &req->scratch_capacity);
+  if (packed) {
+    uint8_t* pack = req->scratch.get() + pack_offset;
+    Pack(*packed, es, pack, pack_offset, req.get());
+    send = recv = pack;
+  }
+  if (op == PLEXUS_OP_AVG) {
+    req->average = recv;  // (packed: before the copies out)
+    req->average_count = count;
+  }
 
   // The tags: the same sequence numbers on every rank, since every rank posts
   // the same allreduces (and so the same chunks) in the same order.
@@ -195,7 +366,8 @@ int32_t PostAllreduceSchedules(plexus_comm* comm, const void* send, void* recv, 
   if (rc != MPI_SUCCESS) {
     int32_t code = StatusOfMpiError(rc);
     if (code == PLEXUS_OK) code = PLEXUS_ERR_SYSTEM;
-    std::string message = std::string("mpi allreduce: ") + call + " failed: " + MpiErrorText(rc);
+    std::string message = std::string("mpi ") + algos::CollectiveName(req->coll) + ": " + call +
+                          " failed: " + MpiErrorText(rc);
     Abandoned a;
     a.comm = comm->mpi;
     {
@@ -216,7 +388,7 @@ int32_t PostAllreduceSchedules(plexus_comm* comm, const void* send, void* recv, 
   }
   if (finished) {  // one rank, or count 0: done already
     req->schedules.clear();
-    if (req->average && count) algos::FinishAverage(recv, count, dtype, comm->size);
+    FinishData(req.get());
     if (req->scratch) comm->GiveScratch(std::move(req->scratch), req->scratch_capacity);
     req->status = PLEXUS_OK;
     *out = req.release();
@@ -326,17 +498,16 @@ int32_t PostReduceScatter(plexus_comm* comm, const void* send, void* recv, uint6
   const MPI_Op mop = ToMpiOp(comm->ctx->half_ops, dtype, op);
   const uint64_t block = count * es;
   const bool in_place = count > 0 && recv == At(send, uint64_t(comm->rank) * block);
+  void* result = recv;  // where the reduced block is when the MPI calls are done
   if (count <= comm->ctx->max_count) {
-    void* dst = recv;
     if (in_place) {
       plexus_request& req = p.req();
       req.scratch = std::make_unique_for_overwrite<uint8_t[]>(block);
-      req.scratch_to = recv;
-      req.scratch_bytes = block;
-      dst = req.scratch.get();
+      req.unpack.push_back({recv, 0, block});
+      result = req.scratch.get();
     }
     MPI_Request r = MPI_REQUEST_NULL;
-    p.Add(MPI_Ireduce_scatter_block(send, dst, int(count), type, mop, comm->mpi, &r), &r,
+    p.Add(MPI_Ireduce_scatter_block(send, result, int(count), type, mop, comm->mpi, &r), &r,
           "MPI_Ireduce_scatter_block");
   } else {
     // One reduce per (block j -> rank j, chunk); all ranks post them in the same order.
@@ -356,7 +527,7 @@ int32_t PostReduceScatter(plexus_comm* comm, const void* send, void* recv, uint6
       });
     }
   }
-  if (op == PLEXUS_OP_AVG) p.Average(recv, count);
+  if (op == PLEXUS_OP_AVG) p.Average(result, count);  // (before the copy to recv)
   return p.Finish(out);
 }
 
@@ -436,6 +607,217 @@ int32_t PostRecv(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dt
   MatchRecvs(comm, peer);  // what has arrived already
   *out = r;
   return PLEXUS_OK;
+}
+
+int32_t PostGather(plexus_comm* comm, const void* send, void* recv, uint64_t count,
+                   plexus_dtype_t dtype, uint32_t root, plexus_request** out) {
+  Posting p(comm, PLEXUS_COLL_GATHER, dtype);
+  const uint64_t es = algos::DtypeSize(dtype), block = count * es;
+  const bool is_root = comm->rank == root;
+  p.req().bytes = is_root ? block * comm->size : block;
+  const MPI_Datatype type = p.req().type;
+  void* dst = is_root ? recv : nullptr;  // the other ranks' recvbuf is not touched
+  const bool in_place =
+      is_root && count > 0 && send == At(static_cast<const void*>(recv), uint64_t(root) * block);
+  if (count <= comm->ctx->max_count) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    p.Add(MPI_Igather(in_place ? MPI_IN_PLACE : send, int(count), type, dst, int(count), type,
+                      int(root), comm->mpi, &r),
+          &r, "MPI_Igather");
+    return p.Finish(out);
+  }
+  ForEachChunk(count, comm->ctx->max_count, [&](uint64_t off, int n) {
+    MPI_Datatype chunk = MPI_DATATYPE_NULL;
+    if (!p.Check(MakeChunkType(type, n, MPI_Aint(block), &chunk), "MPI_Type_create_resized")) {
+      return false;
+    }
+    MPI_Request r = MPI_REQUEST_NULL;
+    // In place, MPI finds the root's chunk at recv + off + root * extent: the ABI's place.
+    const bool posted = p.Add(MPI_Igather(in_place ? MPI_IN_PLACE : At(send, off * es), n, type,
+                                          At(dst, off * es), 1, chunk, int(root), comm->mpi, &r),
+                              &r, "MPI_Igather");
+    MPI_Type_free(&chunk);
+    return posted;
+  });
+  return p.Finish(out);
+}
+
+int32_t PostScatter(plexus_comm* comm, const void* send, void* recv, uint64_t count,
+                    plexus_dtype_t dtype, uint32_t root, plexus_request** out) {
+  Posting p(comm, PLEXUS_COLL_SCATTER, dtype);
+  const uint64_t es = algos::DtypeSize(dtype), block = count * es;
+  const bool is_root = comm->rank == root;
+  p.req().bytes = is_root ? block * comm->size : block;
+  const MPI_Datatype type = p.req().type;
+  const void* src = is_root ? send : nullptr;  // the other ranks' sendbuf is not read
+  const bool in_place = is_root && count > 0 && recv == At(send, uint64_t(root) * block);
+  if (count <= comm->ctx->max_count) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    p.Add(MPI_Iscatter(src, int(count), type, in_place ? MPI_IN_PLACE : recv, int(count), type,
+                       int(root), comm->mpi, &r),
+          &r, "MPI_Iscatter");
+    return p.Finish(out);
+  }
+  ForEachChunk(count, comm->ctx->max_count, [&](uint64_t off, int n) {
+    MPI_Datatype chunk = MPI_DATATYPE_NULL;
+    if (!p.Check(MakeChunkType(type, n, MPI_Aint(block), &chunk), "MPI_Type_create_resized")) {
+      return false;
+    }
+    MPI_Request r = MPI_REQUEST_NULL;
+    // In place, the root's own chunk (at send + off + root * extent) stays.
+    const bool posted = p.Add(
+        MPI_Iscatter(At(src, off * es), 1, chunk, in_place ? MPI_IN_PLACE : At(recv, off * es), n,
+                     type, int(root), comm->mpi, &r),
+        &r, "MPI_Iscatter");
+    MPI_Type_free(&chunk);
+    return posted;
+  });
+  return p.Finish(out);
+}
+
+int32_t PostAllgatherv(plexus_comm* comm, const void* send, uint64_t sendcount, void* recv,
+                       const uint64_t* recvcounts, const uint64_t* displs, plexus_dtype_t dtype,
+                       plexus_request** out) {
+  const uint32_t n = comm->size;
+  const uint64_t es = algos::DtypeSize(dtype), max = comm->ctx->max_count;
+  uint64_t total = 0;
+  bool ints = true;  // every count and displacement an int (at most max_count)
+  for (uint32_t j = 0; j < n; ++j) {
+    total += recvcounts[j];
+    ints = ints && recvcounts[j] <= max && displs[j] <= max;
+  }
+  // The same on every rank (recvcounts and displs are), and so is the choice
+  // of MPI call below.
+  std::string why;
+  if (!ints && !BlocksFit(recvcounts, n, max, "receive", &why)) {
+    comm->SetError("mpi allgatherv: " + why);
+    return PLEXUS_ERR_UNSUPPORTED;
+  }
+  Posting p(comm, PLEXUS_COLL_ALLGATHERV, dtype);
+  p.req().bytes = total * es;
+  const MPI_Datatype type = p.req().type;
+  const bool in_place = recv && send == At(static_cast<const void*>(recv), displs[comm->rank] * es);
+  if (ints) {
+    auto v = std::make_unique<VArgs>();
+    v->ints.resize(size_t(2) * n);
+    for (uint32_t j = 0; j < n; ++j) {
+      v->ints[j] = int(recvcounts[j]);
+      v->ints[n + j] = int(displs[j]);
+    }
+    MPI_Request r = MPI_REQUEST_NULL;
+    // sendcount == recvcounts[rank] <= max (the kit checked the first).
+    p.Add(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, int(sendcount), type, recv,
+                          v->ints.data(), v->ints.data() + n, type, comm->mpi, &r),
+          &r, "MPI_Iallgatherv");
+    p.req().vargs = std::move(v);
+    return p.Finish(out);
+  }
+  // A count or displacement beyond MPI's int: as an all-to-all of blocks
+  // whose types carry them (PostAlltoallw), this rank's block going to
+  // every rank. In place this rank's own block stays, and sendbuf (inside
+  // recvbuf) goes as MPI_BOTTOM plus its address, so that MPI never sees
+  // one buffer as both send and receive buffer.
+  WSide s, r;
+  s.buf = send;
+  s.count = sendcount;
+  s.absolute = in_place || (send && send == recv);
+  r.buf = recv;
+  r.counts = recvcounts;
+  r.displs = displs;
+  if (in_place) s.skip = r.skip = comm->rank;
+  PostAlltoallw(p, comm, type, es, s, r);
+  return p.Finish(out);
+}
+
+int32_t PostAlltoallv(plexus_comm* comm, const void* send, const uint64_t* sendcounts,
+                      const uint64_t* sdispls, void* recv, const uint64_t* recvcounts,
+                      const uint64_t* rdispls, plexus_dtype_t dtype, plexus_request** out) {
+  // Always MPI_Ialltoallw, not MPI_Ialltoallv: whether a count or a
+  // displacement exceeds MPI's int is a fact of each rank's own arrays here
+  // (unlike allgatherv's, which are the same on every rank), and every rank
+  // must post the same MPI collective. MPI_Ialltoallw lets each rank
+  // describe its own blocks, with int counts and byte displacements where
+  // they fit (no derived type: as cheap as MPI_Ialltoallv, and Open MPI's
+  // libnbc runs both as one send and one receive per peer) and a derived
+  // type where they do not.
+  const uint32_t n = comm->size;
+  const uint64_t es = algos::DtypeSize(dtype), max = comm->ctx->max_count;
+  std::string why;
+  if (!BlocksFit(sendcounts, n, max, "send", &why) ||
+      !BlocksFit(recvcounts, n, max, "receive", &why)) {
+    comm->SetError("mpi alltoallv: " + why);
+    return PLEXUS_ERR_UNSUPPORTED;
+  }
+  Posting p(comm, PLEXUS_COLL_ALLTOALLV, dtype);
+  uint64_t total = 0;
+  for (uint32_t j = 0; j < n; ++j) total += sendcounts[j] + recvcounts[j];
+  p.req().bytes = total * es;
+  WSide s, r;
+  s.buf = send;
+  s.counts = sendcounts;
+  s.displs = sdispls;
+  // One buffer holding both the send and the receive blocks (disjoint, the
+  // kit checked): the send side goes as absolute addresses, so that MPI
+  // never sees one buffer as both.
+  s.absolute = send && send == recv;
+  r.buf = recv;
+  r.counts = recvcounts;
+  r.displs = rdispls;
+  PostAlltoallw(p, comm, p.req().type, es, s, r);
+  return p.Finish(out);
+}
+
+int32_t PostAllreduceCoalesced(plexus_comm* comm, const void* const* sendbufs,
+                               void* const* recvbufs, const uint64_t* counts, uint32_t nbuffers,
+                               uint64_t total, plexus_dtype_t dtype, plexus_reduce_op_t op,
+                               bool host_memory, plexus_request** out) {
+  // Host memory: packed into one buffer, one allreduce, copied out. A DDP
+  // bucket is typically many small tensors: one allreduce per buffer would
+  // pay the latency of every one (recursive doubling's log2(n) rounds, or
+  // the ring's 2 (n - 1), each a message per buffer) and choose each one's
+  // algorithm by its own small size, where the packed one pays the rounds
+  // once and runs the ring from the bucket's size. The copies in and out cost
+  // two passes over the data in memory, little next to the allreduce's own
+  // (and nothing is sent twice).
+  const Coalesced c{sendbufs, recvbufs, counts, nbuffers};
+  if (host_memory && comm->ctx->allreduce_algorithm != AllreduceAlgorithm::kMpi) {
+    return PostAllreduceSchedules(comm, nullptr, nullptr, total, dtype, op, out, &c);
+  }
+  Posting p(comm, PLEXUS_COLL_ALLREDUCE_COALESCED, dtype);
+  const uint64_t es = algos::DtypeSize(dtype), max = comm->ctx->max_count;
+  p.req().bytes = total * es;
+  const MPI_Datatype type = p.req().type;
+  const MPI_Op mop = ToMpiOp(comm->ctx->half_ops, dtype, op);
+  if (host_memory) {
+    // PLEXUS_MPI_ALLREDUCE=mpi: packed the same way, MPI_Iallreduce in place.
+    plexus_request& req = p.req();
+    req.scratch = std::make_unique_for_overwrite<uint8_t[]>(std::max<uint64_t>(total * es, 1));
+    Pack(c, es, req.scratch.get(), 0, &req);
+    void* pack = req.scratch.get();
+    ForEachChunk(total, max, [&](uint64_t off, int n) {
+      MPI_Request r = MPI_REQUEST_NULL;
+      return p.Add(MPI_Iallreduce(MPI_IN_PLACE, At(pack, off * es), n, type, mop, comm->mpi, &r),
+                   &r, "MPI_Iallreduce");
+    });
+    if (op == PLEXUS_OP_AVG) p.Average(pack, total);  // (before the copies out)
+    return p.Finish(out);
+  }
+  // CUDA memory (a CUDA-aware MPI): the backend does not touch device
+  // memory, so no packing; one MPI_Iallreduce per buffer (and chunk), all
+  // completing one request. (AVG and the 16-bit floats, which need the
+  // host, are refused on CUDA memory before this.) Zero-count buffers are
+  // skipped on every rank alike.
+  for (uint32_t i = 0; i < nbuffers && p.ok(); ++i) {
+    if (counts[i] == 0) continue;
+    const bool in_place = sendbufs[i] == recvbufs[i];
+    ForEachChunk(counts[i], max, [&](uint64_t off, int n) {
+      MPI_Request r = MPI_REQUEST_NULL;
+      const void* s = in_place ? MPI_IN_PLACE : At(sendbufs[i], off * es);
+      return p.Add(MPI_Iallreduce(s, At(recvbufs[i], off * es), n, type, mop, comm->mpi, &r), &r,
+                   "MPI_Iallreduce");
+    });
+  }
+  return p.Finish(out);
 }
 
 }  // namespace plexus::mpi

@@ -23,6 +23,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <climits>
@@ -32,6 +33,7 @@
 #include <new>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "mpi_backend.hpp"
 #include "mpi_collectives.hpp"
@@ -43,8 +45,8 @@
 namespace plexus::mpi {
 namespace {
 
-constexpr uint32_t kAllDtypes = 0x1ffeu;  // bits 1..12
-constexpr uint32_t kAllCollectives = (1u << PLEXUS_COLL_COUNT_V1) - 1;
+constexpr uint32_t kAllDtypes = 0x1ffeu;                                  // bits 1..12
+constexpr uint32_t kAllCollectives = (1u << PLEXUS_COLL_COUNT_V1_2) - 1;  // all of 1.2
 
 #if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
 constexpr bool kBuiltCudaAware = true;
@@ -207,92 +209,281 @@ void Capabilities(plexus_backend_ctx* ctx, plexus_capabilities* caps) {
   caps->max_outstanding = 0;
 }
 
+// Waits for req, one step of making a communicator (comm_create's
+// MPI_Comm_idup, comm_split's allgather over the parent), for up to
+// timeout_ms: a rank that never comes is a TIMEOUT, not a hang. Meanwhile it
+// moves on what the process has pending, as every test/wait does (queued
+// recvs, own allreduce schedules): a peer may need one of this rank's
+// operations to advance before it gets to this step. On a timeout, or when
+// *aborted (if given) is raised, req goes to the context with *keep (the
+// memory MPI may still use), and the result is PLEXUS_ERR_TIMEOUT or
+// PLEXUS_ERR_ABORTED; on an MPI error *mpi_rc holds it and the result is its
+// status. state_mutex held.
+int32_t WaitSetupStep(plexus_backend_ctx* ctx, MPI_Comm on, MPI_Request req, int64_t timeout_ms,
+                      const std::atomic<bool>* aborted, std::unique_ptr<uint8_t[]>* keep,
+                      int* mpi_rc) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  auto nap = std::chrono::microseconds(20);
+  for (;;) {
+    int done = 0;
+    {
+      MpiLock mpi_lock(*ctx);
+      *mpi_rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    }
+    if (*mpi_rc != MPI_SUCCESS) {
+      const int32_t code = StatusOfMpiError(*mpi_rc);
+      return code == PLEXUS_OK ? PLEXUS_ERR_SYSTEM : code;
+    }
+    if (done) return PLEXUS_OK;
+    const bool abort = aborted && aborted->load();
+    if (abort || std::chrono::steady_clock::now() >= deadline) {
+      Abandoned a;
+      a.comm = on;
+      a.requests.push_back(req);
+      if (keep) a.scratch = std::move(*keep);
+      ctx->Abandon(std::move(a));
+      return abort ? PLEXUS_ERR_ABORTED : PLEXUS_ERR_TIMEOUT;
+    }
+    if (ctx->queued_recvs.load(std::memory_order_acquire) > 0) ctx->MatchAllRecvs();
+    ctx->AdvanceSchedules();
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(1000));
+  }
+}
+
+// The backend's communicator around mpi, which it owns from now on: MPI
+// errors come back as codes, the MPI communicator carries the name, and it
+// has request state of its own (recv queues, allreduce tags, scratch cache,
+// last error, abort flag), known to the context (MatchAllRecvs). Where
+// comm_create and comm_split both end.
+plexus_comm* AdoptComm(plexus_backend_ctx* ctx, MPI_Comm mpi, const plexus_comm_config_v1& config) {
+  const std::string name = config.name ? config.name : "";
+  {
+    MpiLock mpi_lock(*ctx);
+    MPI_Comm_set_errhandler(mpi, MPI_ERRORS_RETURN);
+    std::string mpi_name = "plexus " + name;
+    mpi_name.resize(std::min<size_t>(mpi_name.size(), MPI_MAX_OBJECT_NAME - 1));
+    MPI_Comm_set_name(mpi, mpi_name.c_str());
+  }
+  auto* comm = new plexus_comm;
+  comm->ctx = ctx;
+  comm->mpi = mpi;
+  comm->rank = config.rank;
+  comm->size = config.size;
+  comm->timeout_ms = config.timeout_ms;
+  comm->name = name;
+  comm->unmatched.resize(comm->size);
+  {
+    std::lock_guard<std::mutex> lock(ctx->comms_mutex);
+    ctx->comms.push_back(comm);
+  }
+  return comm;
+}
+
 // The kit has checked config; *error is what comm_create reports on failure.
 int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
                    plexus_comm** comm_out, std::string* error_out) {
+  const std::string name = config->name ? config->name : "";
+  std::lock_guard<std::mutex> lock(ctx->state_mutex);
+  std::string error;
+  int32_t rc = ctx->EnsureMpi(&error);
+  if (rc != PLEXUS_OK) {
+    *error_out = "mpi comm_create " + name + ": " + error;
+    return rc;
+  }
+  int world_rank = -1, world_size = -1;
   {
-    const std::string name = config->name ? config->name : "";
-    std::lock_guard<std::mutex> lock(ctx->state_mutex);
-    std::string error;
-    int32_t rc = ctx->EnsureMpi(&error);
-    if (rc != PLEXUS_OK) {
-      *error_out = "mpi comm_create " + name + ": " + error;
-      return rc;
-    }
-    int world_rank = -1, world_size = -1;
-    {
-      MpiLock mpi_lock(*ctx);
-      MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-      MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-    }
-    if (world_rank != int64_t(config->rank) || world_size != int64_t(config->size)) {
-      *error_out = "mpi comm_create " + name + ": Plexus discovered rank " +
-                   std::to_string(config->rank) + " of " + std::to_string(config->size) +
-                   " from the launch environment, but MPI_COMM_WORLD has this process as "
-                   "rank " +
-                   std::to_string(world_rank) + " of " + std::to_string(world_size) +
-                   "; with the mpi backend launch every rank with one mpirun and do not "
-                   "override PLEXUS_RANK/PLEXUS_WORLD_SIZE (or RANK/WORLD_SIZE)";
-      return PLEXUS_ERR_INVALID_USAGE;
-    }
-    ctx->ReapAbandoned();
+    MpiLock mpi_lock(*ctx);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  }
+  if (world_rank != int64_t(config->rank) || world_size != int64_t(config->size)) {
+    *error_out = "mpi comm_create " + name + ": Plexus discovered rank " +
+                 std::to_string(config->rank) + " of " + std::to_string(config->size) +
+                 " from the launch environment, but MPI_COMM_WORLD has this process as "
+                 "rank " +
+                 std::to_string(world_rank) + " of " + std::to_string(world_size) +
+                 "; with the mpi backend launch every rank with one mpirun and do not "
+                 "override PLEXUS_RANK/PLEXUS_WORLD_SIZE (or RANK/WORLD_SIZE)";
+    return PLEXUS_ERR_INVALID_USAGE;
+  }
+  ctx->ReapAbandoned();
 
-    // MPI_Comm_idup, so that a rank that never comes is a timeout, not a hang.
-    MPI_Comm dup = MPI_COMM_NULL;
-    MPI_Request req = MPI_REQUEST_NULL;
-    int mrc;
+  // MPI_Comm_idup, so that a rank that never comes is a timeout, not a hang.
+  MPI_Comm dup = MPI_COMM_NULL;
+  MPI_Request req = MPI_REQUEST_NULL;
+  int mrc;
+  {
+    MpiLock mpi_lock(*ctx);
+    mrc = MPI_Comm_idup(MPI_COMM_WORLD, &dup, &req);
+  }
+  rc = mrc == MPI_SUCCESS
+           ? WaitSetupStep(ctx, MPI_COMM_NULL, req, config->timeout_ms, nullptr, nullptr, &mrc)
+           : PLEXUS_ERR_SYSTEM;
+  if (rc == PLEXUS_ERR_TIMEOUT) {
+    *error_out = "mpi comm_create " + name + ": MPI_Comm_idup(MPI_COMM_WORLD) did not " +
+                 "complete within " + std::to_string(config->timeout_ms) +
+                 " ms (does every rank create the communicator?)";
+    return PLEXUS_ERR_TIMEOUT;
+  }
+  if (rc != PLEXUS_OK) {
+    *error_out = "mpi comm_create " + name + ": MPI_Comm_idup failed: " + MpiErrorText(mrc);
+    return StatusOfMpiError(mrc) == PLEXUS_OK ? PLEXUS_ERR_SYSTEM : StatusOfMpiError(mrc);
+  }
+  *comm_out = AdoptComm(ctx, dup, *config);
+  return PLEXUS_OK;
+}
+
+// comm_split (ABI 1.2): MPI_Comm_split of the parent's MPI communicator, the
+// new communicator made by AdoptComm like comm_create's.
+//
+// Order and threads. MPI_Comm_split is a blocking collective on the
+// parent's MPI communicator, and the ABI calls comm_split like a collective
+// posted on the parent: every rank at the same point of its posting order.
+// The backend has no worker thread: what was posted before is in MPI already
+// (non-blocking collectives, which MPI orders before this one by posting
+// order on every rank, and progresses inside any MPI call, this one
+// included) or in the backend's own allreduce schedules and recv queues,
+// which advance only from test/wait. So the split first runs an
+// MPI_Iallgather of every rank's (color, key) on the parent, then an
+// MPI_Ibarrier (see there why) -- non-blocking collectives, each waited for
+// like comm_create's MPI_Comm_idup:
+// under the parent's timeout_ms (a rank that never calls comm_split is a
+// TIMEOUT naming the parent, not a hang), ended by the parent's comm_abort,
+// and advancing every pending schedule and recv of the process meanwhile,
+// so that a peer still finishing an operation that needs this rank's part
+// gets it. Once they have completed every rank has arrived, and the blocking
+// MPI_Comm_split that follows returns promptly on all of them; operations
+// still pending on the parent then resume from the next test/wait. Nothing
+// waits for the parent's operations to drain, so a split with requests
+// still pending (another thread's) cannot deadlock on them either.
+//
+// The allgather also turns the colors into what MPI takes: the ABI's are any
+// uint32_t but PLEXUS_SPLIT_NO_COLOR, MPI's a non-negative int, so each
+// color becomes its index among the distinct colors given (the same on every
+// rank); the key maps onto int keeping its order (k - 2^31), so that MPI
+// orders by (key, parent rank) as the host did, and the rank and size MPI
+// gives can be checked against the host's config.
+int32_t CommSplit(plexus_comm* parent, uint32_t color, uint32_t key,
+                  const plexus_comm_config_v1* config, plexus_comm** comm_out,
+                  std::string* error_out) {
+  plexus_backend_ctx* ctx = parent->ctx;
+  const bool joins = color != PLEXUS_SPLIT_NO_COLOR;
+  const std::string where = "mpi comm_split of " + parent->name + " (rank " +
+                            std::to_string(parent->rank) + " of " + std::to_string(parent->size) +
+                            ", " +
+                            (joins ? "color " + std::to_string(color) : std::string("no color")) +
+                            ", key " + std::to_string(key) + ")";
+  if (const int32_t rc = parent->Usable("comm_split"); rc != PLEXUS_OK) {
+    char text[1024] = "";
+    parent->errors.Copy(text, sizeof text);
+    *error_out = where + ": " + text;
+    return rc;
+  }
+  std::lock_guard<std::mutex> lock(ctx->state_mutex);  // one at a time per ctx, as comm_create
+  const uint32_t n = parent->size;
+  // [n x (color, key) received | this rank's (color, key)]: MPI may use both
+  // until the allgather completes, so they live together (and go to the
+  // context with the request if it is abandoned).
+  auto buf = std::make_unique<uint8_t[]>(size_t(n + 1) * 2 * sizeof(uint32_t));
+  auto* all = reinterpret_cast<uint32_t*>(buf.get());
+  uint32_t* mine = all + size_t(2) * n;
+  mine[0] = color;
+  mine[1] = key;
+  MPI_Request req = MPI_REQUEST_NULL;
+  int mrc;
+  {
+    MpiLock mpi_lock(*ctx);
+    mrc = MPI_Iallgather(mine, 2, MPI_UINT32_T, all, 2, MPI_UINT32_T, parent->mpi, &req);
+  }
+  int32_t rc = mrc == MPI_SUCCESS ? WaitSetupStep(ctx, parent->mpi, req, parent->timeout_ms,
+                                                  &parent->aborted, &buf, &mrc)
+                                  : StatusOfMpiError(mrc);
+  const char* step = "MPI_Iallgather of the colors and keys";
+  if (rc == PLEXUS_OK) {
+    // Round 2, an MPI_Ibarrier: a rank that completes the allgather knows
+    // that every rank has posted it, not that every rank is still there to
+    // call MPI_Comm_split (one may have timed out waiting for it, if this
+    // rank came that late). After the barrier a rank calls MPI_Comm_split at
+    // once, so the blocking call can only wait for a rank that stalled for a
+    // whole timeout_ms between two MPI calls; a rank that arrived after the
+    // others gave up times out here instead, cleanly.
+    step = "MPI_Ibarrier before MPI_Comm_split";
     {
       MpiLock mpi_lock(*ctx);
-      mrc = MPI_Comm_idup(MPI_COMM_WORLD, &dup, &req);
+      mrc = MPI_Ibarrier(parent->mpi, &req);
     }
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::milliseconds(config->timeout_ms);
-    int done = 0;
-    auto nap = std::chrono::microseconds(20);
-    while (mrc == MPI_SUCCESS) {
-      {
-        MpiLock mpi_lock(*ctx);
-        mrc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-      }
-      if (mrc != MPI_SUCCESS || done) break;
-      if (std::chrono::steady_clock::now() >= deadline) {
-        Abandoned a;
-        a.requests.push_back(req);
-        ctx->Abandon(std::move(a));
-        *error_out = "mpi comm_create " + name + ": MPI_Comm_idup(MPI_COMM_WORLD) did not " +
-                     "complete within " + std::to_string(config->timeout_ms) +
-                     " ms (does every rank create the communicator?)";
-        return PLEXUS_ERR_TIMEOUT;
-      }
-      std::this_thread::sleep_for(nap);
-      nap = std::min(nap * 2, std::chrono::microseconds(1000));
+    rc = mrc == MPI_SUCCESS ? WaitSetupStep(ctx, parent->mpi, req, parent->timeout_ms,
+                                            &parent->aborted, nullptr, &mrc)
+                            : StatusOfMpiError(mrc);
+  }
+  if (rc != PLEXUS_OK) {
+    std::string why;
+    if (rc == PLEXUS_ERR_TIMEOUT) {
+      why = std::string(step) + ": no progress for " + std::to_string(parent->timeout_ms) +
+            " ms (timeout_ms): some rank of the " + std::to_string(n) +
+            " has not called comm_split, is slow or dead, gave up on it already, or posted "
+            "another collective (MPI does not say which rank it waits for)";
+    } else if (rc == PLEXUS_ERR_ABORTED) {
+      why = "the communicator " + parent->name + " was aborted";
+    } else {
+      if (rc == PLEXUS_OK || rc == PLEXUS_ERR_INVALID_ARGUMENT) rc = PLEXUS_ERR_SYSTEM;
+      why = std::string(step) + " failed: " + MpiErrorText(mrc);
     }
-    if (mrc != MPI_SUCCESS) {
-      *error_out = "mpi comm_create " + name + ": MPI_Comm_idup failed: " + MpiErrorText(mrc);
-      return StatusOfMpiError(mrc) == PLEXUS_OK ? PLEXUS_ERR_SYSTEM : StatusOfMpiError(mrc);
-    }
-    {
+    // The parent's ranks are out of step now (some may have gone on).
+    *error_out = where + ": " + why;
+    parent->Break(rc, *error_out);
+    return rc;
+  }
+  std::vector<uint32_t> colors;
+  for (uint32_t j = 0; j < n; ++j) {
+    if (all[2 * j] != PLEXUS_SPLIT_NO_COLOR) colors.push_back(all[2 * j]);
+  }
+  std::sort(colors.begin(), colors.end());
+  colors.erase(std::unique(colors.begin(), colors.end()), colors.end());
+  const int mpi_color =
+      joins ? int(std::lower_bound(colors.begin(), colors.end(), color) - colors.begin())
+            : MPI_UNDEFINED;
+  const int mpi_key = int(int32_t(key ^ 0x80000000u));
+  MPI_Comm child = MPI_COMM_NULL;
+  {
+    MpiLock mpi_lock(*ctx);
+    mrc = MPI_Comm_split(parent->mpi, mpi_color, mpi_key, &child);
+  }
+  if (mrc != MPI_SUCCESS) {
+    rc = StatusOfMpiError(mrc);
+    if (rc == PLEXUS_OK || rc == PLEXUS_ERR_INVALID_ARGUMENT) rc = PLEXUS_ERR_SYSTEM;
+    *error_out = where + ": MPI_Comm_split failed: " + MpiErrorText(mrc);
+    parent->Break(rc, *error_out);
+    return rc;
+  }
+  if (!joins) {
+    if (child != MPI_COMM_NULL) {
       MpiLock mpi_lock(*ctx);
-      MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
-      std::string mpi_name = "plexus " + name;
-      mpi_name.resize(std::min<size_t>(mpi_name.size(), MPI_MAX_OBJECT_NAME - 1));
-      MPI_Comm_set_name(dup, mpi_name.c_str());
+      MPI_Comm_free(&child);
     }
-    auto* comm = new plexus_comm;
-    comm->ctx = ctx;
-    comm->mpi = dup;
-    comm->rank = config->rank;
-    comm->size = config->size;
-    comm->timeout_ms = config->timeout_ms;
-    comm->name = name;
-    comm->unmatched.resize(comm->size);
-    {
-      std::lock_guard<std::mutex> lock(ctx->comms_mutex);
-      ctx->comms.push_back(comm);
-    }
-    *comm_out = comm;
+    *comm_out = nullptr;
     return PLEXUS_OK;
   }
+  int child_rank = -1, child_size = -1;
+  if (child != MPI_COMM_NULL) {
+    MpiLock mpi_lock(*ctx);
+    MPI_Comm_rank(child, &child_rank);
+    MPI_Comm_size(child, &child_size);
+  }
+  if (child_rank != int64_t(config->rank) || child_size != int64_t(config->size)) {
+    *error_out = where + ": the host made this rank " + std::to_string(config->rank) + " of " +
+                 std::to_string(config->size) + " of the new communicator " +
+                 (config->name ? config->name : "") + ", but MPI_Comm_split made it rank " +
+                 std::to_string(child_rank) + " of " + std::to_string(child_size);
+    if (child != MPI_COMM_NULL) {
+      MpiLock mpi_lock(*ctx);
+      MPI_Comm_free(&child);
+    }
+    return PLEXUS_ERR_INTERNAL;
+  }
+  *comm_out = AdoptComm(ctx, child, *config);
+  return PLEXUS_OK;
 }
 
 void CommDestroy(plexus_comm* comm) {
@@ -396,6 +587,11 @@ struct MpiBackend {
                             plexus_comm** comm_out, std::string* error) {
     return mpi::CommCreate(&ctx, &config, comm_out, error);
   }
+  static int32_t CommSplit(plexus_comm& comm, uint32_t color, uint32_t key,
+                           const plexus_comm_config_v1* config, plexus_comm** comm_out,
+                           std::string* error) {
+    return mpi::CommSplit(&comm, color, key, config, comm_out, error);
+  }
   static void CommDestroy(plexus_comm* comm) { mpi::CommDestroy(comm); }
   static void CommAbort(plexus_comm& comm) {
     if (!comm.aborted.exchange(true)) {
@@ -429,6 +625,19 @@ struct MpiBackend {
         return PostSend(&comm, c.sendbuf, c.count, c.dtype, c.root, req_out);
       case PLEXUS_COLL_RECV:
         return PostRecv(&comm, c.recvbuf, c.count, c.dtype, c.root, req_out);
+      case PLEXUS_COLL_GATHER:
+        return PostGather(&comm, c.sendbuf, c.recvbuf, c.count, c.dtype, c.root, req_out);
+      case PLEXUS_COLL_SCATTER:
+        return PostScatter(&comm, c.sendbuf, c.recvbuf, c.count, c.dtype, c.root, req_out);
+      case PLEXUS_COLL_ALLGATHERV:
+        return PostAllgatherv(&comm, c.sendbuf, c.count, c.recvbuf, c.recvcounts, c.rdispls,
+                              c.dtype, req_out);
+      case PLEXUS_COLL_ALLTOALLV:
+        return PostAlltoallv(&comm, c.sendbuf, c.sendcounts, c.sdispls, c.recvbuf, c.recvcounts,
+                             c.rdispls, c.dtype, req_out);
+      case PLEXUS_COLL_ALLREDUCE_COALESCED:
+        return PostAllreduceCoalesced(&comm, c.sendbufs, c.recvbufs, c.counts, c.nbuffers, c.count,
+                                      c.dtype, c.op, host, req_out);
       default:
         return PostBarrier(&comm, req_out);
     }

@@ -115,6 +115,11 @@ Loaded Load() {
   Bind(nc, "ncclRecv", &a.Recv, &missing);
   Bind(nc, "ncclGroupStart", &a.GroupStart, &missing);
   Bind(nc, "ncclGroupEnd", &a.GroupEnd, &missing);
+  Bind(nc, "ncclCommCount", &a.CommCount, &missing);
+  Bind(nc, "ncclCommUserRank", &a.CommUserRank, &missing);
+#if PLEXUS_NCCL_HAS_SPLIT
+  Bind(nc, "ncclCommSplit", &a.CommSplit, &missing);
+#endif
   a.nccl_path = LoadedFrom(reinterpret_cast<void*>(a.GetVersion));
   if (!missing.empty()) {
     out.error = a.nccl_path + " lacks " + missing + " (this backend needs NCCL >= 2.18)";

@@ -17,6 +17,15 @@
 
 #include <string>
 
+// ncclCommSplit came with NCCL 2.18, the oldest NCCL the backend runs on (it
+// checks the library's version at load); built against older headers the
+// backend has no comm_split slot.
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+#define PLEXUS_NCCL_HAS_SPLIT 1
+#else
+#define PLEXUS_NCCL_HAS_SPLIT 0
+#endif
+
 namespace plexus::nccl {
 
 // One table per process, filled once; never unloaded (NCCL keeps threads and
@@ -63,6 +72,11 @@ struct CudaApi {
   decltype(&::ncclRecv) Recv = nullptr;
   decltype(&::ncclGroupStart) GroupStart = nullptr;
   decltype(&::ncclGroupEnd) GroupEnd = nullptr;
+  decltype(&::ncclCommCount) CommCount = nullptr;
+  decltype(&::ncclCommUserRank) CommUserRank = nullptr;
+#if PLEXUS_NCCL_HAS_SPLIT
+  decltype(&::ncclCommSplit) CommSplit = nullptr;  // comm_split (NCCL >= 2.18, as required)
+#endif
 
   std::string cudart_path;  // where each library was found (dladdr), for the log
   std::string nccl_path;

@@ -25,4 +25,16 @@ int32_t CreateCommunicator(const CudaApi& api, const plexus_host_v1& host,
                            const plexus_comm_config_v1& config, std::shared_ptr<CommCore>* out,
                            std::string* error);
 
+// comm_split (ABI 1.2): a new communicator from parent's NCCL communicator
+// with ncclCommSplit, collective over every rank of parent. config describes
+// this rank's new communicator (the host's result: rank, size, name,
+// timeout, the group's out-of-band channel), or is NULL for
+// PLEXUS_SPLIT_NO_COLOR (then *out stays empty). The new communicator uses
+// parent's device and shares nothing else with it. On failure *error says
+// why; a failure inside NCCL's split aborts parent (its ranks are out of
+// step). nccl_bootstrap.cpp says how the color and key are passed.
+int32_t SplitCommunicator(const CudaApi& api, CommCore& parent, uint32_t color, uint32_t key,
+                          const plexus_comm_config_v1* config, std::shared_ptr<CommCore>* out,
+                          std::string* error);
+
 }  // namespace plexus::nccl

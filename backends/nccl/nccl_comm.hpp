@@ -118,6 +118,8 @@ class CommCore {
   int64_t timeout_ns() const { return timeout_ns_; }
   // Stable for the core's life: NCCL keeps ncclConfig_t.commName's pointer.
   const std::string& name() const { return name_; }
+  // The host's table (comm_split reaches the new group's out-of-band channel through it).
+  const plexus_host_v1& host() const { return host_; }
 
   // Set once by comm_create: the communicator, its own stream, a 4-byte
   // device buffer for barrier. Owned from then on.

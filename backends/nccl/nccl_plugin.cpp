@@ -4,15 +4,20 @@
 // (memory type, device, pointers, dtype x op), maps Plexus dtypes and ops to
 // NCCL's explicitly, posts each collective on the caller's stream or the
 // communicator's own one, and makes sure no C++ exception leaves through the
-// ABI. Collectives NCCL lacks are built from its own calls: alltoall from
-// grouped ncclSend/ncclRecv, barrier from a one-word allreduce.
+// ABI. Collectives NCCL lacks are built from its own calls: alltoall,
+// gather, scatter, allgatherv and alltoallv from grouped ncclSend/ncclRecv,
+// allreduce_coalesced from grouped ncclAllReduce, barrier from a one-word
+// allreduce; comm_split is ncclCommSplit.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <span>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "cuda_api.hpp"
 #include "nccl_bootstrap.hpp"
@@ -40,7 +45,7 @@ constexpr uint32_t kAllDtypes = 0x1ffeu;  // bits 1..12
 // NCCL has no 16-bit integer type: int16/uint16 move as bytes, never reduce.
 constexpr uint32_t kReducibleDtypes =
     kAllDtypes & ~((1u << PLEXUS_DTYPE_INT16) | (1u << PLEXUS_DTYPE_UINT16));
-constexpr uint32_t kCollectives = (1u << PLEXUS_COLL_COUNT_V1) - 1;  // all of v1
+constexpr uint32_t kCollectives = (1u << PLEXUS_COLL_COUNT_V1_2) - 1;  // all of 1.2
 
 // A Plexus dtype as NCCL sees it: its type, and how many NCCL elements one
 // Plexus element is (2 for the 16-bit integers, moved as bytes).
@@ -229,7 +234,7 @@ struct P2PArgs {
 // runs after it. No copy, no host sync.
 template <typename Enqueue>
 int32_t Post(plexus_comm* comm, const OpInfo& op, const plexus_placement* placement,
-             std::initializer_list<Buffer> buffers, const P2PArgs* p2p, Enqueue&& enqueue,
+             std::span<const Buffer> buffers, const P2PArgs* p2p, Enqueue&& enqueue,
              plexus_request** req_out) {
   CommCore& c = *comm->core;
   const CudaApi& api = c.api();
@@ -337,6 +342,37 @@ int32_t Post(plexus_comm* comm, const OpInfo& op, const plexus_placement* placem
   return PLEXUS_OK;
 }
 
+template <typename Enqueue>
+int32_t Post(plexus_comm* comm, const OpInfo& op, const plexus_placement* placement,
+             std::initializer_list<Buffer> buffers, const P2PArgs* p2p, Enqueue&& enqueue,
+             plexus_request** req_out) {
+  return Post(comm, op, placement, std::span<const Buffer>(buffers.begin(), buffers.size()), p2p,
+              std::forward<Enqueue>(enqueue), req_out);
+}
+
+// One NCCL group: NCCL only records the calls made between ncclGroupStart
+// and ncclGroupEnd and launches them together, so that the sends and
+// receives of a collective built from them progress at once (and
+// allreduce_coalesced's allreduces are fused). body(issue) makes the calls,
+// each as issue([&] { return api.Send(...); }); after the first failure the
+// rest are skipped. A non-blocking communicator may say ncclInProgress for a
+// call inside a group, which is no failure: ncclGroupEnd's result covers the
+// launch. The group is always closed.
+template <typename Body>
+ncclResult_t InGroup(const CudaApi& api, Body&& body) {
+  ncclResult_t r = api.GroupStart();
+  if (r != ncclSuccess) return r;
+  ncclResult_t first = ncclSuccess;
+  const auto issue = [&first](auto&& call) {
+    if (first != ncclSuccess) return;
+    const ncclResult_t x = call();
+    if (x != ncclSuccess && x != ncclInProgress) first = x;
+  };
+  body(issue);
+  r = api.GroupEnd();
+  return first != ncclSuccess ? first : r;
+}
+
 // ---------------------------------------------------------------- lifecycle
 
 // ---------------------------------------------------------------- collectives
@@ -421,6 +457,7 @@ int32_t PostCall(plexus_comm* comm, const kit::Call& call, plexus_request** req_
     case PLEXUS_COLL_ALLTOALL: {
       const uint32_t n = core.size();
       const uint64_t block = count * t.size;
+      const size_t elems = count * t.scale;
       const auto* s8 = static_cast<const uint8_t*>(sendbuf);
       auto* r8 = static_cast<uint8_t*>(recvbuf);
       // NCCL has no alltoall: one group of a send and a receive per rank
@@ -430,22 +467,163 @@ int32_t PostCall(plexus_comm* comm, const kit::Call& call, plexus_request** req_
           {{"sendbuf", sendbuf}, {"recvbuf", recvbuf}}, nullptr,
           [&](ncclComm_t nc, cudaStream_t s) {
             const CudaApi& api = core.api();
-            ncclResult_t r = api.GroupStart();
-            if (r != ncclSuccess) return r;
-            ncclResult_t first = ncclSuccess;
-            // Inside a group NCCL only records the calls; a non-blocking
-            // communicator may still say ncclInProgress for one, which is no
-            // failure (ncclGroupEnd's result covers the launch).
-            const auto ok = [](ncclResult_t x) { return x == ncclSuccess || x == ncclInProgress; };
-            for (uint32_t peer = 0; peer < n && ok(first); ++peer) {
-              first = api.Send(s8 + peer * block, count * t.scale, t.type, int(peer), nc, s);
-              if (ok(first))
-                first = api.Recv(r8 + peer * block, count * t.scale, t.type, int(peer), nc, s);
-            }
-            if (first == ncclInProgress) first = ncclSuccess;
-            // The group is always closed; its result covers the whole launch.
-            r = api.GroupEnd();
-            return first != ncclSuccess ? first : r;
+            return InGroup(api, [&](const auto& issue) {
+              for (uint32_t peer = 0; peer < n; ++peer) {
+                issue([&] { return api.Send(s8 + peer * block, elems, t.type, int(peer), nc, s); });
+                issue([&] { return api.Recv(r8 + peer * block, elems, t.type, int(peer), nc, s); });
+              }
+            });
+          },
+          req_out);
+    }
+    // The collectives of ABI 1.2 that NCCL lacks: grouped ncclSend/ncclRecv
+    // (a rank sends to and receives from itself like from any other rank,
+    // except in place, where its own block stays where it is). The arrays
+    // of the v-collectives are only read here, during the post: everything
+    // is handed to NCCL before it returns, so there is nothing to copy.
+    case PLEXUS_COLL_GATHER: {
+      const uint32_t n = core.size();
+      const bool is_root = core.rank() == root;
+      const uint64_t block = count * t.size;
+      const size_t elems = count * t.scale;
+      auto* r8 = static_cast<uint8_t*>(recvbuf);
+      const bool in_place =
+          is_root && static_cast<const uint8_t*>(sendbuf) == r8 + uint64_t(root) * block;
+      return Post(
+          comm, {"gather", count, call.dtype, int64_t(root)}, placement,
+          {{"sendbuf", sendbuf}, {"recvbuf", is_root ? recvbuf : nullptr}}, nullptr,
+          [&](ncclComm_t nc, cudaStream_t s) {
+            const CudaApi& api = core.api();
+            return InGroup(api, [&](const auto& issue) {
+              if (!in_place) {
+                issue([&] { return api.Send(sendbuf, elems, t.type, int(root), nc, s); });
+              }
+              for (uint32_t j = 0; is_root && j < n; ++j) {
+                if (j == root && in_place) continue;
+                issue([&] { return api.Recv(r8 + j * block, elems, t.type, int(j), nc, s); });
+              }
+            });
+          },
+          req_out);
+    }
+    case PLEXUS_COLL_SCATTER: {
+      const uint32_t n = core.size();
+      const bool is_root = core.rank() == root;
+      const uint64_t block = count * t.size;
+      const size_t elems = count * t.scale;
+      const auto* s8 = static_cast<const uint8_t*>(sendbuf);
+      const bool in_place =
+          is_root && static_cast<const uint8_t*>(recvbuf) == s8 + uint64_t(root) * block;
+      return Post(
+          comm, {"scatter", count, call.dtype, int64_t(root)}, placement,
+          {{"sendbuf", is_root ? sendbuf : nullptr}, {"recvbuf", recvbuf}}, nullptr,
+          [&](ncclComm_t nc, cudaStream_t s) {
+            const CudaApi& api = core.api();
+            return InGroup(api, [&](const auto& issue) {
+              for (uint32_t j = 0; is_root && j < n; ++j) {
+                if (j == root && in_place) continue;
+                issue([&] { return api.Send(s8 + j * block, elems, t.type, int(j), nc, s); });
+              }
+              if (!in_place) {
+                issue([&] { return api.Recv(recvbuf, elems, t.type, int(root), nc, s); });
+              }
+            });
+          },
+          req_out);
+    }
+    case PLEXUS_COLL_ALLGATHERV: {
+      const uint32_t n = core.size(), me = core.rank();
+      const uint64_t* counts = call.recvcounts;
+      const uint64_t* displs = call.rdispls;
+      uint64_t total = 0;  // the same on every rank: all skip NCCL when it is 0
+      for (uint32_t j = 0; j < n; ++j) total += counts[j];
+      auto* r8 = static_cast<uint8_t*>(recvbuf);
+      const bool in_place = r8 && static_cast<const uint8_t*>(sendbuf) == r8 + displs[me] * t.size;
+      return Post(
+          comm, {"allgatherv", total, call.dtype}, placement,
+          {{"sendbuf", count > 0 ? sendbuf : nullptr}, {"recvbuf", recvbuf}}, nullptr,
+          [&](ncclComm_t nc, cudaStream_t s) {
+            const CudaApi& api = core.api();
+            return InGroup(api, [&](const auto& issue) {
+              for (uint32_t j = 0; j < n; ++j) {
+                if (j == me && in_place) continue;
+                if (count > 0) {
+                  issue([&] { return api.Send(sendbuf, count * t.scale, t.type, int(j), nc, s); });
+                }
+                if (counts[j] > 0) {
+                  issue([&] {
+                    return api.Recv(r8 + displs[j] * t.size, counts[j] * t.scale, t.type, int(j),
+                                    nc, s);
+                  });
+                }
+              }
+            });
+          },
+          req_out);
+    }
+    case PLEXUS_COLL_ALLTOALLV: {
+      const uint32_t n = core.size();
+      uint64_t sent = 0, received = 0;
+      for (uint32_t j = 0; j < n; ++j) {
+        sent += call.sendcounts[j];
+        received += call.recvcounts[j];
+      }
+      const auto* s8 = static_cast<const uint8_t*>(sendbuf);
+      auto* r8 = static_cast<uint8_t*>(recvbuf);
+      // A rank with nothing to send or receive makes no NCCL call; its peers
+      // expect nothing from it either (their counts agree with its own).
+      return Post(
+          comm, {"alltoallv", sent + received, call.dtype}, placement,
+          {{"sendbuf", sent > 0 ? sendbuf : nullptr},
+           {"recvbuf", received > 0 ? recvbuf : nullptr}},
+          nullptr,
+          [&](ncclComm_t nc, cudaStream_t s) {
+            const CudaApi& api = core.api();
+            return InGroup(api, [&](const auto& issue) {
+              for (uint32_t j = 0; j < n; ++j) {
+                if (call.sendcounts[j] > 0) {
+                  issue([&] {
+                    return api.Send(s8 + call.sdispls[j] * t.size, call.sendcounts[j] * t.scale,
+                                    t.type, int(j), nc, s);
+                  });
+                }
+                if (call.recvcounts[j] > 0) {
+                  issue([&] {
+                    return api.Recv(r8 + call.rdispls[j] * t.size, call.recvcounts[j] * t.scale,
+                                    t.type, int(j), nc, s);
+                  });
+                }
+              }
+            });
+          },
+          req_out);
+    }
+    case PLEXUS_COLL_ALLREDUCE_COALESCED: {
+      // One ncclAllReduce per buffer in one group: NCCL fuses a group's
+      // collectives into as few launches as it can, so the bucket costs
+      // about what one allreduce of its size does, without a packing copy.
+      // Every buffer's pointers are checked like allreduce's.
+      std::vector<Buffer> buffers;
+      buffers.reserve(size_t(2) * call.nbuffers);
+      for (uint32_t i = 0; i < call.nbuffers; ++i) {
+        if (call.counts[i] == 0) continue;
+        buffers.push_back({"sendbufs[i]", call.sendbufs[i]});
+        if (call.recvbufs[i] != call.sendbufs[i])
+          buffers.push_back({"recvbufs[i]", call.recvbufs[i]});
+      }
+      return Post(
+          comm, {"allreduce_coalesced", count, call.dtype}, placement, buffers, nullptr,
+          [&](ncclComm_t nc, cudaStream_t s) {
+            const CudaApi& api = core.api();
+            return InGroup(api, [&](const auto& issue) {
+              for (uint32_t i = 0; i < call.nbuffers; ++i) {
+                if (call.counts[i] == 0) continue;
+                issue([&] {
+                  return api.AllReduce(call.sendbufs[i], call.recvbufs[i], call.counts[i], t.type,
+                                       nop, nc, s);
+                });
+              }
+            });
           },
           req_out);
     }
@@ -601,6 +779,28 @@ struct NcclBackend {
     return PLEXUS_OK;
   }
 
+#if PLEXUS_NCCL_HAS_SPLIT
+  // ncclCommSplit (nccl_bootstrap.cpp): the new communicator on the parent's
+  // device, with its own NCCL communicator, stream, events and requests.
+  static int32_t CommSplit(plexus_comm& comm, uint32_t color, uint32_t key,
+                           const plexus_comm_config_v1* config, plexus_comm** comm_out,
+                           std::string* error) {
+    if (config && config->size > uint32_t(INT32_MAX)) {
+      *error = "nccl comm_split: " + std::to_string(config->size) + " ranks; NCCL takes an int";
+      return PLEXUS_ERR_INVALID_ARGUMENT;
+    }
+    auto child = std::make_unique<plexus_comm>();
+    const int32_t rc =
+        SplitCommunicator(comm.core->api(), *comm.core, color, key, config, &child->core, error);
+    if (rc != PLEXUS_OK) {
+      *error = "nccl " + *error;
+      return rc;
+    }
+    *comm_out = child->core ? child.release() : nullptr;
+    return PLEXUS_OK;
+  }
+#endif
+
   static void CommDestroy(plexus_comm* comm) {
     if (comm->core) {
       // Finalize + destroy when healthy (flushes what NCCL still runs: with
@@ -614,11 +814,15 @@ struct NcclBackend {
   static void CommAbort(plexus_comm& comm) {
     comm.core->Abort(PLEXUS_ERR_ABORTED, "aborted by comm_abort");
   }
-  static kit::ErrorSlot& Errors(plexus_comm& comm) { return comm.core->errors(); }
+  static kit::ErrorSlot& Errors(plexus_comm& comm) {
+    return comm.core->errors();
+  }
   static kit::CommShape Shape(const plexus_comm& comm) {
     return {comm.core->rank(), comm.core->size()};
   }
-  static uint32_t MemoryTypes(const plexus_comm&) { return 1u << PLEXUS_MEMORY_CUDA; }
+  static uint32_t MemoryTypes(const plexus_comm&) {
+    return 1u << PLEXUS_MEMORY_CUDA;
+  }
   static int32_t Post(plexus_comm& comm, const kit::Call& call, plexus_request** req_out) {
     return PostCall(&comm, call, req_out);
   }

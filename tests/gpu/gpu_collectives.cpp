@@ -12,15 +12,26 @@
 //                                   allreduce promptly with ABORTED
 //   gpu_collectives --dead-peer     2 ranks: rank 1 leaves; rank 0's allreduce fails within
 //                                   its timeout, naming what it waited for
+//   gpu_collectives --abi12 PLUGIN  without plexus-run: ABI 1.2 through the NCCL plugin's
+//                                   table, one thread and GPU per rank (up to 3): gather,
+//                                   scatter, allgatherv, alltoallv (uneven, zeros, in place),
+//                                   allreduce_coalesced, comm_split (reversed keys, a rank
+//                                   without a color at 3 ranks), checked exactly
 // Prints "gpu_collectives: rank R: N checks passed" and exits 0, or the first
 // failures and exits 1.
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
+#include <algorithm>
+#include <atomic>
+#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,9 +44,9 @@ namespace {
 using plexus::DType;
 using plexus::ReduceOp;
 
-int g_checks = 0;
-int g_failures = 0;
-uint32_t g_rank = 0;
+std::atomic<int> g_checks{0};  // (--abi12 checks on one thread per rank)
+std::atomic<int> g_failures{0};
+thread_local uint32_t g_rank = 0;
 
 void Check(bool ok, const std::string& what) {
   ++g_checks;
@@ -567,10 +578,440 @@ int DeadPeer(plexus::Communicator& comm, int device) {
   return 0;
 }
 
+// ---------------------------------------------------------------------------
+// --abi12 PLUGIN: the collectives of ABI 1.2 and comm_split on CUDA memory,
+// through the NCCL plugin's table (libplexus's Communicator does not post
+// them yet). One process, one thread per rank and GPU (up to 3 ranks, one
+// where there is one GPU), each with its own backend context; the host's
+// out-of-band channel is shared memory between the threads.
+
+// A group's out-of-band channel: its members meet at a barrier.
+struct OobGroup {
+  explicit OobGroup(uint32_t n) : size(n), sync(std::ptrdiff_t(n)) {}
+  uint32_t size;
+  std::barrier<> sync;
+  std::mutex mutex;
+  std::vector<uint8_t> buf;
+};
+// What the plugin gets as plexus_oob*: the group and this member's rank in it.
+struct OobHandle {
+  OobGroup* group;
+  uint32_t rank;
+};
+
+int32_t OobAllgather(void*, plexus_oob* oob, const void* in, void* out, uint64_t bytes, int64_t) {
+  auto* h = reinterpret_cast<OobHandle*>(oob);
+  OobGroup& g = *h->group;
+  {
+    std::lock_guard<std::mutex> lock(g.mutex);
+    if (g.buf.size() < g.size * bytes) g.buf.resize(g.size * bytes);
+    std::memcpy(g.buf.data() + h->rank * bytes, in, bytes);
+  }
+  g.sync.arrive_and_wait();
+  std::memcpy(out, g.buf.data(), g.size * bytes);
+  g.sync.arrive_and_wait();  // nobody writes the next round before all have read this one
+  return PLEXUS_OK;
+}
+
+int32_t OobBroadcast(void*, plexus_oob* oob, void* buf, uint64_t bytes, uint32_t root, int64_t) {
+  auto* h = reinterpret_cast<OobHandle*>(oob);
+  OobGroup& g = *h->group;
+  if (h->rank == root) {
+    std::lock_guard<std::mutex> lock(g.mutex);
+    if (g.buf.size() < bytes) g.buf.resize(bytes);
+    std::memcpy(g.buf.data(), buf, bytes);
+  }
+  g.sync.arrive_and_wait();
+  if (h->rank != root) std::memcpy(buf, g.buf.data(), bytes);
+  g.sync.arrive_and_wait();
+  return PLEXUS_OK;
+}
+
+void AbiLog(void*, int32_t level, const char* message) {
+  if (level <= PLEXUS_LOG_WARN) std::fprintf(stderr, "gpu_collectives: plugin: %s\n", message);
+}
+
+uint8_t Pat(uint32_t from, uint32_t to, uint64_t i, size_t b) {
+  return uint8_t(1 + from * 61 + to * 17 + i * 7 + b * 3);
+}
+void FillBlock(uint8_t* p, size_t es, uint64_t n, uint32_t from, uint32_t to) {
+  for (uint64_t i = 0; i < n; ++i) {
+    for (size_t b = 0; b < es; ++b) p[i * es + b] = Pat(from, to, i, b);
+  }
+}
+bool BlockIs(const uint8_t* p, size_t es, uint64_t n, uint32_t from, uint32_t to) {
+  for (uint64_t i = 0; i < n; ++i) {
+    for (size_t b = 0; b < es; ++b) {
+      if (p[i * es + b] != Pat(from, to, i, b)) return false;
+    }
+  }
+  return true;
+}
+constexpr uint8_t kGuard = 0xA5;
+
+struct AbiRank {
+  const plexus_backend_v1* t;
+  plexus_comm* comm;
+  uint32_t rank, size;
+  int device;
+  plexus_placement where;
+
+  std::string Error() const {
+    char buf[1024] = "";
+    t->comm_last_error(comm, buf, sizeof buf);
+    return buf;
+  }
+  // Posts, waits, frees; true when the operation completed OK.
+  template <typename PostFn>
+  bool Run(const std::string& what, PostFn&& post) {
+    plexus_request* req = nullptr;
+    const int32_t rc = post(&req);
+    if (rc != PLEXUS_OK) {
+      Check(false, what + ": post returned " + std::to_string(rc) + " (" + Error() + ")");
+      return false;
+    }
+    const int32_t w = t->wait(req, -1);
+    if (w == PLEXUS_ERR_TIMEOUT && t->test(req) == PLEXUS_IN_PROGRESS) {
+      std::fprintf(stderr, "gpu_collectives: rank %u: FAIL %s still pending; stopping\n", rank,
+                   what.c_str());
+      std::_Exit(1);
+    }
+    t->request_free(req);
+    Check(w == PLEXUS_OK, what + ": wait returned " + std::to_string(w) + " (" + Error() + ")");
+    return w == PLEXUS_OK;
+  }
+};
+
+void AbiGatherScatter(AbiRank& a) {
+  for (DType dt : {DType::Int8, DType::Int16, DType::Float16, DType::Int32, DType::Float64}) {
+    const uint32_t d = uint32_t(dt);
+    const size_t es = SizeOf(dt);
+    for (uint64_t count : {0, 3, 1000}) {
+      for (uint32_t root = 0; root < a.size; ++root) {
+        for (bool in_place : {false, true}) {
+          const std::string tag = std::string(Name(dt)) + " x" + std::to_string(count) + " root " +
+                                  std::to_string(root) + (in_place ? " in place" : "");
+          const bool is_root = a.rank == root;
+          const uint64_t block = count * es;
+          {
+            std::vector<uint8_t> hs(block), hr(a.size * block + es, kGuard);
+            FillBlock(hs.data(), es, count, a.rank, root);
+            if (in_place && is_root) FillBlock(hr.data() + root * block, es, count, a.rank, root);
+            DeviceBuf s(hs.size()), r(hr.size());
+            s.Load(hs);
+            r.Load(hr);
+            const void* sp = in_place && is_root ? static_cast<uint8_t*>(r.p) + root * block : s.p;
+            if (a.Run("gather " + tag,
+                      [&](plexus_request** req) {
+                        return a.t->gather(a.comm, sp, is_root ? r.p : nullptr, count, d, root,
+                                           &a.where, req);
+                      }) &&
+                is_root) {
+              const auto got = r.Read();
+              bool ok = got[a.size * block] == kGuard;
+              for (uint32_t j = 0; j < a.size; ++j) {
+                ok = ok && BlockIs(got.data() + j * block, es, count, j, root);
+              }
+              Check(ok, "gather " + tag);
+            }
+          }
+          {
+            std::vector<uint8_t> hs(a.size * block), hr(block + es, kGuard);
+            for (uint32_t j = 0; j < a.size; ++j) {
+              FillBlock(hs.data() + j * block, es, count, root, j);
+            }
+            DeviceBuf s(hs.size()), r(hr.size());
+            s.Load(hs);
+            r.Load(hr);
+            void* rp = in_place && is_root ? static_cast<uint8_t*>(s.p) + root * block : r.p;
+            if (a.Run("scatter " + tag, [&](plexus_request** req) {
+                  return a.t->scatter(a.comm, is_root ? s.p : nullptr, rp, count, d, root, &a.where,
+                                      req);
+                })) {
+              bool ok = true;
+              if (rp == r.p) {
+                const auto got = r.Read();
+                ok = BlockIs(got.data(), es, count, root, a.rank) && got[block] == kGuard;
+              }
+              if (is_root) ok = ok && s.Read() == hs;  // read, never written
+              Check(ok, "scatter " + tag);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+void AbiV(AbiRank& a) {
+  const uint32_t n = a.size, me = a.rank;
+  for (DType dt : {DType::UInt8, DType::UInt16, DType::BFloat16, DType::Float32, DType::Int64}) {
+    const uint32_t d = uint32_t(dt);
+    const size_t es = SizeOf(dt);
+    for (uint32_t v = 0; v < 3; ++v) {
+      const uint64_t scale = v == 2 ? 1000 : 1;
+      // allgatherv: uneven counts with zeros, reversed layout, gaps; in place and not
+      for (bool in_place : {false, true}) {
+        const std::string tag =
+            std::string(Name(dt)) + " variant " + std::to_string(v) + (in_place ? " in place" : "");
+        std::vector<uint64_t> counts(n), displs(n);
+        for (uint32_t j = 0; j < n; ++j) counts[j] = ((j + v) * 3) % 5 * scale;
+        uint64_t pos = 1;
+        for (uint32_t j = n; j-- > 0;) {
+          displs[j] = pos;
+          pos += counts[j] + 1;
+        }
+        std::vector<uint8_t> hr((pos + 1) * es, kGuard), hs(counts[me] * es);
+        FillBlock(hs.data(), es, counts[me], me, 0);
+        if (in_place) FillBlock(hr.data() + displs[me] * es, es, counts[me], me, 0);
+        DeviceBuf s(hs.size()), r(hr.size());
+        s.Load(hs);
+        r.Load(hr);
+        const void* sp = in_place ? static_cast<uint8_t*>(r.p) + displs[me] * es : s.p;
+        if (a.Run("allgatherv " + tag, [&](plexus_request** req) {
+              return a.t->allgatherv(a.comm, sp, counts[me], r.p, counts.data(), displs.data(), d,
+                                     &a.where, req);
+            })) {
+          std::vector<uint8_t> want = hr;
+          for (uint32_t j = 0; j < n; ++j)
+            FillBlock(want.data() + displs[j] * es, es, counts[j], j, 0);
+          Check(r.Read() == want, "allgatherv " + tag);
+        }
+      }
+      // alltoallv: c(i, j) from rank i to rank j, zeros included
+      {
+        const std::string tag = std::string(Name(dt)) + " variant " + std::to_string(v);
+        const auto c = [&](uint32_t i, uint32_t j) {
+          return uint64_t((i * 2 + j + v) % 4) * scale;
+        };
+        std::vector<uint64_t> sc(n), sd(n), rc(n), rd(n);
+        uint64_t pos = 0;
+        for (uint32_t j = n; j-- > 0;) {
+          sc[j] = c(me, j);
+          sd[j] = pos;
+          pos += sc[j] + 2;
+        }
+        std::vector<uint8_t> hs(pos * es, kGuard);
+        pos = 1;
+        for (uint32_t j = 0; j < n; ++j) {
+          rc[j] = c(j, me);
+          rd[j] = pos;
+          pos += rc[j] + 1;
+        }
+        std::vector<uint8_t> hr((pos + 1) * es, kGuard);
+        for (uint32_t j = 0; j < n; ++j) FillBlock(hs.data() + sd[j] * es, es, sc[j], me, j);
+        DeviceBuf s(hs.size()), r(hr.size());
+        s.Load(hs);
+        r.Load(hr);
+        if (a.Run("alltoallv " + tag, [&](plexus_request** req) {
+              return a.t->alltoallv(a.comm, s.p, sc.data(), sd.data(), r.p, rc.data(), rd.data(), d,
+                                    &a.where, req);
+            })) {
+          std::vector<uint8_t> want = hr;
+          for (uint32_t j = 0; j < n; ++j) FillBlock(want.data() + rd[j] * es, es, rc[j], j, me);
+          Check(r.Read() == want && s.Read() == hs, "alltoallv " + tag);
+        }
+      }
+    }
+  }
+}
+
+void AbiCoalesced(AbiRank& a) {
+  for (DType dt : {DType::Int32, DType::Float16, DType::BFloat16, DType::Float32, DType::Float64}) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
+      const std::vector<uint64_t> counts = {3, 0, 100000, 1};
+      const uint32_t nb = uint32_t(counts.size());
+      std::vector<std::unique_ptr<DeviceBuf>> sends, recvs;
+      std::vector<const void*> sp(nb);
+      std::vector<void*> rp(nb);
+      for (uint32_t b = 0; b < nb; ++b) {
+        sends.push_back(std::make_unique<DeviceBuf>(counts[b] * SizeOf(dt)));
+        sends[b]->Load(Encode(dt, counts[b], [&](size_t i) { return Input(a.rank, i + b, op); }));
+        if (b % 2 == 0) {  // in place
+          sp[b] = rp[b] = sends[b]->p;
+          recvs.push_back(nullptr);
+        } else {
+          recvs.push_back(std::make_unique<DeviceBuf>(counts[b] * SizeOf(dt)));
+          sp[b] = sends[b]->p;
+          rp[b] = recvs[b]->p;
+        }
+      }
+      const std::string tag = std::string(Name(dt)) + " " + OpName(op);
+      if (a.Run("allreduce_coalesced " + tag, [&](plexus_request** req) {
+            return a.t->allreduce_coalesced(a.comm, sp.data(), rp.data(), counts.data(), nb,
+                                            uint32_t(dt), uint32_t(op), &a.where, req);
+          })) {
+        bool ok = true;
+        for (uint32_t b = 0; b < nb; ++b) {
+          const auto want = Encode(
+              dt, counts[b], [&](size_t i) { return Reduced(op, a.size, i + b, IsInteger(dt)); });
+          ok = ok && (recvs[b] ? recvs[b]->Read() : sends[b]->Read()) == want;
+        }
+        Check(ok, "allreduce_coalesced " + tag);
+      }
+    }
+  }
+}
+
+// A child works: an allgatherv of parent ranks in the host's order, a barrier.
+void AbiChild(const plexus_backend_v1* t, plexus_comm* child, uint32_t parent_rank, int device,
+              const std::vector<uint32_t>& members, const std::string& what) {
+  AbiRank c{t,      child,
+            0,      uint32_t(members.size()),
+            device, {sizeof(plexus_placement), PLEXUS_MEMORY_CUDA, device, 0, nullptr}};
+  for (uint32_t k = 0; k < members.size(); ++k) {
+    if (members[k] == parent_rank) c.rank = k;
+  }
+  std::vector<uint64_t> counts(c.size, 1), displs(c.size);
+  for (uint32_t k = 0; k < c.size; ++k) displs[k] = k;
+  DeviceBuf s(4), r(4 * c.size);
+  const int32_t mine = int32_t(parent_rank);
+  s.Load(std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(&mine),
+                              reinterpret_cast<const uint8_t*>(&mine) + 4));
+  if (c.Run(what + ": allgatherv", [&](plexus_request** req) {
+        return t->allgatherv(child, s.p, 1, r.p, counts.data(), displs.data(), PLEXUS_DTYPE_INT32,
+                             &c.where, req);
+      })) {
+    const auto got = r.Read();
+    bool ok = true;
+    for (uint32_t k = 0; k < c.size; ++k) {
+      int32_t x = -1;
+      std::memcpy(&x, got.data() + 4 * k, 4);
+      ok = ok && x == int32_t(members[k]);
+    }
+    Check(ok, what + ": ranks in (key, parent rank) order");
+  }
+  c.Run(what + ": barrier", [&](plexus_request** req) { return t->barrier(child, req); });
+}
+
+// Rank `rank` of `size` (thread and GPU `rank`).
+void AbiThread(const plexus_backend_v1* t, uint32_t rank, uint32_t size, OobGroup* world,
+               OobGroup* pairs, OobGroup* everyone) {
+  g_rank = rank;
+  Cuda(cudaSetDevice(int(rank)), "cudaSetDevice");
+  plexus_host_v1 host{};
+  host.struct_size = sizeof host;
+  host.abi_major = PLEXUS_ABI_MAJOR;
+  host.abi_minor = PLEXUS_ABI_MINOR;
+  host.log = AbiLog;
+  host.oob_allgather = OobAllgather;
+  host.oob_broadcast = OobBroadcast;
+  host.local_address = "";
+  plexus_backend_ctx* ctx = nullptr;
+  if (t->init(&host, &ctx) != PLEXUS_OK) {
+    Check(false, "init");
+    return;
+  }
+  OobHandle handle{world, rank};
+  plexus_comm_config_v1 cfg{};
+  cfg.struct_size = sizeof cfg;
+  cfg.rank = rank;
+  cfg.size = size;
+  cfg.local_rank = rank;
+  cfg.local_size = size;
+  cfg.device = int32_t(rank);
+  cfg.timeout_ms = 20000;
+  cfg.name = "gpu-abi12/world";
+  cfg.oob = reinterpret_cast<plexus_oob*>(&handle);
+  char why[1024] = "";
+  plexus_comm* comm = nullptr;
+  if (t->comm_create(ctx, &cfg, &comm, why, sizeof why) != PLEXUS_OK) {
+    Check(false, std::string("comm_create: ") + why);
+    t->finalize(ctx);
+    return;
+  }
+  AbiRank a{t,    comm,      rank,
+            size, int(rank), {sizeof(plexus_placement), PLEXUS_MEMORY_CUDA, int(rank), 0, nullptr}};
+  AbiGatherScatter(a);
+  AbiV(a);
+  AbiCoalesced(a);
+  // comm_split: ranks 0 and 2 (or 0 and 1, or 0 alone) with reversed keys;
+  // at 3 ranks rank 1 without a color.
+  const bool joins = !(size == 3 && rank == 1);
+  std::vector<uint32_t> members;
+  for (uint32_t j = size; j-- > 0;) {
+    if (!(size == 3 && j == 1)) members.push_back(j);  // key size - j: reversed
+  }
+  uint32_t new_rank = 0;
+  for (uint32_t k = 0; k < members.size(); ++k) {
+    if (members[k] == rank) new_rank = k;
+  }
+  OobHandle pair_handle{pairs, new_rank};
+  plexus_comm_config_v1 child_cfg = cfg;
+  child_cfg.rank = new_rank;
+  child_cfg.size = uint32_t(members.size());
+  child_cfg.name = "gpu-abi12/split";
+  child_cfg.oob = reinterpret_cast<plexus_oob*>(&pair_handle);
+  plexus_comm* child = nullptr;
+  const int32_t rc = t->comm_split(comm, joins ? 0xF0000000u : PLEXUS_SPLIT_NO_COLOR, size - rank,
+                                   joins ? &child_cfg : nullptr, &child, why, sizeof why);
+  Check(rc == PLEXUS_OK && (child != nullptr) == joins, std::string("comm_split: ") + why);
+  if (child) AbiChild(t, child, rank, int(rank), members, "split with reversed keys");
+  // The parent afterwards, and a split that everyone joins in parent order.
+  AbiChild(
+      t, comm, rank, int(rank),
+      [&] {
+        std::vector<uint32_t> all(size);
+        for (uint32_t j = 0; j < size; ++j) all[j] = j;
+        return all;
+      }(),
+      "the parent after the split");
+  OobHandle all_handle{everyone, rank};
+  plexus_comm_config_v1 all_cfg = cfg;
+  all_cfg.name = "gpu-abi12/split-all";
+  all_cfg.oob = reinterpret_cast<plexus_oob*>(&all_handle);
+  plexus_comm* whole = nullptr;
+  Check(t->comm_split(comm, 3, 0, &all_cfg, &whole, why, sizeof why) == PLEXUS_OK && whole,
+        std::string("comm_split, everyone: ") + why);
+  if (whole) {
+    AbiRank w{t, whole, rank, size, int(rank), a.where};
+    AbiCoalesced(w);
+    t->comm_destroy(whole);
+  }
+  if (child) t->comm_destroy(child);
+  t->comm_destroy(comm);
+  t->finalize(ctx);
+}
+
+int Abi12(const char* plugin) {
+  void* lib = dlopen(plugin, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    std::fprintf(stderr, "gpu_collectives: dlopen %s: %s\n", plugin, dlerror());
+    return 1;
+  }
+  auto entry = reinterpret_cast<plexus_backend_get_v1_fn>(dlsym(lib, PLEXUS_BACKEND_ENTRY_V1));
+  const plexus_backend_v1* t = nullptr;
+  if (!entry || entry(PLEXUS_ABI_MINOR, &t) != PLEXUS_OK || !t || !t->gather || !t->comm_split) {
+    std::fprintf(stderr, "gpu_collectives: %s has no ABI 1.2 table with comm_split\n", plugin);
+    return 1;
+  }
+  int visible = 0;
+  Cuda(cudaGetDeviceCount(&visible), "cudaGetDeviceCount");
+  const uint32_t size = uint32_t(std::min(visible, 3));
+  std::printf("gpu_collectives --abi12: %u rank(s) in one process, %s %s\n", size, t->name,
+              t->version);
+  OobGroup world(size), pairs(size == 3 ? 2 : size), everyone(size);
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < size; ++r) {
+    threads.emplace_back(AbiThread, t, r, size, &world, &pairs, &everyone);
+  }
+  for (auto& th : threads) th.join();
+  std::printf("gpu_collectives --abi12: %d checks passed, %d failed\n",
+              g_checks.load() - g_failures.load(), g_failures.load());
+  return g_failures == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "--abi12") {
+    if (argc != 3) {
+      std::fprintf(stderr, "usage: gpu_collectives --abi12 /path/to/libplexus-nccl.so\n");
+      return 2;
+    }
+    return Abi12(argv[2]);
+  }
   plexus::CommunicatorOptions opts;
   if (mode == "--dead-peer") opts.timeout = std::chrono::seconds(8);
   plexus::Communicator comm = plexus::Communicator::from_env(opts);
@@ -595,7 +1036,7 @@ int main(int argc, char** argv) {
     if (comm.size() == 1) AbortWorld1(comm, device);
   }
   std::printf("gpu_collectives: rank %u: %d checks passed, %d failed\n", comm.rank(),
-              g_checks - g_failures, g_failures);
+              g_checks.load() - g_failures.load(), g_failures.load());
   std::fflush(stdout);
   return g_failures == 0 ? 0 : 1;
 }

@@ -4,6 +4,8 @@
 #   - every collective on CUDA device buffers, checked exactly, at world size
 #     1, and at 2 where there are two GPUs (NCCL refuses two ranks on one GPU);
 #     every dtype incl. float16/bfloat16, every op, in place and not;
+#   - ABI 1.2 (gather, scatter, allgatherv, alltoallv, allreduce_coalesced,
+#     comm_split) through the plugin's table, one thread per GPU, up to 3;
 #   - stream ordering on a caller's stream; host memory refused (UNSUPPORTED);
 #   - with two GPUs: comm.abort() from another thread, and a departed peer
 #     (the survivor fails within its timeout, no hang);
@@ -137,7 +139,7 @@ direct_build() {
   "${cxx[@]}" -o "$out/bin/plexus-run" "$o"/tools_plexus-run_*.o "${link[@]}" &&
   "${cxx[@]}" -o "$out/bin/plexus-info" "$o"/tools_plexus-info_main.cpp.o "${link[@]}" &&
   "${cxx[@]}" -o "$out/bin/gpu_collectives" "$o"/tests_gpu_gpu_collectives.cpp.o "${link[@]}" \
-    -L"$cuda/lib64" -lcudart &&
+    -L"$cuda/lib64" -lcudart -ldl &&
   "${cxx[@]}" -o "$out/bin/nccl_paired_bench" "$o"/bench_harness_nccl_paired_bench.cpp.o \
     "${link[@]}" -L"$cuda/lib64" -lcudart -lnccl
 }
@@ -154,6 +156,7 @@ if [ $direct -eq 1 ]; then
   bin=$build/direct/bin
   run=$bin/plexus-run
   info=$bin/plexus-info
+  plugin=$build/direct/lib/libplexus-nccl.so
 else
 if [ ! -f "$build/build.ninja" ]; then
   log "configuring $build"
@@ -177,12 +180,13 @@ if [ $have_meson_gpu -eq 0 ]; then
   common=(-std=c++20 -O2 -I"$root/api/include" -I"$root/core/include" -I"$root/algos/include"
           -isystem "$cuda/include" -L"$build/core" -lplexus -L"$cuda/lib64" -lcudart
           -Wl,-rpath,"$build/core:$cuda/lib64" -pthread)
-  c++ "$root/tests/gpu/gpu_collectives.cpp" -o "$bin/gpu_collectives" "${common[@]}" &&
+  c++ "$root/tests/gpu/gpu_collectives.cpp" -o "$bin/gpu_collectives" "${common[@]}" -ldl &&
     c++ "$root/bench/harness/nccl_paired_bench.cpp" -o "$bin/nccl_paired_bench" "${common[@]}" -lnccl ||
     { echo "GPU SUITE: FAIL (compiling the GPU programs)"; exit 1; }
 fi
 run=$build/tools/plexus-run/plexus-run
 info=$build/tools/plexus-info/plexus-info
+plugin=$build/backends/nccl/libplexus-nccl.so
 fi
 "$info" nccl | sed 's/^/[gpu-suite] /'
 
@@ -217,6 +221,9 @@ base=(PLEXUS_TIMEOUT=60)
 # TIMEOUT well inside each step's own limit; NCCL's warnings shown.
 coll=(PLEXUS_TIMEOUT=20 NCCL_DEBUG=WARN PLEXUS_BACKEND=nccl)
 step world1 150 "${coll[@]}" -- "$run" -n 1 "$bin/gpu_collectives"
+# ABI 1.2 (gather, scatter, allgatherv, alltoallv, allreduce_coalesced,
+# comm_split) through the plugin's table, one thread per GPU (up to 3).
+step abi12 150 NCCL_DEBUG=WARN -- "$bin/gpu_collectives" --abi12 "$plugin"
 if [ "$gpus" -ge 2 ] || [ $dry -eq 1 ]; then
   step world2 150 "${coll[@]}" -- "$run" -n 2 "$bin/gpu_collectives"
   step abort 60 "${coll[@]}" -- "$run" -n 2 "$bin/gpu_collectives" --abort
@@ -267,5 +274,5 @@ fi
 verdict=PASS
 [ $failed -eq 0 ] || verdict=FAIL
 [ $dry -eq 1 ] && verdict=DRY-RUN
-echo "GPU SUITE: $verdict gpus=$gpus world1=${result[world1]} world2=${result[world2]} stream=$stream abort=${result[abort]} dead_peer=${result[dead_peer]}$hooks_text bench: $bench_text (plexus/nccl, ranks=$bench_ranks)"
+echo "GPU SUITE: $verdict gpus=$gpus world1=${result[world1]} abi12=${result[abi12]} world2=${result[world2]} stream=$stream abort=${result[abort]} dead_peer=${result[dead_peer]}$hooks_text bench: $bench_text (plexus/nccl, ranks=$bench_ranks)"
 [ $failed -eq 0 ]

@@ -65,6 +65,13 @@ TEST_CASE("the plugin loads through the real dlopen path and names the NCCL it r
   CHECK(version.find("CUDA driver ") != std::string::npos);
   const bool slots = t.allreduce && t.alltoall && t.barrier && t.send && t.request_error;
   CHECK(slots);
+  // ABI 1.2: the collectives built from NCCL's calls, and ncclCommSplit.
+  CHECK(t.abi_minor >= 2);
+  const bool slots_1_2 =
+      t.gather && t.scatter && t.allgatherv && t.alltoallv && t.allreduce_coalesced;
+  CHECK(slots_1_2);
+  const bool split = t.comm_split != nullptr;  // (nccl.h >= 2.18 here)
+  CHECK(split);
 }
 
 TEST_CASE(
@@ -79,8 +86,8 @@ TEST_CASE(
   plexus_capabilities caps{};
   caps.struct_size = sizeof caps;
   REQUIRE(t.get_capabilities(ctx, &caps) == PLEXUS_OK);
-  CHECK(caps.collectives == (1u << PLEXUS_COLL_COUNT_V1) - 1);
-  CHECK((caps.memory_types & (1u << PLEXUS_MEMORY_HOST)) == 0);  // never host memory
+  CHECK(caps.collectives == (1u << PLEXUS_COLL_COUNT_V1_2) - 1);  // every collective of 1.2
+  CHECK((caps.memory_types & (1u << PLEXUS_MEMORY_HOST)) == 0);   // never host memory
   CHECK((caps.flags & PLEXUS_CAP_STREAM_ORDERED) != 0);
   CHECK((caps.flags & PLEXUS_CAP_IN_PLACE) != 0);
   CHECK((caps.flags & PLEXUS_CAP_ABORT) != 0);
@@ -134,6 +141,26 @@ TEST_CASE(
     t.comm_last_error(comm, err, sizeof err);
     CHECK(std::string(err).find("is host memory") != std::string::npos);
     REQUIRE(t.barrier(comm, &req) == PLEXUS_OK);
+    CHECK(t.wait(req, -1) == PLEXUS_OK);
+    CHECK(t.request_free(req) == PLEXUS_OK);
+    // comm_split of the one rank: a child of its own (the host's one-rank
+    // out-of-band channel suffices), and none without a color.
+    plexus_comm_config_v1 child_config = config;
+    child_config.name = "nccl-test/0/split";
+    plexus_comm* child = nullptr;
+    REQUIRE_MESSAGE(
+        t.comm_split(comm, 7, 0, &child_config, &child, reason, sizeof reason) == PLEXUS_OK,
+        reason);
+    REQUIRE(child != nullptr);
+    REQUIRE(t.barrier(child, &req) == PLEXUS_OK);
+    CHECK(t.wait(req, -1) == PLEXUS_OK);
+    CHECK(t.request_free(req) == PLEXUS_OK);
+    t.comm_destroy(child);
+    child = reinterpret_cast<plexus_comm*>(&child_config);  // must be overwritten
+    CHECK(t.comm_split(comm, PLEXUS_SPLIT_NO_COLOR, 0, nullptr, &child, reason, sizeof reason) ==
+          PLEXUS_OK);
+    CHECK(child == nullptr);
+    REQUIRE(t.barrier(comm, &req) == PLEXUS_OK);  // the parent goes on
     CHECK(t.wait(req, -1) == PLEXUS_OK);
     CHECK(t.request_free(req) == PLEXUS_OK);
     t.comm_destroy(comm);
