@@ -78,7 +78,8 @@ Options:
                             per-rank block of allgather, reduce_scatter and
                             alltoall is N / ranks)
       --only PATTERN        run only the checks whose name contains PATTERN
-                            (e.g. "allreduce float16", "abort", "table")
+                            (e.g. "allreduce float16", "abort", "table");
+                            "A|B" runs those that contain A or B
       --max-restarts N      how many times to start the ranks again after a
                             crash or hang (default 10; 0: a crash ends the
                             run; only when the suite started the ranks)
@@ -124,6 +125,18 @@ uint64_t ParseCount(const char* option, const char* text, uint64_t min, uint64_t
 }
 
 }  // namespace
+
+bool Selects(const Options& options, const std::string& name) {
+  if (options.only.empty()) return true;
+  size_t from = 0;
+  for (;;) {
+    const size_t bar = options.only.find('|', from);
+    const std::string pattern = options.only.substr(from, bar - from);
+    if (!pattern.empty() && name.find(pattern) != std::string::npos) return true;
+    if (bar == std::string::npos) return false;
+    from = bar + 1;
+  }
+}
 
 int ParseOptions(int argc, char** argv, Options* out) {
   enum : int { kTimeout = 1000, kFaultTimeout, kMaxCount, kOnly, kMaxRestarts };

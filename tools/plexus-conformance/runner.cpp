@@ -68,8 +68,7 @@ std::vector<Check> BuildList(const Session& session) {
   all.push_back(DeadPeerCheck(size));
   std::vector<Check> selected;
   for (Check& c : all) {
-    if (o.only.empty() || c.name.find(o.only) != std::string::npos)
-      selected.push_back(std::move(c));
+    if (Selects(o, c.name)) selected.push_back(std::move(c));
   }
   return selected;
 }
