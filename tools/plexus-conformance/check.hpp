@@ -97,6 +97,7 @@ std::vector<Check> CollectiveChecks12(const plexus_capabilities& caps, uint32_t 
                                       const Options& options);
 std::vector<Check> RequestChecks(const plexus_capabilities& caps, uint32_t size);
 std::vector<Check> ArgumentChecks(const plexus_capabilities& caps, uint32_t size);
+std::vector<Check> ArgumentChecks12(const plexus_capabilities& caps, uint32_t size);
 std::vector<Check> FailureChecks(const plexus_capabilities& caps, uint32_t size);
 // Must run last: one rank exits during it.
 Check DeadPeerCheck(uint32_t size);

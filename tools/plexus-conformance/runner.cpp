@@ -65,6 +65,7 @@ std::vector<Check> BuildList(const Session& session) {
   append(CollectiveChecks12(caps, size, o));
   append(RequestChecks(caps, size));
   append(ArgumentChecks(caps, size));
+  append(ArgumentChecks12(caps, size));
   append(FailureChecks(caps, size));
   all.push_back(DeadPeerCheck(size));
   std::vector<Check> selected;
