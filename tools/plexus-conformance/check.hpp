@@ -98,7 +98,10 @@ std::vector<Check> CollectiveChecks12(const plexus_capabilities& caps, uint32_t 
 std::vector<Check> RequestChecks(const plexus_capabilities& caps, uint32_t size);
 std::vector<Check> ArgumentChecks(const plexus_capabilities& caps, uint32_t size);
 std::vector<Check> ArgumentChecks12(const plexus_capabilities& caps, uint32_t size);
+// Includes MismatchChecks12 (mismatched allgatherv/alltoallv counts and
+// gather/scatter roots), before the check of the buffers failures leave.
 std::vector<Check> FailureChecks(const plexus_capabilities& caps, uint32_t size);
+std::vector<Check> MismatchChecks12(const plexus_capabilities& caps, uint32_t size);
 // Must run last: one rank exits during it.
 Check DeadPeerCheck(uint32_t size);
 

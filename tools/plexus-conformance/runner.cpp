@@ -66,7 +66,7 @@ std::vector<Check> BuildList(const Session& session) {
   append(RequestChecks(caps, size));
   append(ArgumentChecks(caps, size));
   append(ArgumentChecks12(caps, size));
-  append(FailureChecks(caps, size));
+  append(FailureChecks(caps, size));  // with MismatchChecks12
   all.push_back(DeadPeerCheck(size));
   std::vector<Check> selected;
   for (Check& c : all) {
