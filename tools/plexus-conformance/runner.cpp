@@ -66,8 +66,9 @@ std::vector<Check> BuildList(const Session& session) {
   append(RequestChecks(caps, size));
   append(ArgumentChecks(caps, size));
   append(ArgumentChecks12(caps, size));
+  append(GroupChecks(caps, size));
   append(FailureChecks(caps, size));  // with MismatchChecks12
-  all.push_back(DeadPeerCheck(size));
+  append(DeadPeerChecks(size, o));    // last: a rank exits
   std::vector<Check> selected;
   for (Check& c : all) {
     if (Selects(o, c.name)) selected.push_back(std::move(c));
@@ -250,7 +251,10 @@ int RunRankSteps(const Options& options) {
       if (lead) report.Line("(stopping: the checks that follow need what just failed)");
       break;
     }
-    if (!renew) continue;
+    // A rank has exited on purpose (the dead-peer checks, which run last on
+    // communicators made before it left): a new shared communicator could
+    // not include it, and the checks after it do not use one.
+    if (!renew || session->any_gone()) continue;
     Check replace;
     replace.name = "comm_create of a new shared communicator (the last one is broken)";
     replace.group = "table";
