@@ -10,7 +10,9 @@
  *    garbage, which no reader may take for slots;
  *  - VARIANT_11_LONG: abi_minor 1 with a table as long as a 1.2 one, whose
  *    1.2 slots hold garbage: their place is inside struct_size, but a 1.1
- *    table has no such slots, so abi_minor alone must keep them unread.
+ *    table has no such slots, so abi_minor alone must keep them unread; and
+ *    its capabilities also claim the five 1.2 collective codes, which a
+ *    reader of a 1.1 table must ignore as well.
  *
  * A test double for the suite, never a stand-in for a backend. */
 #define _GNU_SOURCE
@@ -37,7 +39,14 @@ static void Finalize(plexus_backend_ctx* ctx) {
 }
 static int32_t Caps(plexus_backend_ctx* ctx, plexus_capabilities* caps) {
   int32_t rc = g_inner->get_capabilities(ctx, caps);
-  if (rc == PLEXUS_OK) caps->collectives &= (1u << PLEXUS_COLL_COUNT_V1) - 1; /* 1.0's only */
+  if (rc != PLEXUS_OK) return rc;
+  caps->collectives &= (1u << PLEXUS_COLL_COUNT_V1) - 1; /* 1.0's only */
+#if defined(VARIANT_11_LONG)
+  /* Also the bits of the five 1.2 collectives, as a plugin that passes on
+   * another's capabilities may: no reader may take them for collectives of
+   * a 1.1 table, which has no slots for them. */
+  caps->collectives |= 0x3e00u;
+#endif
   return rc;
 }
 static int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* c,

@@ -81,6 +81,8 @@ Status Plugin::Open(const std::string& spec, const std::string& local_address, b
   p->ctx_ = ctx;
   p->caps_.struct_size = sizeof p->caps_;
   p->caps_status_ = p->calls().get_capabilities(ctx, &p->caps_);
+  p->raw_caps_ = p->caps_;
+  if (p->table().abi_minor < 2) p->caps_.collectives &= (1u << PLEXUS_COLL_COUNT_V1) - 1;
   *out = std::move(p);
   return Status::Ok();
 }

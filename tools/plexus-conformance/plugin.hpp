@@ -58,9 +58,12 @@ class Plugin {
   const std::string& path() const { return lib_->path(); }
   plexus_backend_ctx* ctx() const { return ctx_; }
 
-  // get_capabilities() as called once after init.
+  // get_capabilities() as called once after init: caps() as the host reads
+  // them (the collective bits of 1.2 dropped for a table older than 1.2,
+  // which has no slots for them), raw_caps() as the plugin filled them.
   int32_t caps_status() const { return caps_status_; }
   const plexus_capabilities& caps() const { return caps_; }
+  const plexus_capabilities& raw_caps() const { return raw_caps_; }
 
   // The 1.1 slot, read only when abi_minor and struct_size say it is there.
   bool has_request_error() const;
@@ -115,6 +118,7 @@ class Plugin {
   plexus_backend_ctx* ctx_ = nullptr;
   int32_t caps_status_ = PLEXUS_ERR_INTERNAL;
   plexus_capabilities caps_{};
+  plexus_capabilities raw_caps_{};
   bool leaked_ = false;
 };
 
