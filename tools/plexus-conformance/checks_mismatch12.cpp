@@ -7,13 +7,14 @@
 // the bound) passes; no completion within 4x timeout_ms + 5 s fails; OK
 // with data other than this rank's own view of the call expects fails; OK
 // on every rank fails, since the mismatch went unnoticed. Each runs on a
-// fresh communicator with the fault timeout.
+// fresh communicator with the fault timeout, posted once every rank has it.
 #include <string>
 #include <vector>
 
 #include "check.hpp"
 #include "checks_collectives12.hpp"
 #include "data.hpp"
+#include "exchange.hpp"
 #include "fault_support.hpp"
 #include "operation.hpp"
 #include "options.hpp"
@@ -155,9 +156,15 @@ Outcome Mismatch12(Context& ctx, plexus_collective_t coll) {
   }
   const int64_t T = ctx.options.fault_timeout_ms;
   ScenarioComm comm(ctx, std::string("mismatch-") + CollectiveName(coll), T);
+  // Every rank has made the communicator before any posts: a mismatch that
+  // two fast ranks detect at once must not reach a rank still connecting
+  // (UCX then fails that rank's comm_create with their error), which would
+  // be a check of comm_create, not of the collective.
+  const Status met = ctx.exchange().Barrier("mismatch12/" + std::to_string(ctx.seq));
   if (!comm.get()) {
     return Outcome::Fail("comm_create failed: " + StatusText(comm.status()) + ": " + comm.error());
   }
+  if (!met.ok()) return Outcome::Fail("store barrier after comm_create: " + met.message());
   Operation op(ctx, comm.get(), dt);
   std::string mine;
   plexus_request* req = PostMine(ctx, comm.get(), op, coll, dt, &mine);
