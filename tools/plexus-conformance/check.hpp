@@ -92,10 +92,22 @@ struct Check {
 std::vector<Check> TableChecks(const plexus_capabilities& caps, uint32_t size);
 std::vector<Check> CollectiveChecks(const plexus_capabilities& caps, uint32_t size,
                                     const Options& options);
+// ABI 1.2: gather, scatter, allgatherv, alltoallv, allreduce_coalesced.
+std::vector<Check> CollectiveChecks12(const plexus_capabilities& caps, uint32_t size,
+                                      const Options& options);
 std::vector<Check> RequestChecks(const plexus_capabilities& caps, uint32_t size);
 std::vector<Check> ArgumentChecks(const plexus_capabilities& caps, uint32_t size);
+std::vector<Check> ArgumentChecks12(const plexus_capabilities& caps, uint32_t size);
+// Includes MismatchChecks12 (mismatched allgatherv/alltoallv counts and
+// gather/scatter roots), before the check of the buffers failures leave.
 std::vector<Check> FailureChecks(const plexus_capabilities& caps, uint32_t size);
-// Must run last: one rank exits during it.
-Check DeadPeerCheck(uint32_t size);
+std::vector<Check> MismatchChecks12(const plexus_capabilities& caps, uint32_t size);
+// Groups: comm_split (1.2, when the backend has it) and comm_create over a
+// subset of the ranks in a permuted order.
+std::vector<Check> GroupChecks(const plexus_capabilities& caps, uint32_t size);
+// Must run last: one rank exits during the first of them, and the others
+// then run on communicators made before it left (the whole job, and a
+// group). options.only selects among them as it does for the whole list.
+std::vector<Check> DeadPeerChecks(uint32_t size, const Options& options);
 
 }  // namespace plexus::conformance

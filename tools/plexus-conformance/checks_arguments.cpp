@@ -15,6 +15,7 @@
 #include "data.hpp"
 #include "plugin.hpp"
 #include "rank_record.hpp"
+#include "refusals.hpp"
 #include "requests.hpp"
 #include "session.hpp"
 
@@ -108,68 +109,18 @@ struct Refusal {
   Args args;
 };
 
-// Makes each call; every one must be refused properly. strict: only
-// UNSUPPORTED or INVALID_ARGUMENT pass (an unclaimed capability); otherwise
-// any negative status does.
+// The calls of one collective of ABI 1.0 with Args (see Invoke).
 Outcome ExpectRefused(Context& ctx, plexus_collective_t coll, const std::vector<Refusal>& calls,
                       bool strict) {
-  Findings f;
-  bool broken = false;
-  std::set<std::string> statuses;
-  // A non-NULL *req_out before the call: a refusal must overwrite it with NULL.
-  static char poison_target;
-  plexus_request* const kPoison = reinterpret_cast<plexus_request*>(&poison_target);
-  for (const Refusal& call : calls) {
-    Buffer send(uint64_t(ctx.size) * 16 * 8), recv(uint64_t(ctx.size) * 16 * 8);
-    plexus_request* req = kPoison;
-    const int32_t rc = Invoke(ctx, coll, call.args, send, recv, &req);
-    const std::string where = std::string(CollectiveName(coll)) + " with " + call.what;
-    if (rc == PLEXUS_OK) {
-      f.Add(where + " was accepted (OK)");
-      broken = true;
-      if (req && req != kPoison) {
-        const Completion c = WaitFor(ctx.plugin(), req, ctx.op_bound_ms());
-        if (c.done) {
-          ctx.calls().request_free(req);
-        } else if (!AbortAndReap(ctx.plugin(), ctx.comm(), req)) {
-          Abandon(std::move(send));
-          Abandon(std::move(recv));
-          ctx.session.MarkMainLeaked();
-        } else if (ctx.plugin().caps().flags & PLEXUS_CAP_ABORT) {
-          Watch(std::move(send), "sendbuf of an aborted " + where);
-          Watch(std::move(recv), "recvbuf of an aborted " + where);
-        } else {
-          Abandon(std::move(send));
-          Abandon(std::move(recv));
-        }
-      }
-      continue;
-    }
-    statuses.insert(StatusText(rc));
-    if (rc > 0) {
-      f.Add(where + " returned a positive status " + std::to_string(rc));
-      continue;
-    }
-    if (strict && rc != PLEXUS_ERR_UNSUPPORTED && rc != PLEXUS_ERR_INVALID_ARGUMENT) {
-      f.Add(where + " returned " + StatusText(rc) + " (want UNSUPPORTED or INVALID_ARGUMENT)");
-    }
-    if (req != nullptr) {
-      f.Add(where + " returned " + StatusText(rc) + " but did not set *req_out to NULL");
-    }
-    const std::string err = ctx.plugin().LastError(ctx.comm());
-    if (err.empty())
-      f.Add(where + " returned " + StatusText(rc) + " with an empty comm_last_error");
-    f.Add(send.CheckGuards("sendbuf"));
-    f.Add(recv.CheckGuards("recvbuf"));
+  std::vector<RefusedCall> made;
+  for (const Refusal& r : calls) {
+    made.push_back({r.what, [coll, args = r.args](Context& c, Buffer& send, Buffer& recv,
+                                                  plexus_request** req) {
+                      return Invoke(c, coll, args, send, recv, req);
+                    }});
   }
-  Outcome o = f.ToOutcome();
-  if (o.verdict == Verdict::kPass) {
-    std::string list;
-    for (const std::string& s : statuses) list += (list.empty() ? "" : ", ") + s;
-    o.detail = std::to_string(calls.size()) + " call(s) refused with " + list;
-  }
-  o.comm_broken = broken;
-  return o;
+  return ExpectRefusedCalls(ctx, CollectiveName(coll), made,
+                            strict ? Refuse::kUnclaimed : Refuse::kAnyError);
 }
 
 Check Make(const std::string& name, plexus_collective_t coll, std::vector<Refusal> calls,
@@ -215,7 +166,7 @@ std::vector<Check> ArgumentChecks(const plexus_capabilities& caps, uint32_t size
     out.push_back(std::move(c));
   }
   if (!any_unclaimed)
-    out.push_back(SkipLine("arguments: unclaimed collectives", "every collective is claimed"));
+    out.push_back(SkipLine("arguments: unclaimed collectives", "every collective of ABI 1.0 is claimed"));
 
   bool any_pair = false;
   for (plexus_collective_t coll = 0; coll < PLEXUS_COLL_COUNT_V1; ++coll) {
@@ -337,6 +288,72 @@ std::vector<Check> ArgumentChecks(const plexus_capabilities& caps, uint32_t size
     out.push_back(Make("arguments: " + name + " invalid arguments", coll, invalid, false));
   }
   return out;
+}
+
+Outcome ExpectRefusedCalls(Context& ctx, const std::string& collective,
+                           const std::vector<RefusedCall>& calls, Refuse want) {
+  Findings f;
+  bool broken = false;
+  std::set<std::string> statuses;
+  // A non-NULL *req_out before the call: a refusal must overwrite it with NULL.
+  static char poison_target;
+  plexus_request* const kPoison = reinterpret_cast<plexus_request*>(&poison_target);
+  for (const RefusedCall& call : calls) {
+    Buffer send(uint64_t(ctx.size) * 16 * 8), recv(uint64_t(ctx.size) * 16 * 8);
+    plexus_request* req = kPoison;
+    SetPhase("backend collective call with arguments it must refuse");
+    const int32_t rc = call.call(ctx, send, recv, &req);
+    const std::string where = collective + " with " + call.what;
+    if (rc == PLEXUS_OK) {
+      f.Add(where + " was accepted (OK)");
+      broken = true;
+      if (req && req != kPoison) {
+        const Completion c = WaitFor(ctx.plugin(), req, ctx.op_bound_ms());
+        if (c.done) {
+          ctx.calls().request_free(req);
+        } else if (!AbortAndReap(ctx.plugin(), ctx.comm(), req)) {
+          Abandon(std::move(send));
+          Abandon(std::move(recv));
+          ctx.session.MarkMainLeaked();
+        } else if (ctx.plugin().caps().flags & PLEXUS_CAP_ABORT) {
+          Watch(std::move(send), "sendbuf of an aborted " + where);
+          Watch(std::move(recv), "recvbuf of an aborted " + where);
+        } else {
+          Abandon(std::move(send));
+          Abandon(std::move(recv));
+        }
+      }
+      continue;
+    }
+    statuses.insert(StatusText(rc));
+    if (rc > 0) {
+      f.Add(where + " returned a positive status " + std::to_string(rc));
+      continue;
+    }
+    if (want == Refuse::kUnclaimed && rc != PLEXUS_ERR_UNSUPPORTED &&
+        rc != PLEXUS_ERR_INVALID_ARGUMENT) {
+      f.Add(where + " returned " + StatusText(rc) + " (want UNSUPPORTED or INVALID_ARGUMENT)");
+    }
+    if (want == Refuse::kInvalidArgument && rc != PLEXUS_ERR_INVALID_ARGUMENT) {
+      f.Add(where + " returned " + StatusText(rc) + " (want INVALID_ARGUMENT)");
+    }
+    if (req != nullptr) {
+      f.Add(where + " returned " + StatusText(rc) + " but did not set *req_out to NULL");
+    }
+    const std::string err = ctx.plugin().LastError(ctx.comm());
+    if (err.empty())
+      f.Add(where + " returned " + StatusText(rc) + " with an empty comm_last_error");
+    f.Add(send.CheckGuards("sendbuf"));
+    f.Add(recv.CheckGuards("recvbuf"));
+  }
+  Outcome o = f.ToOutcome();
+  if (o.verdict == Verdict::kPass) {
+    std::string list;
+    for (const std::string& s : statuses) list += (list.empty() ? "" : ", ") + s;
+    o.detail = std::to_string(calls.size()) + " call(s) refused with " + list;
+  }
+  o.comm_broken = broken;
+  return o;
 }
 
 }  // namespace plexus::conformance

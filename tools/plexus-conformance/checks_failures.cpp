@@ -234,58 +234,7 @@ Outcome Mismatch(Context& ctx, bool by_dtype) {
     o.tag = "error";
     return f.empty() ? o : f.ToOutcome();
   }
-  const int64_t bound = 4 * T + 5000;
-  const Completion c = WaitFor(ctx.plugin(), req, bound);
-  if (!c.done) {
-    f.Add(mine + "did not complete within " + std::to_string(bound) + " ms (timeout_ms " +
-          std::to_string(T) + ")");
-    if (!AbortAndReap(ctx.plugin(), comm.get(), req)) {
-      op.Abandon();
-      comm.MarkLeaked();
-    } else {
-      op.KeepAfterFailure("allreduce in '" + comm.name() + "'");
-    }
-    return f.ToOutcome();
-  }
-  f.Add(c.violation);
-  if (c.status == PLEXUS_OK) {
-    // Compare what a matched allreduce of this rank's shape would give.
-    bool broken = false;
-    Findings data;
-    op.Finish(&data, &broken);
-    if (!data.empty()) {
-      f.Add(mine + "completed OK with wrong data: " + data.ToOutcome().detail);
-      return f.ToOutcome();
-    }
-    o = f.ToOutcome(mine + "completed OK");
-    o.tag = "ok";
-    return o;
-  }
-  const std::string text = CheckErrorStrings(ctx, comm.get(), req, c.status, &f);
-  op.KeepAfterFailure("the mismatched allreduce");
-  f.Add(CheckAndFree(ctx.plugin(), req, c.status));
-  o = f.ToOutcome(mine + StatusText(c.status) + ": " + text);
-  o.tag = "error";
-  return o;
-}
-
-Outcome CombineMismatch(const std::vector<Outcome>& by_rank) {
-  if (!by_rank.empty() && std::all_of(by_rank.begin(), by_rank.end(), [](const Outcome& o) {
-        return o.verdict == Verdict::kSkip;
-      })) {
-    return Outcome::Skip(by_rank[0].detail);
-  }
-  bool all_ok = true;
-  std::string detail;
-  for (size_t r = 0; r < by_rank.size(); ++r) {
-    if (by_rank[r].tag != "ok") all_ok = false;
-    detail += (detail.empty() ? "" : " | ") + std::string("rank ") + std::to_string(r) + ": " +
-              by_rank[r].detail;
-  }
-  if (all_ok) {
-    return Outcome::Fail("every rank completed OK: the mismatch went undetected | " + detail);
-  }
-  return Outcome::Pass(detail);
+  return JudgeMismatch(ctx, comm, op, req, mine, "allreduce");
 }
 
 // Runs after the other failure checks (whose operations other ranks may
@@ -320,7 +269,7 @@ Check Make(const std::string& name, std::function<Outcome(Context&)> fn) {
 
 }  // namespace
 
-std::vector<Check> FailureChecks(const plexus_capabilities&, uint32_t) {
+std::vector<Check> FailureChecks(const plexus_capabilities& caps, uint32_t size) {
   std::vector<Check> out;
   out.push_back(Make("failures: a rank never posts (operation timeout)", RankNeverPosts));
   out.push_back(Make("failures: comm_abort from another thread", AbortFromThread));
@@ -332,6 +281,8 @@ std::vector<Check> FailureChecks(const plexus_capabilities&, uint32_t) {
                      [](Context& ctx) { return Mismatch(ctx, true); });
   dtype.combine = CombineMismatch;
   out.push_back(std::move(dtype));
+  // ABI 1.2's mismatches, before the check of the buffers they leave behind.
+  for (Check& c : MismatchChecks12(caps, size)) out.push_back(std::move(c));
   out.push_back(
       Make("failures: no writes to buffers of failed or aborted requests", NoWritesAfterAbort));
   return out;

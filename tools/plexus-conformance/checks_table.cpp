@@ -15,15 +15,20 @@
 namespace plexus::conformance {
 namespace {
 
-// A 1.0 table ends with recv; 1.1 appended request_error.
+// A 1.0 table ends with recv; 1.1 appended request_error; 1.2 gather
+// through comm_split.
 constexpr size_t kTableSize10 = PLEXUS_CONFORMANCE_SLOT_END(recv);
 constexpr size_t kTableSize11 = PLEXUS_CONFORMANCE_SLOT_END(request_error);
+constexpr size_t kTableSize12 = PLEXUS_CONFORMANCE_SLOT_END(comm_split);
 // Far beyond any plausible growth of major 1: a table this big is a
 // struct_size that is not one (uninitialised, or a count of something else).
 constexpr size_t kAbsurdTableSize = 64 * 1024;
 
 constexpr uint32_t kKnownDtypes = ((1u << (PLEXUS_DTYPE_MAX_V1 + 1)) - 1) & ~1u;
-constexpr uint32_t kKnownCollectives = (1u << PLEXUS_COLL_COUNT_V1_2) - 1;
+// The collective codes a table of abi_minor may claim: 0-8, and 9-13 from 1.2.
+uint32_t KnownCollectives(uint16_t abi_minor) {
+  return (1u << (abi_minor >= 2 ? PLEXUS_COLL_COUNT_V1_2 : PLEXUS_COLL_COUNT_V1)) - 1;
+}
 constexpr uint32_t kKnownMemory = (1u << PLEXUS_MEMORY_HOST) | (1u << PLEXUS_MEMORY_CUDA);
 constexpr uint32_t kKnownFlags = PLEXUS_CAP_IN_PLACE | PLEXUS_CAP_STREAM_ORDERED | PLEXUS_CAP_ABORT;
 
@@ -47,31 +52,6 @@ std::string BadString(const char* what, const char* text) {
     }
   }
   return {};
-}
-
-const void* Slot(const plexus_backend_v1& t, plexus_collective_t coll) {
-  switch (coll) {
-    case PLEXUS_COLL_ALLREDUCE:
-      return reinterpret_cast<const void*>(t.allreduce);
-    case PLEXUS_COLL_BROADCAST:
-      return reinterpret_cast<const void*>(t.broadcast);
-    case PLEXUS_COLL_REDUCE:
-      return reinterpret_cast<const void*>(t.reduce);
-    case PLEXUS_COLL_ALLGATHER:
-      return reinterpret_cast<const void*>(t.allgather);
-    case PLEXUS_COLL_REDUCE_SCATTER:
-      return reinterpret_cast<const void*>(t.reduce_scatter);
-    case PLEXUS_COLL_ALLTOALL:
-      return reinterpret_cast<const void*>(t.alltoall);
-    case PLEXUS_COLL_BARRIER:
-      return reinterpret_cast<const void*>(t.barrier);
-    case PLEXUS_COLL_SEND:
-      return reinterpret_cast<const void*>(t.send);
-    case PLEXUS_COLL_RECV:
-      return reinterpret_cast<const void*>(t.recv);
-    default:
-      return nullptr;
-  }
 }
 
 Outcome AbiVersion(Context& ctx) {
@@ -102,6 +82,11 @@ Outcome StructSize(Context& ctx) {
     f.Add("abi_minor is " + std::to_string(t.abi_minor) + " but struct_size " +
           std::to_string(size) + " does not cover the 1.1 slot request_error (" +
           std::to_string(kTableSize11) + " bytes)");
+  }
+  if (t.abi_minor >= 2 && size < kTableSize12) {
+    f.Add("abi_minor is " + std::to_string(t.abi_minor) + " but struct_size " +
+          std::to_string(size) + " does not cover the 1.2 slots gather through comm_split (" +
+          std::to_string(kTableSize12) + " bytes)");
   }
   return f.ToOutcome(std::to_string(size) + " bytes");
 }
@@ -146,6 +131,28 @@ Outcome RequestErrorSlot(Context& ctx) {
                            : "NULL (optional; the host uses comm_last_error)");
 }
 
+// The slots of 1.2, read only for a 1.2 table long enough to hold them.
+Outcome Slots12(Context& ctx) {
+  const Plugin& p = ctx.plugin();
+  const auto& t = ctx.table();
+  if (t.abi_minor < 2) {
+    return Outcome::Pass("backend is ABI 1." + std::to_string(t.abi_minor) +
+                         ": no gather, scatter, allgatherv, alltoallv, allreduce_coalesced or "
+                         "comm_split (a 1.2 host refuses them as UNSUPPORTED and makes groups "
+                         "with comm_create)");
+  }
+  std::string present, absent;
+  for (plexus_collective_t coll = PLEXUS_COLL_GATHER; coll < PLEXUS_COLL_COUNT_V1_2; ++coll) {
+    std::string& list = p.HasCollective(coll) ? present : absent;
+    list += (list.empty() ? "" : ", ") + std::string(CollectiveName(coll));
+  }
+  std::string& split = p.has_comm_split() ? present : absent;
+  split += (split.empty() ? "" : ", ") + std::string("comm_split");
+  return Outcome::Pass("set: " + (present.empty() ? std::string("none") : present) +
+                       "; NULL: " + (absent.empty() ? std::string("none") : absent) +
+                       (p.has_comm_split() ? "" : " (groups are made with comm_create)"));
+}
+
 Outcome EntryFunction(Context& ctx) {
   const std::string& path = ctx.plugin().path();
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
@@ -166,7 +173,10 @@ Outcome EntryFunction(Context& ctx) {
       ra = entry(PLEXUS_ABI_MINOR, &a);
       rb = entry(PLEXUS_ABI_MINOR, &b);
     }
-    if (ra != PLEXUS_OK || !a) f.Add("entry function refused this host's ABI 1.1 on a second call");
+    if (ra != PLEXUS_OK || !a) {
+      f.Add("entry function refused this host's ABI 1." + std::to_string(PLEXUS_ABI_MINOR) +
+            " on a second call");
+    }
     if (rb != PLEXUS_OK || a != b) {
       f.Add(
           "entry function returned a different table on a second call (tables have static "
@@ -194,7 +204,7 @@ Outcome CapabilitiesCall(Context& ctx) {
   if (p.caps_status() != PLEXUS_OK) {
     return Outcome::Fail("get_capabilities() returned " + std::to_string(p.caps_status()));
   }
-  const plexus_capabilities& c = p.caps();
+  const plexus_capabilities& c = p.raw_caps();
   Findings f;
   if (c.struct_size != sizeof(plexus_capabilities)) {
     f.Add("get_capabilities() changed struct_size from " +
@@ -205,11 +215,22 @@ Outcome CapabilitiesCall(Context& ctx) {
 }
 
 Outcome CapabilityCodes(Context& ctx) {
-  const plexus_capabilities& c = ctx.plugin().caps();
+  const plexus_capabilities& c = ctx.plugin().raw_caps();
   Findings f;
   std::string notes;
-  if (c.collectives & ~kKnownCollectives) {
-    f.Add("collectives has unknown bits " + HexMask(c.collectives & ~kKnownCollectives));
+  const uint16_t minor = ctx.table().abi_minor;
+  const uint32_t known = KnownCollectives(minor);
+  const uint32_t of12 = KnownCollectives(2) & ~known;  // 1.2's codes, for an older table
+  if (c.collectives & ~(known | of12)) {
+    f.Add("collectives has unknown bits " + HexMask(c.collectives & ~(known | of12)));
+  }
+  if (c.collectives & of12) {
+    // A plugin that passes on another's capabilities, say. The host reads
+    // no 1.2 bit of an older table (it has no slots for them), and nor does
+    // the rest of this suite.
+    notes += "; collectives bits " + HexMask(c.collectives & of12) +
+             " (ABI 1.2's) ignored: an ABI 1." + std::to_string(minor) +
+             " table has no slots for them (claim only the codes your header knows)";
   }
   if (!(c.memory_types & (1u << PLEXUS_MEMORY_HOST))) {
     f.Add("memory_types " + HexMask(c.memory_types) + " lacks host memory");
@@ -247,17 +268,20 @@ Outcome CapabilitiesAgainstSlots(Context& ctx) {
   const plexus_capabilities& c = ctx.plugin().caps();
   Findings f;
   std::string unclaimed;
-  for (plexus_collective_t coll = 0; coll < PLEXUS_COLL_COUNT_V1; ++coll) {
+  for (plexus_collective_t coll = 0; coll < PLEXUS_COLL_COUNT_V1_2; ++coll) {
     const bool claimed = c.collectives & (1u << coll);
-    const bool slot = Slot(ctx.table(), coll) != nullptr;
+    // (1.2 slots only of a 1.2 table long enough: Plugin::HasCollective.)
+    const bool slot = ctx.plugin().HasCollective(coll);
     if (claimed && !slot) {
-      f.Add(std::string(CollectiveName(coll)) + " is claimed but its slot is NULL");
+      f.Add(std::string(CollectiveName(coll)) + " is claimed but " +
+            ctx.plugin().NoSlotReason(coll));
     }
     if (!claimed && slot)
       unclaimed += std::string(unclaimed.empty() ? "" : ", ") + CollectiveName(coll);
   }
   const uint32_t reductions = (1u << PLEXUS_COLL_ALLREDUCE) | (1u << PLEXUS_COLL_REDUCE) |
-                              (1u << PLEXUS_COLL_REDUCE_SCATTER);
+                              (1u << PLEXUS_COLL_REDUCE_SCATTER) |
+                              (1u << PLEXUS_COLL_ALLREDUCE_COALESCED);
   uint32_t any_reduce = 0;
   for (uint32_t op = PLEXUS_OP_SUM; op <= PLEXUS_OP_MAX_V1; ++op) any_reduce |= c.reduce_dtypes[op];
   std::string notes;
@@ -333,6 +357,7 @@ std::vector<Check> TableChecks(const plexus_capabilities&, uint32_t) {
       Make("table: name and version", NameVersion),
       Make("table: required slots", RequiredSlots),
       Make("table: request_error slot (1.1)", RequestErrorSlot),
+      Make("table: 1.2 slots (the new collectives and comm_split)", Slots12),
       Make("table: entry function", EntryFunction),
       Make("capabilities: get_capabilities", CapabilitiesCall),
       Make("capabilities: codes and thread level", CapabilityCodes),

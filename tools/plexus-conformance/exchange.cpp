@@ -54,6 +54,10 @@ Status Exchange::Report(uint64_t seq, const Outcome& mine, std::vector<Outcome>*
   if (rank_ == 0) {
     all->assign(size_, Outcome{});
     for (uint32_t r = 0; r < size_; ++r) {
+      if (const auto g = gone_after_.find(r); g != gone_after_.end() && seq > g->second) {
+        (*all)[r] = Outcome::Skip("exited on purpose in an earlier check");
+        continue;
+      }
       Bytes value;
       st = store_->Get(Key("result/" + std::to_string(seq) + "/" + std::to_string(r)), &value,
                        timeout_);
@@ -81,6 +85,10 @@ Status Exchange::Report(uint64_t seq, const Outcome& mine, std::vector<Outcome>*
   *renew = verdict[0] != 0;
   *stop = verdict[1] != 0;
   return Status::Ok();
+}
+
+void Exchange::MarkGone(uint32_t rank, uint64_t seq) {
+  gone_after_[rank] = seq;
 }
 
 Status Exchange::AwaitPublished(uint64_t seq, uint32_t rank, std::chrono::milliseconds timeout) {

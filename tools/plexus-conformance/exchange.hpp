@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,11 @@ class Exchange {
 
   std::chrono::milliseconds timeout() const { return timeout_; }
 
+  // rank exited on purpose during check seq (it published its result of
+  // that check first): Report does not wait for its results of later
+  // checks, and counts each as a SKIP.
+  void MarkGone(uint32_t rank, uint64_t seq);
+
  private:
   std::string Key(const std::string& suffix) const { return "plexus-conformance/" + suffix; }
 
@@ -65,6 +71,7 @@ class Exchange {
   uint32_t rank_;
   uint32_t size_;
   std::chrono::milliseconds timeout_;
+  std::map<uint32_t, uint64_t> gone_after_;  // rank -> the check it exited in
 };
 
 }  // namespace plexus::conformance

@@ -1,5 +1,6 @@
 #include "fault_support.hpp"
 
+#include <algorithm>
 #include <cctype>
 
 #include "exchange.hpp"
@@ -89,6 +90,65 @@ std::string PostLate(Context& ctx, ScenarioComm& comm, const std::string& arriva
     op.KeepAfterFailure("the late allreduce in '" + comm.name() + "'");
   }
   return problem;
+}
+
+Outcome JudgeMismatch(Context& ctx, ScenarioComm& comm, Operation& op, plexus_request* req,
+                      const std::string& mine, const std::string& collective) {
+  Findings f;
+  Outcome o;
+  const int64_t T = comm.timeout_ms();
+  const int64_t bound = 4 * T + 5000;
+  const Completion c = WaitFor(ctx.plugin(), req, bound);
+  if (!c.done) {
+    f.Add(mine + "did not complete within " + std::to_string(bound) + " ms (timeout_ms " +
+          std::to_string(T) + ")");
+    if (!AbortAndReap(ctx.plugin(), comm.get(), req)) {
+      op.Abandon();
+      comm.MarkLeaked();
+    } else {
+      op.KeepAfterFailure(collective + " in '" + comm.name() + "'");
+    }
+    return f.ToOutcome();
+  }
+  f.Add(c.violation);
+  if (c.status == PLEXUS_OK) {
+    // Compare what a matched call of this rank's shape would give.
+    bool broken = false;
+    Findings data;
+    op.Finish(&data, &broken);
+    if (!data.empty()) {
+      f.Add(mine + "completed OK with wrong data: " + data.ToOutcome().detail);
+      return f.ToOutcome();
+    }
+    o = f.ToOutcome(mine + "completed OK");
+    o.tag = "ok";
+    return o;
+  }
+  const std::string text = CheckErrorStrings(ctx, comm.get(), req, c.status, &f);
+  op.KeepAfterFailure("the mismatched " + collective);
+  f.Add(CheckAndFree(ctx.plugin(), req, c.status));
+  o = f.ToOutcome(mine + StatusText(c.status) + ": " + text);
+  o.tag = "error";
+  return o;
+}
+
+Outcome CombineMismatch(const std::vector<Outcome>& by_rank) {
+  if (!by_rank.empty() && std::all_of(by_rank.begin(), by_rank.end(), [](const Outcome& o) {
+        return o.verdict == Verdict::kSkip;
+      })) {
+    return Outcome::Skip(by_rank[0].detail);
+  }
+  bool all_ok = true;
+  std::string detail;
+  for (size_t r = 0; r < by_rank.size(); ++r) {
+    if (by_rank[r].tag != "ok") all_ok = false;
+    detail += (detail.empty() ? "" : " | ") + std::string("rank ") + std::to_string(r) + ": " +
+              by_rank[r].detail;
+  }
+  if (all_ok) {
+    return Outcome::Fail("every rank completed OK: the mismatch went undetected | " + detail);
+  }
+  return Outcome::Pass(detail);
 }
 
 }  // namespace plexus::conformance

@@ -5,11 +5,14 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "check.hpp"
 #include "plexus/backend.h"
 
 namespace plexus::conformance {
+
+class Operation;
 
 // A communicator made only for one failure scenario (collective: every rank
 // calls it). Destroys it at scope end unless a request of it was leaked.
@@ -51,6 +54,20 @@ bool NamesRank(std::string text, const std::string& comm_name, uint32_t rank);
 // and frees it. Returns "" or a problem (its request never completed).
 std::string PostLate(Context& ctx, ScenarioComm& comm, const std::string& arrival,
                      const std::vector<uint32_t>& active, uint64_t count, plexus_dtype_t dtype);
+
+// After a mismatched collective was posted (req, by op, on comm): waits for
+// it (bounded by 4x the scenario's timeout_ms + 5 s) and says what this rank
+// saw, tagged for CombineMismatch: "error" (REMOTE, TIMEOUT, ... with the
+// error strings checked), "ok" (completed OK with the data this rank's own
+// view of the call expects; op's regions), or a FAIL (OK with wrong data,
+// or no completion). mine starts the detail ("int32 x 1000: ").
+Outcome JudgeMismatch(Context& ctx, ScenarioComm& comm, Operation& op, plexus_request* req,
+                      const std::string& mine, const std::string& collective);
+
+// How rank 0 merges a mismatch check: SKIP if every rank skipped, FAIL if a
+// rank failed or every rank completed OK (the mismatch went undetected),
+// else PASS.
+Outcome CombineMismatch(const std::vector<Outcome>& by_rank);
 
 // The ranks other than the last: 0 .. size-2.
 std::vector<uint32_t> AllButLast(uint32_t size);

@@ -29,8 +29,9 @@
 // crash_report and watchdog (a crash or hang named), exchange (the store),
 // report and journal (rank 0's output, and its verdicts across restarts),
 // operation/requests/buffer/data (posting, bounded waits, guard zones,
-// exact inputs and results), elf_symbols, and the checks_* files, one per
-// family of checks.
+// exact inputs and results), refusals (calls that must be refused), groups
+// (communicators over a subset of the ranks), elf_symbols, and the checks_*
+// files, one per family of checks (the *12 ones: ABI 1.2).
 #include "options.hpp"
 #include "runner.hpp"
 #include "self_launch.hpp"

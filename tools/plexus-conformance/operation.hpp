@@ -59,6 +59,9 @@ class Operation {
 
   // Keep the buffers alive until exit (a request may still use them).
   void Abandon() { abandon_ = true; }
+  // Whether a request was leaked (still pending after comm_abort): then its
+  // communicator must not be destroyed either.
+  bool abandoned() const { return abandon_; }
   // A request of this operation failed or was aborted. The ABI gives the
   // buffers back to the caller only if the backend has PLEXUS_CAP_ABORT:
   // then they are kept and watched (see buffer.hpp: the backend must not

@@ -19,21 +19,50 @@ library would hide a plugin's mistakes). It loads the plugin with the host's
 own loader and gives it the host's services, then runs, on every rank:
 
   table        the table and entry function: sizes, ABI version, name and
-               version, required slots, capabilities against slots, the
-               exported dynamic symbols of the .so (exactly the entry function)
+               version, required slots, the 1.1 and 1.2 slots, capabilities
+               against slots, the exported dynamic symbols of the .so
+               (exactly the entry function)
   collectives  every claimed collective x claimed dtype x reduction op x
                counts 0, 1, 1009, a large one and one not divisible by the
                number of ranks, out of place and in place, roots 0 and
                size-1, send/recv in a ring; results checked exactly on every
                rank, send buffers and bytes outside the result untouched
+  ABI 1.2      gather and scatter from every root; allgatherv and alltoallv
+               with uneven counts (0 on some ranks), blocks out of rank order
+               with gaps left untouched, overlapping alltoallv send blocks;
+               allreduce_coalesced over separate buffers and views of one
+               bucket, every op's reduce dtypes; in place where the header
+               allows it; count and displacement arrays overwritten as soon
+               as the post returns (they are borrowed for the call only). A
+               collective not claimed, or a 1.0/1.1 backend, gets one SKIP
+               line saying why
   requests     barrier waits for the last rank, several requests in flight,
                test() never blocks, wait() with a timeout returns TIMEOUT and
                leaves the request pending, waits from several threads
   arguments    unsupported collectives, dtypes, ops and memory types and
-               invalid arguments fail with NULL *req_out and an error string
+               invalid arguments fail with NULL *req_out and an error string;
+               for 1.2, INVALID_ARGUMENT for counts and displacements whose
+               byte size overflows, overlapping receive blocks, alltoallv send
+               and receive blocks that overlap, an allgatherv sendcount other
+               than recvcounts[rank], roots out of range, allreduce_coalesced
+               with nbuffers 0, NULL arrays or overlapping buffers, and then a
+               valid post on the same communicator must still work
+  groups       comm_split (1.2, when the backend has it) into two groups with
+               keys reversing the order, with a rank of no color (NULL
+               communicator, OK), into groups of one; comm_create over a
+               group's ranks in a permuted order with an out-of-band channel
+               over those ranks only (how the host makes groups without
+               comm_split; a backend with comm_split may refuse it): two
+               groups, a subset leaving a rank out, groups of one; two groups
+               sharing ranks used from two threads at once (thread_level
+               multiple; made as the host would); on each, an allreduce and a
+               broadcast from every group rank, whose data show which process
+               each group rank is
   failures     a rank that never posts (timeout), comm_abort from another
-               thread, mismatched collectives, and, last, a dead peer whose
-               error must name its rank
+               thread, mismatched collectives (also allgatherv and alltoallv
+               counts and gather and scatter roots that disagree across
+               ranks), and, last, a dead peer whose error must name its rank,
+               on a communicator of the whole job and on a group
 
 Results travel to rank 0 through the job's rendezvous store, never through
 the backend under test. Rank 0 prints one line per check as it completes,
@@ -78,7 +107,8 @@ Options:
                             per-rank block of allgather, reduce_scatter and
                             alltoall is N / ranks)
       --only PATTERN        run only the checks whose name contains PATTERN
-                            (e.g. "allreduce float16", "abort", "table")
+                            (e.g. "allreduce float16", "abort", "table");
+                            "A|B" runs those that contain A or B
       --max-restarts N      how many times to start the ranks again after a
                             crash or hang (default 10; 0: a crash ends the
                             run; only when the suite started the ranks)
@@ -124,6 +154,18 @@ uint64_t ParseCount(const char* option, const char* text, uint64_t min, uint64_t
 }
 
 }  // namespace
+
+bool Selects(const Options& options, const std::string& name) {
+  if (options.only.empty()) return true;
+  size_t from = 0;
+  for (;;) {
+    const size_t bar = options.only.find('|', from);
+    const std::string pattern = options.only.substr(from, bar - from);
+    if (!pattern.empty() && name.find(pattern) != std::string::npos) return true;
+    if (bar == std::string::npos) return false;
+    from = bar + 1;
+  }
+}
 
 int ParseOptions(int argc, char** argv, Options* out) {
   enum : int { kTimeout = 1000, kFaultTimeout, kMaxCount, kOnly, kMaxRestarts };

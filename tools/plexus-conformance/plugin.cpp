@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "data.hpp"
 #include "rank_record.hpp"
 
 namespace plexus::conformance {
@@ -80,6 +81,8 @@ Status Plugin::Open(const std::string& spec, const std::string& local_address, b
   p->ctx_ = ctx;
   p->caps_.struct_size = sizeof p->caps_;
   p->caps_status_ = p->calls().get_capabilities(ctx, &p->caps_);
+  p->raw_caps_ = p->caps_;
+  if (p->table().abi_minor < 2) p->caps_.collectives &= (1u << PLEXUS_COLL_COUNT_V1) - 1;
   *out = std::move(p);
   return Status::Ok();
 }
@@ -101,6 +104,109 @@ bool Plugin::has_request_error() const {
          table().request_error != nullptr;
 }
 
+namespace {
+
+// Where a 1.2 slot ends in the table, or 0 for a collective of 1.0.
+size_t SlotEnd12(plexus_collective_t coll) {
+  switch (coll) {
+    case PLEXUS_COLL_GATHER:
+      return PLEXUS_CONFORMANCE_SLOT_END(gather);
+    case PLEXUS_COLL_SCATTER:
+      return PLEXUS_CONFORMANCE_SLOT_END(scatter);
+    case PLEXUS_COLL_ALLGATHERV:
+      return PLEXUS_CONFORMANCE_SLOT_END(allgatherv);
+    case PLEXUS_COLL_ALLTOALLV:
+      return PLEXUS_CONFORMANCE_SLOT_END(alltoallv);
+    case PLEXUS_COLL_ALLREDUCE_COALESCED:
+      return PLEXUS_CONFORMANCE_SLOT_END(allreduce_coalesced);
+    default:
+      return 0;
+  }
+}
+
+// The slot of coll as a plain pointer; a 1.2 slot only once the caller made
+// sure the table has it.
+const void* SlotPointer(const plexus_backend_v1& t, plexus_collective_t coll) {
+  switch (coll) {
+    case PLEXUS_COLL_ALLREDUCE:
+      return reinterpret_cast<const void*>(t.allreduce);
+    case PLEXUS_COLL_BROADCAST:
+      return reinterpret_cast<const void*>(t.broadcast);
+    case PLEXUS_COLL_REDUCE:
+      return reinterpret_cast<const void*>(t.reduce);
+    case PLEXUS_COLL_ALLGATHER:
+      return reinterpret_cast<const void*>(t.allgather);
+    case PLEXUS_COLL_REDUCE_SCATTER:
+      return reinterpret_cast<const void*>(t.reduce_scatter);
+    case PLEXUS_COLL_ALLTOALL:
+      return reinterpret_cast<const void*>(t.alltoall);
+    case PLEXUS_COLL_BARRIER:
+      return reinterpret_cast<const void*>(t.barrier);
+    case PLEXUS_COLL_SEND:
+      return reinterpret_cast<const void*>(t.send);
+    case PLEXUS_COLL_RECV:
+      return reinterpret_cast<const void*>(t.recv);
+    case PLEXUS_COLL_GATHER:
+      return reinterpret_cast<const void*>(t.gather);
+    case PLEXUS_COLL_SCATTER:
+      return reinterpret_cast<const void*>(t.scatter);
+    case PLEXUS_COLL_ALLGATHERV:
+      return reinterpret_cast<const void*>(t.allgatherv);
+    case PLEXUS_COLL_ALLTOALLV:
+      return reinterpret_cast<const void*>(t.alltoallv);
+    case PLEXUS_COLL_ALLREDUCE_COALESCED:
+      return reinterpret_cast<const void*>(t.allreduce_coalesced);
+    default:
+      return nullptr;
+  }
+}
+
+// A slot added in 1.2 is the plugin's only if its table says 1.2 or later
+// and is long enough; the loader's copy has NULL past a short table, but a
+// 1.1 table may be longer than its own slots and hold anything there.
+std::string Missing12(const Plugin& p, const char* slot, size_t end) {
+  const auto& t = p.table();
+  if (t.abi_minor < 2) {
+    return "backend is ABI " + std::to_string(t.abi_major) + "." + std::to_string(t.abi_minor) +
+           ": no " + slot;
+  }
+  if (p.plugin_struct_size() < end) {
+    return "backend's table (struct_size " + std::to_string(p.plugin_struct_size()) +
+           ") ends before the 1.2 slot " + slot;
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string Plugin::NoSlotReason(plexus_collective_t coll) const {
+  const char* name = CollectiveName(coll);
+  if (const size_t end = SlotEnd12(coll); end != 0) {
+    if (std::string why = Missing12(*this, name, end); !why.empty()) return why;
+  } else if (coll >= PLEXUS_COLL_COUNT_V1) {
+    return "unknown collective code " + std::to_string(coll);
+  }
+  if (!SlotPointer(table(), coll)) return std::string("the ") + name + " slot is NULL";
+  return {};
+}
+
+bool Plugin::HasCollective(plexus_collective_t coll) const {
+  return NoSlotReason(coll).empty();
+}
+
+std::string Plugin::NoCommSplitReason() const {
+  if (std::string why = Missing12(*this, "comm_split", PLEXUS_CONFORMANCE_SLOT_END(comm_split));
+      !why.empty()) {
+    return why;
+  }
+  if (!table().comm_split) return "the comm_split slot is NULL (optional)";
+  return {};
+}
+
+bool Plugin::has_comm_split() const {
+  return NoCommSplitReason().empty();
+}
+
 std::string Plugin::LastError(plexus_comm* comm) const {
   char buf[2048] = "";
   calls().comm_last_error(comm, buf, sizeof buf);
@@ -116,26 +222,76 @@ std::string Plugin::RequestError(plexus_request* req) const {
   return buf;
 }
 
+namespace {
+
+// A communicator's configuration as the host builds it (Communicator::from_env).
+plexus_comm_config_v1 ConfigOf(const GroupShape& shape, const std::string& name, int64_t timeout_ms,
+                               plexus_oob* oob) {
+  plexus_comm_config_v1 config{};
+  config.struct_size = sizeof config;
+  config.rank = shape.rank;
+  config.size = shape.size;
+  config.local_rank = shape.local_rank;
+  config.local_size = shape.local_size;
+  config.device = shape.device;
+  config.timeout_ms = timeout_ms;
+  config.name = name.c_str();
+  config.oob = oob;
+  config.get_config = &EnvConfig;
+  config.config_ctx = nullptr;
+  return config;
+}
+
+}  // namespace
+
 int32_t Plugin::CreateComm(const LaunchInfo& launch, RendezvousStore* store,
                            const std::string& name, int64_t timeout_ms, plexus_comm** comm,
                            std::string* error) {
+  GroupShape whole;
+  whole.rank = launch.rank;
+  whole.size = launch.size;
+  whole.local_rank = launch.local_rank;
+  whole.local_size = launch.local_size;
+  whole.device = int32_t(launch.local_rank);
   plexus_oob oob{store, name + "/oob", launch.rank, launch.size, 0, {}};
-  plexus_comm_config_v1 config{};
-  config.struct_size = sizeof config;
-  config.rank = launch.rank;
-  config.size = launch.size;
-  config.local_rank = launch.local_rank;
-  config.local_size = launch.local_size;
-  config.device = int32_t(launch.local_rank);
-  config.timeout_ms = timeout_ms;
-  config.name = name.c_str();
-  config.oob = &oob;
-  config.get_config = &EnvConfig;
-  config.config_ctx = nullptr;
+  const plexus_comm_config_v1 config = ConfigOf(whole, name, timeout_ms, &oob);
   char buf[2048] = "";
   *comm = nullptr;
   SetPhase("backend comm_create()");
   const int32_t rc = calls().comm_create(ctx_, &config, comm, buf, sizeof buf);
+  buf[sizeof buf - 1] = '\0';
+  *error = buf;
+  return rc;
+}
+
+int32_t Plugin::CreateGroupComm(const GroupShape& shape, RendezvousStore* store,
+                                const std::string& name, int64_t timeout_ms, plexus_comm** comm,
+                                std::string* error) {
+  plexus_oob oob{store, name + "/oob", shape.rank, shape.size, 0, shape.members};
+  const plexus_comm_config_v1 config = ConfigOf(shape, name, timeout_ms, &oob);
+  char buf[2048] = "";
+  *comm = nullptr;
+  SetPhase("backend comm_create() of a group");
+  const int32_t rc = calls().comm_create(ctx_, &config, comm, buf, sizeof buf);
+  buf[sizeof buf - 1] = '\0';
+  *error = buf;
+  return rc;
+}
+
+int32_t Plugin::SplitComm(plexus_comm* parent, uint32_t color, uint32_t key,
+                          const GroupShape* shape, RendezvousStore* store, const std::string& name,
+                          int64_t timeout_ms, plexus_comm** comm, std::string* error) {
+  char buf[2048] = "";
+  *comm = nullptr;
+  SetPhase("backend comm_split()");
+  int32_t rc;
+  if (shape) {
+    plexus_oob oob{store, name + "/oob", shape->rank, shape->size, 0, shape->members};
+    const plexus_comm_config_v1 config = ConfigOf(*shape, name, timeout_ms, &oob);
+    rc = calls().comm_split(parent, color, key, &config, comm, buf, sizeof buf);
+  } else {
+    rc = calls().comm_split(parent, color, key, nullptr, comm, buf, sizeof buf);
+  }
   buf[sizeof buf - 1] = '\0';
   *error = buf;
   return rc;

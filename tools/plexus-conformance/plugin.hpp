@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "plexus/backend.h"
 #include "plexus/launch_env.hpp"
@@ -21,6 +22,18 @@
 #include "traced_calls.hpp"
 
 namespace plexus::conformance {
+
+// One rank's view of a group: its rank and size in the group, the group's
+// ranks in the job (members[rank] is this process), and how many of them
+// share this host (local_rank counts those before it in group order).
+struct GroupShape {
+  uint32_t rank = 0;
+  uint32_t size = 1;
+  uint32_t local_rank = 0;
+  uint32_t local_size = 1;
+  int32_t device = -1;  // the process's device, whatever the communicator
+  std::vector<uint32_t> members;
+};
 
 class Plugin {
  public:
@@ -45,12 +58,25 @@ class Plugin {
   const std::string& path() const { return lib_->path(); }
   plexus_backend_ctx* ctx() const { return ctx_; }
 
-  // get_capabilities() as called once after init.
+  // get_capabilities() as called once after init: caps() as the host reads
+  // them (the collective bits of 1.2 dropped for a table older than 1.2,
+  // which has no slots for them), raw_caps() as the plugin filled them.
   int32_t caps_status() const { return caps_status_; }
   const plexus_capabilities& caps() const { return caps_; }
+  const plexus_capabilities& raw_caps() const { return raw_caps_; }
 
   // The 1.1 slot, read only when abi_minor and struct_size say it is there.
   bool has_request_error() const;
+
+  // The 1.2 slots, read only when abi_minor >= 2 and the plugin's
+  // struct_size covers the slot (a 1.0 or 1.1 table may hold anything
+  // there). HasCollective: the slot of any collective code (0-13) is there
+  // and non-NULL. NoSlotReason: "" when HasCollective, else why not, e.g.
+  // "backend is ABI 1.1: no gather" or "the gather slot is NULL".
+  bool HasCollective(plexus_collective_t coll) const;
+  std::string NoSlotReason(plexus_collective_t coll) const;
+  bool has_comm_split() const;
+  std::string NoCommSplitReason() const;  // "" when has_comm_split()
 
   // comm_last_error / request_error as strings ("" when the slot is absent).
   std::string LastError(plexus_comm* comm) const;
@@ -62,6 +88,18 @@ class Plugin {
   // environment. Returns the plugin's status; *error holds its reason.
   int32_t CreateComm(const LaunchInfo& launch, RendezvousStore* store, const std::string& name,
                      int64_t timeout_ms, plexus_comm** comm, std::string* error);
+
+  // A group: comm_create over shape.members (group rank -> job rank), with
+  // an out-of-band channel over those ranks only (plexus_oob.members), as
+  // the host makes a group for a backend without comm_split.
+  int32_t CreateGroupComm(const GroupShape& shape, RendezvousStore* store, const std::string& name,
+                          int64_t timeout_ms, plexus_comm** comm, std::string* error);
+  // comm_split (1.2) of parent: shape is this rank's new communicator as the
+  // host computed it, or nullptr for PLEXUS_SPLIT_NO_COLOR (then config is
+  // NULL). Only when has_comm_split().
+  int32_t SplitComm(plexus_comm* parent, uint32_t color, uint32_t key, const GroupShape* shape,
+                    RendezvousStore* store, const std::string& name, int64_t timeout_ms,
+                    plexus_comm** comm, std::string* error);
 
   // Something the backend may still touch (a request that never completed,
   // the communicator it belongs to) is being kept alive on purpose: do not
@@ -80,6 +118,7 @@ class Plugin {
   plexus_backend_ctx* ctx_ = nullptr;
   int32_t caps_status_ = PLEXUS_ERR_INTERNAL;
   plexus_capabilities caps_{};
+  plexus_capabilities raw_caps_{};
   bool leaked_ = false;
 };
 

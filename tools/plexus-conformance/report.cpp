@@ -95,7 +95,7 @@ void Report::Summary(const std::string& backend, uint32_t size) {
   Line("");
   Line("Summary by group (checks; a collective's capabilities are its dtype x op pairs):");
   char row[256];
-  std::snprintf(row, sizeof row, "  %-16s %12s %8s %8s %8s", "group", "capabilities", "passed",
+  std::snprintf(row, sizeof row, "  %-20s %12s %8s %8s %8s", "group", "capabilities", "passed",
                 "failed", "skipped");
   Line(row);
   for (const std::string& g : group_order_) {
@@ -103,7 +103,7 @@ void Report::Summary(const std::string& backend, uint32_t size) {
     const auto caps = capabilities_.find(g);
     const std::string ncaps =
         caps == capabilities_.end() ? "-" : std::to_string(caps->second.size());
-    std::snprintf(row, sizeof row, "  %-16s %12s %8d %8d %8d", g.c_str(), ncaps.c_str(), c.pass,
+    std::snprintf(row, sizeof row, "  %-20s %12s %8d %8d %8d", g.c_str(), ncaps.c_str(), c.pass,
                   c.fail, c.skip);
     Line(row);
   }

@@ -62,14 +62,16 @@ std::vector<Check> BuildList(const Session& session) {
   }
   auto append = [&](std::vector<Check> v) { all.insert(all.end(), v.begin(), v.end()); };
   append(CollectiveChecks(caps, size, o));
+  append(CollectiveChecks12(caps, size, o));
   append(RequestChecks(caps, size));
   append(ArgumentChecks(caps, size));
-  append(FailureChecks(caps, size));
-  all.push_back(DeadPeerCheck(size));
+  append(ArgumentChecks12(caps, size));
+  append(GroupChecks(caps, size));
+  append(FailureChecks(caps, size));  // with MismatchChecks12
+  append(DeadPeerChecks(size, o));    // last: a rank exits
   std::vector<Check> selected;
   for (Check& c : all) {
-    if (o.only.empty() || c.name.find(o.only) != std::string::npos)
-      selected.push_back(std::move(c));
+    if (Selects(o, c.name)) selected.push_back(std::move(c));
   }
   return selected;
 }
@@ -249,7 +251,10 @@ int RunRankSteps(const Options& options) {
       if (lead) report.Line("(stopping: the checks that follow need what just failed)");
       break;
     }
-    if (!renew) continue;
+    // A rank has exited on purpose (the dead-peer checks, which run last on
+    // communicators made before it left): a new shared communicator could
+    // not include it, and the checks after it do not use one.
+    if (!renew || session->any_gone()) continue;
     Check replace;
     replace.name = "comm_create of a new shared communicator (the last one is broken)";
     replace.group = "table";

@@ -47,6 +47,13 @@ int32_t Session::RenewMainComm(std::string* error) {
   return CreateComm("shared", options_.timeout_ms, &main_comm_, error);
 }
 
+bool Session::any_gone() const {
+  for (bool g : gone_) {
+    if (g) return true;
+  }
+  return false;
+}
+
 // Context's accessors live here, where Session is complete.
 const plexus_backend_v1& Context::table() const {
   return session.plugin().table();

@@ -43,9 +43,18 @@ class Session {
   void MarkMainLeaked() { main_leaked_ = true; }
   int32_t RenewMainComm(std::string* error);
 
-  // A rank that left on purpose (the dead-peer check): not waited for at the end.
-  void MarkRankGone(uint32_t rank) { gone_.at(rank) = true; }
+  // A rank that left on purpose during check seq (the dead-peer checks):
+  // not waited for at the end, and its result of every later check is a
+  // SKIP that rank 0 fills in (exchange.hpp).
+  void MarkRankGone(uint32_t rank, uint64_t seq) {
+    gone_.at(rank) = true;
+    exchange_.MarkGone(rank, seq);
+  }
   bool gone(uint32_t rank) const { return gone_.at(rank); }
+  bool any_gone() const;
+
+  // The job's rendezvous store, for the out-of-band channels of groups.
+  RendezvousStore* store() const { return job_->store.get(); }
 
  private:
   const Options& options_;

@@ -113,11 +113,28 @@ int32_t TracedCalls::comm_create(plexus_backend_ctx* ctx, const plexus_comm_conf
     CallInFlight call(text.c_str());
     rc = table_->comm_create(ctx, config, comm_out, err, err_len);
   }
-  if (rc == PLEXUS_OK && *comm_out) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    comm_names_[*comm_out] = name;
-  }
+  if (rc == PLEXUS_OK && *comm_out) NameComm(*comm_out, config);
   return rc;
+}
+
+void TracedCalls::NameComm(plexus_comm* comm, const plexus_comm_config_v1* config) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  comm_names_[comm] = config->name ? config->name : "";
+  comm_sizes_[comm] = config->size;
+}
+
+uint32_t TracedCalls::CommSize(plexus_comm* comm) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = comm_sizes_.find(comm);
+  return it == comm_sizes_.end() ? 0 : it->second;
+}
+
+std::string TracedCalls::Array(const uint64_t* a, uint32_t n) const {
+  if (!a) return "NULL";
+  if (n == 0) return Pointer(a);
+  std::string s = "[";
+  for (uint32_t i = 0; i < n && i < 8; ++i) s += (i ? ", " : "") + std::to_string(a[i]);
+  return s + (n > 8 ? ", ...]" : "]");
 }
 
 void TracedCalls::comm_destroy(plexus_comm* comm) const {
@@ -127,6 +144,7 @@ void TracedCalls::comm_destroy(plexus_comm* comm) const {
   }
   std::lock_guard<std::mutex> lock(mutex_);
   comm_names_.erase(comm);
+  comm_sizes_.erase(comm);
 }
 
 int32_t TracedCalls::comm_abort(plexus_comm* comm) const {
@@ -275,6 +293,120 @@ int32_t TracedCalls::recv(plexus_comm* comm, void* buf, uint64_t count, plexus_d
     rc = table_->recv(comm, buf, count, dtype, peer, placement, req_out);
   }
   NamePosted(rc, req_out, "recv", details);
+  return rc;
+}
+
+int32_t TracedCalls::gather(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                            plexus_dtype_t dtype, uint32_t root, const plexus_placement* placement,
+                            plexus_request** req_out) const {
+  const std::string details = "count " + std::to_string(count) + " per rank, " + Dtype(dtype) +
+                              ", root " + std::to_string(root);
+  const std::string text = "gather(" + Buffers(sendbuf, recvbuf) + ", " + details + ", " +
+                           Placement(placement) + ")" + CommSuffix(comm);
+  int32_t rc;
+  {
+    CallInFlight call(text.c_str());
+    rc = table_->gather(comm, sendbuf, recvbuf, count, dtype, root, placement, req_out);
+  }
+  NamePosted(rc, req_out, "gather", details);
+  return rc;
+}
+
+int32_t TracedCalls::scatter(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                             plexus_dtype_t dtype, uint32_t root, const plexus_placement* placement,
+                             plexus_request** req_out) const {
+  const std::string details = "count " + std::to_string(count) + " per rank, " + Dtype(dtype) +
+                              ", root " + std::to_string(root);
+  const std::string text = "scatter(" + Buffers(sendbuf, recvbuf) + ", " + details + ", " +
+                           Placement(placement) + ")" + CommSuffix(comm);
+  int32_t rc;
+  {
+    CallInFlight call(text.c_str());
+    rc = table_->scatter(comm, sendbuf, recvbuf, count, dtype, root, placement, req_out);
+  }
+  NamePosted(rc, req_out, "scatter", details);
+  return rc;
+}
+
+int32_t TracedCalls::allgatherv(plexus_comm* comm, const void* sendbuf, uint64_t sendcount,
+                                void* recvbuf, const uint64_t* recvcounts, const uint64_t* displs,
+                                plexus_dtype_t dtype, const plexus_placement* placement,
+                                plexus_request** req_out) const {
+  const uint32_t n = CommSize(comm);
+  const std::string details = "sendcount " + std::to_string(sendcount) + ", " + Dtype(dtype);
+  const std::string text = "allgatherv(" + Buffers(sendbuf, recvbuf) + ", " + details +
+                           ", recvcounts " + Array(recvcounts, n) + ", displs " + Array(displs, n) +
+                           ", " + Placement(placement) + ")" + CommSuffix(comm);
+  int32_t rc;
+  {
+    CallInFlight call(text.c_str());
+    rc = table_->allgatherv(comm, sendbuf, sendcount, recvbuf, recvcounts, displs, dtype, placement,
+                            req_out);
+  }
+  NamePosted(rc, req_out, "allgatherv", details);
+  return rc;
+}
+
+int32_t TracedCalls::alltoallv(plexus_comm* comm, const void* sendbuf, const uint64_t* sendcounts,
+                               const uint64_t* sdispls, void* recvbuf, const uint64_t* recvcounts,
+                               const uint64_t* rdispls, plexus_dtype_t dtype,
+                               const plexus_placement* placement, plexus_request** req_out) const {
+  const uint32_t n = CommSize(comm);
+  const std::string details = "sendcounts " + Array(sendcounts, n) + ", recvcounts " +
+                              Array(recvcounts, n) + ", " + Dtype(dtype);
+  const std::string text = "alltoallv(" + Buffers(sendbuf, recvbuf) + ", " + details +
+                           ", sdispls " + Array(sdispls, n) + ", rdispls " + Array(rdispls, n) +
+                           ", " + Placement(placement) + ")" + CommSuffix(comm);
+  int32_t rc;
+  {
+    CallInFlight call(text.c_str());
+    rc = table_->alltoallv(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dtype,
+                           placement, req_out);
+  }
+  NamePosted(rc, req_out, "alltoallv", details);
+  return rc;
+}
+
+int32_t TracedCalls::allreduce_coalesced(plexus_comm* comm, const void* const* sendbufs,
+                                         void* const* recvbufs, const uint64_t* counts,
+                                         uint32_t nbuffers, plexus_dtype_t dtype,
+                                         plexus_reduce_op_t op, const plexus_placement* placement,
+                                         plexus_request** req_out) const {
+  const std::string details = std::to_string(nbuffers) + " buffers, counts " +
+                              Array(counts, nbuffers) + ", " + Dtype(dtype) + ", " + Op(op);
+  const std::string text = "allreduce_coalesced(sendbufs=" + Pointer(sendbufs) +
+                           ", recvbufs=" + Pointer(recvbufs) + ", " + details + ", " +
+                           Placement(placement) + ")" + CommSuffix(comm);
+  int32_t rc;
+  {
+    CallInFlight call(text.c_str());
+    rc = table_->allreduce_coalesced(comm, sendbufs, recvbufs, counts, nbuffers, dtype, op,
+                                     placement, req_out);
+  }
+  NamePosted(rc, req_out, "allreduce_coalesced", details);
+  return rc;
+}
+
+int32_t TracedCalls::comm_split(plexus_comm* comm, uint32_t color, uint32_t key,
+                                const plexus_comm_config_v1* config, plexus_comm** comm_out,
+                                char* err, size_t err_len) const {
+  std::string text =
+      "comm_split(" + CommName(comm) + ", color " +
+      (color == PLEXUS_SPLIT_NO_COLOR ? std::string("NO_COLOR") : std::to_string(color)) +
+      ", key " + std::to_string(key) + ", ";
+  if (config) {
+    text += "config rank " + std::to_string(config->rank) + " of " + std::to_string(config->size) +
+            ", name '" + (config->name ? config->name : "") + "', timeout " +
+            std::to_string(config->timeout_ms) + " ms)";
+  } else {
+    text += "config NULL)";
+  }
+  int32_t rc;
+  {
+    CallInFlight call(text.c_str());
+    rc = table_->comm_split(comm, color, key, config, comm_out, err, err_len);
+  }
+  if (rc == PLEXUS_OK && config && comm_out && *comm_out) NameComm(*comm_out, config);
   return rc;
 }
 

@@ -64,6 +64,31 @@ class TracedCalls {
   int32_t recv(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype, uint32_t peer,
                const plexus_placement* placement, plexus_request** req_out) const;
 
+  // ABI 1.2: call them only when Plugin::HasCollective / has_comm_split
+  // says the slot is there. The arrays are printed with the communicator's
+  // size as their length (as far as the suite made the communicator).
+  int32_t gather(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                 plexus_dtype_t dtype, uint32_t root, const plexus_placement* placement,
+                 plexus_request** req_out) const;
+  int32_t scatter(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
+                  plexus_dtype_t dtype, uint32_t root, const plexus_placement* placement,
+                  plexus_request** req_out) const;
+  int32_t allgatherv(plexus_comm* comm, const void* sendbuf, uint64_t sendcount, void* recvbuf,
+                     const uint64_t* recvcounts, const uint64_t* displs, plexus_dtype_t dtype,
+                     const plexus_placement* placement, plexus_request** req_out) const;
+  int32_t alltoallv(plexus_comm* comm, const void* sendbuf, const uint64_t* sendcounts,
+                    const uint64_t* sdispls, void* recvbuf, const uint64_t* recvcounts,
+                    const uint64_t* rdispls, plexus_dtype_t dtype,
+                    const plexus_placement* placement, plexus_request** req_out) const;
+  int32_t allreduce_coalesced(plexus_comm* comm, const void* const* sendbufs, void* const* recvbufs,
+                              const uint64_t* counts, uint32_t nbuffers, plexus_dtype_t dtype,
+                              plexus_reduce_op_t op, const plexus_placement* placement,
+                              plexus_request** req_out) const;
+  // Names *comm_out after config->name when it succeeds with a communicator.
+  int32_t comm_split(plexus_comm* comm, uint32_t color, uint32_t key,
+                     const plexus_comm_config_v1* config, plexus_comm** comm_out, char* err,
+                     size_t err_len) const;
+
   int32_t test(plexus_request* req) const;
   int32_t wait(plexus_request* req, int64_t timeout_ms) const;
   int32_t request_free(plexus_request* req) const;
@@ -74,6 +99,12 @@ class TracedCalls {
   std::string CommName(plexus_comm* comm) const;
   // " on comm 'name'" for a communicator other than the shared one, else "".
   std::string CommSuffix(plexus_comm* comm) const;
+  // The size of a communicator the suite made, 0 if unknown.
+  uint32_t CommSize(plexus_comm* comm) const;
+  // "[4, 0, 7]" for the first n entries of a (at most 8 shown), or "NULL".
+  std::string Array(const uint64_t* a, uint32_t n) const;
+  // Records a communicator a comm_create or comm_split returned.
+  void NameComm(plexus_comm* comm, const plexus_comm_config_v1* config) const;
   // "req of allreduce #3 (count 1009, int32, sum)", or what req is if not ours.
   std::string RequestText(plexus_request* req) const;
   // After a post: names *req_out when the post returned OK and a request.
@@ -83,6 +114,7 @@ class TracedCalls {
   const plexus_backend_v1* table_;
   mutable std::mutex mutex_;
   mutable std::map<plexus_comm*, std::string> comm_names_;
+  mutable std::map<plexus_comm*, uint32_t> comm_sizes_;
   mutable std::map<plexus_request*, std::string> request_names_;
   mutable std::map<std::string, int> posts_;  // per collective, in the check of posts_generation_
   mutable uint64_t posts_generation_ = 0;
