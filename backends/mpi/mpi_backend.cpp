@@ -271,6 +271,18 @@ int32_t Progress(plexus_request* req) {
     return PLEXUS_IN_PROGRESS;
   }
 
+  if (req->root_check) {
+    const int mine = int(req->root), highest = req->root_check[0], lowest = -req->root_check[1];
+    if (highest != mine || lowest != mine) {
+      const std::string message =
+          std::string("mpi ") + what + ": the ranks disagree on the root: this rank (" +
+          std::to_string(comm->rank) + ") posted root " + std::to_string(mine) +
+          ", another rank posted root " + std::to_string(highest != mine ? highest : lowest);
+      req->status = PLEXUS_ERR_REMOTE;
+      comm->Break(PLEXUS_ERR_REMOTE, message);
+      return req->status;
+    }
+  }
   FinishData(req);
   req->scratch.reset();
   req->vargs.reset();

@@ -267,6 +267,13 @@ struct plexus_request {
   };
   std::vector<Unpack> unpack;
   std::unique_ptr<plexus::mpi::VArgs> vargs;  // v-collectives: arrays MPI reads until done
+  // gather, scatter: {root, -root} maximised over the ranks by an
+  // MPI_Iallreduce posted with the operation. MPI cannot tell that ranks
+  // named different roots (at 2 ranks both "roots" just send, and the
+  // operation completes); on completion a root other than this rank's fails
+  // it with REMOTE instead of reporting success.
+  std::unique_ptr<int[]> root_check;
+  uint32_t root = 0;
 
   // Own schedules (allreduce on host memory): one per chunk, all running at
   // once; pending is then unused and scratch (scratch_capacity bytes) is

@@ -609,9 +609,23 @@ int32_t PostRecv(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dt
   return PLEXUS_OK;
 }
 
+// Posts the root check of a gather or scatter (plexus_request::root_check)
+// ahead of the operation itself, on the same communicator, so every rank
+// posts both in the same order.
+bool PostRootCheck(Posting& p, plexus_comm* comm, uint32_t root) {
+  if (comm->size == 1) return true;
+  p.req().root = root;
+  p.req().root_check.reset(new int[2]{int(root), -int(root)});
+  MPI_Request r = MPI_REQUEST_NULL;
+  return p.Add(
+      MPI_Iallreduce(MPI_IN_PLACE, p.req().root_check.get(), 2, MPI_INT, MPI_MAX, comm->mpi, &r),
+      &r, "MPI_Iallreduce (root check)");
+}
+
 int32_t PostGather(plexus_comm* comm, const void* send, void* recv, uint64_t count,
                    plexus_dtype_t dtype, uint32_t root, plexus_request** out) {
   Posting p(comm, PLEXUS_COLL_GATHER, dtype);
+  if (!PostRootCheck(p, comm, root)) return p.Finish(out);
   const uint64_t es = algos::DtypeSize(dtype), block = count * es;
   const bool is_root = comm->rank == root;
   p.req().bytes = is_root ? block * comm->size : block;
@@ -645,6 +659,7 @@ int32_t PostGather(plexus_comm* comm, const void* send, void* recv, uint64_t cou
 int32_t PostScatter(plexus_comm* comm, const void* send, void* recv, uint64_t count,
                     plexus_dtype_t dtype, uint32_t root, plexus_request** out) {
   Posting p(comm, PLEXUS_COLL_SCATTER, dtype);
+  if (!PostRootCheck(p, comm, root)) return p.Finish(out);
   const uint64_t es = algos::DtypeSize(dtype), block = count * es;
   const bool is_root = comm->rank == root;
   p.req().bytes = is_root ? block * comm->size : block;
