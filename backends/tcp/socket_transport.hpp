@@ -41,7 +41,7 @@ namespace plexus::tcp {
 // One frame to send or to receive (sig: what the frame says, or must say).
 // Owned by whoever posted it; must outlive its completion (or the failure of
 // the transport).
-struct Transfer : kit::Message {
+struct Transfer final : kit::Message {
   // Progress, owned by the transport.
   FrameHeader header{};
   size_t header_done = 0;

@@ -599,22 +599,25 @@ algos::Status UcxTransport::Exchange(const algos::OpSignature& sig,
                                      std::span<const algos::RecvSpec> recvs) {
   // The batch lives in a member so that a small exchange allocates nothing;
   // Transfers are addressed from active_, so it is not resized until they end.
+  // Built in place (a Transfer is a kit::Message, with a vtable): filling it
+  // with blanks and then copying each in cost the 8-byte allreduce 1-2 %
+  // (paired A/B against the same build otherwise, 2 ranks).
   std::vector<Transfer>& batch = batch_;
-  batch.assign(sends.size() + recvs.size(), Transfer{});
-  size_t i = 0;
+  batch.clear();
+  batch.reserve(sends.size() + recvs.size());
   // Receives first: a message that finds its receive posted lands in place.
   for (const auto& r : recvs) {
     if (r.peer >= size_ || r.peer == rank_) {
       return {PLEXUS_ERR_INTERNAL,
               "algorithm received from invalid peer " + std::to_string(r.peer)};
     }
-    batch[i++] = Transfer(false, r.peer, sig, r.data, r.bytes);
+    batch.emplace_back(false, r.peer, sig, r.data, r.bytes);
   }
   for (const auto& s : sends) {
     if (s.peer >= size_ || s.peer == rank_) {
       return {PLEXUS_ERR_INTERNAL, "algorithm sent to invalid peer " + std::to_string(s.peer)};
     }
-    batch[i++] = Transfer(true, s.peer, sig, const_cast<void*>(s.data), s.bytes);
+    batch.emplace_back(true, s.peer, sig, const_cast<void*>(s.data), s.bytes);
   }
   current_ = &sig;
   restart_clock_ = true;  // Drive starts the no-progress clock if it has to wait

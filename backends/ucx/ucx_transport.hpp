@@ -55,7 +55,7 @@ using Clock = std::chrono::steady_clock;
 // One message to send or receive (sig: the operation it belongs to). Owned
 // by whoever posted it; it must stay alive until it is complete or Cancel()
 // has returned.
-struct Transfer : kit::Message {
+struct Transfer final : kit::Message {
   Transfer() = default;
   Transfer(bool send, uint32_t to_or_from, const algos::OpSignature& s, void* buf, size_t n) {
     is_send = send;

@@ -49,7 +49,7 @@ struct FrameHeader {
 // One frame to send or receive (sig: what the frame says, or must say).
 // Owned by whoever posted it; it must stay alive until it is complete or
 // Drive() has failed.
-struct Transfer : plexus::kit::Message {
+struct Transfer final : plexus::kit::Message {
   Transfer() = default;
   Transfer(bool send, uint32_t to_or_from, const OpSignature& s, const void* buf, size_t n) {
     is_send = send;
