@@ -2,7 +2,8 @@
 # ThreadSanitizer run of the backend kit and the backends built on it: a
 # separate build (build-tsan/, -Db_sanitize=thread) of libplexus, plexus-run,
 # the kit, tcp and ucx, then the kit's queue test and the collective battery
-# (tests/collectives_check) on tcp and ucx at 2 and 3 ranks, and, when
+# (tests/collectives_check) on tcp and ucx at 2 and 3 ranks, groups and the
+# 1.2 collectives (tests/groups_check) at 3 ranks, and, when
 # samples/vendor-plugin can be built against an install of that tree, the uds
 # sample under plexus-conformance. Any report fails the run (exit 66).
 # About 20-30 minutes on 2 cores (TSan runs the battery 5-15x slower);
@@ -19,7 +20,8 @@ if [ ! -f $build/build.ninja ]; then
   meson setup $build -Db_sanitize=thread -Dbuildtype=debugoptimized -Dtorch=disabled \
     -Dnccl=disabled -Dmpi=disabled >/dev/null || exit 1
 fi
-targets=(tests/kit/kit_op_queue_test tests/collectives_check tools/plexus-run/plexus-run
+targets=(tests/kit/kit_op_queue_test tests/collectives_check tests/groups_check
+         tools/plexus-run/plexus-run
          tools/plexus-conformance/plexus-conformance backends/tcp/libplexus-tcp.so)
 [ -f $build/backends/ucx/build.ninja ] || true
 if grep -q "libplexus-ucx.so" $build/build.ninja; then targets+=(backends/ucx/libplexus-ucx.so); fi
@@ -55,6 +57,10 @@ for n in 2 3; do
   run "tcp collectives, $n ranks" env PLEXUS_BACKEND=tcp \
     $build/tools/plexus-run/plexus-run -n $n $build/tests/collectives_check
 done
+# Groups (split, group, two groups used from two threads at once) and the
+# ABI 1.2 collectives on the world and on a split.
+run "tcp groups and 1.2 collectives, 3 ranks" env PLEXUS_BACKEND=tcp \
+  $build/tools/plexus-run/plexus-run -n 3 $build/tests/groups_check
 if [ -e $build/backends/ucx/libplexus-ucx.so ]; then
   # UCX's memory hooks (libucm patches malloc and mmap in every loaded
   # library) fight TSan's own interceptors: with them a rank died of SIGSEGV
@@ -65,6 +71,9 @@ if [ -e $build/backends/ucx/libplexus-ucx.so ]; then
       UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none \
       $build/tools/plexus-run/plexus-run -n $n $build/tests/collectives_check
   done
+  run "ucx groups and 1.2 collectives, 3 ranks" env PLEXUS_BACKEND=ucx UCX_MEM_EVENTS=no \
+    UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none \
+    $build/tools/plexus-run/plexus-run -n 3 $build/tests/groups_check
 fi
 # The uds sample, with the kit and plexus-algos compiled in with TSan (what
 # pkg-config plexus-kit gives a vendor, from the sources), under the

@@ -35,20 +35,6 @@ struct SplitEntry {
 };
 static_assert(sizeof(SplitEntry) == 24);
 
-uint64_t Fnv1a(const void* data, size_t bytes, uint64_t h = 1469598103934665603ull) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
-// The host's name and its address towards the rendezvous: network-namespace
-// "hosts" share a hostname but not an address.
-uint64_t HostIdentity(const std::string& local_address) {
-  char name[256] = "";
-  gethostname(name, sizeof name - 1);
-  return Fnv1a(local_address.data(), local_address.size(), Fnv1a(name, std::strlen(name)));
-}
-
 [[noreturn]] void Throw(const Status& st, const std::string& who = "plexus") {
   throw Error(st.code(), who, st.message());
 }

@@ -16,6 +16,7 @@
 #include "plexus/log.hpp"
 #include "plugins/plugin_loader.hpp"
 #include "store/job_token.hpp"
+#include "store/private_dir.hpp"
 #include "store/store_protocol.hpp"
 
 namespace plexus {
@@ -236,6 +237,78 @@ Communicator Communicator::from_env(const CommunicatorOptions& options) {
   std::shared_ptr<Job> job;
   Status st = GetJob(timeout, &job);
   if (!st.ok()) Throw(st);
+  std::string name = "plexus/" + std::to_string(job->next_comm++);
+  return Join(std::move(job), std::move(name), options, timeout);
+}
+
+namespace {
+
+// The caller's store, shared with the caller (a Job owns its store).
+class SharedStore final : public RendezvousStore {
+ public:
+  explicit SharedStore(std::shared_ptr<RendezvousStore> store) : store_(std::move(store)) {}
+  Status Set(const std::string& k, const Bytes& v, std::chrono::milliseconds t) override {
+    return store_->Set(k, v, t);
+  }
+  Status Get(const std::string& k, Bytes* v, std::chrono::milliseconds t) override {
+    return store_->Get(k, v, t);
+  }
+  Status Add(const std::string& k, int64_t d, int64_t* n, std::chrono::milliseconds t) override {
+    return store_->Add(k, d, n, t);
+  }
+  Status Wait(const std::vector<std::string>& k, std::chrono::milliseconds t) override {
+    return store_->Wait(k, t);
+  }
+
+ private:
+  std::shared_ptr<RendezvousStore> store_;
+};
+
+}  // namespace
+
+Communicator Communicator::from_store(std::shared_ptr<RendezvousStore> store, uint32_t rank,
+                                      uint32_t size, const CommunicatorOptions& options) {
+  const auto timeout = options.timeout.count() > 0 ? options.timeout : TimeoutFromEnv();
+  if (!store) Throw(Status::InvalidArgument("from_store: the store is null"));
+  if (size == 0 || rank >= size) {
+    Throw(Status::InvalidArgument("from_store: rank " + std::to_string(rank) +
+                                  " is not a rank of size " + std::to_string(size)));
+  }
+  // Calls on one store are numbered by a counter of this rank's own, so
+  // ranks that make communicators in the same order agree on each's name.
+  int64_t n = 0;
+  Status st = store->Add(store::RankKey(rank, "plexus/store-comms"), 1, &n, timeout);
+  if (!st.ok()) Throw(st.WithContext("from_store: rank " + std::to_string(rank)));
+  std::string name = "plexus/store/" + std::to_string(n - 1);
+  std::shared_ptr<Job> job;
+  std::string token, secret_file;
+  st = MakeStoreJob(std::make_unique<SharedStore>(std::move(store)), rank, size, name, timeout,
+                    &job, &token, &secret_file);
+  if (!st.ok()) Throw(st);
+  CommunicatorOptions with_secret = options;
+  if (!token.empty()) with_secret.config["PLEXUS_TOKEN"] = token;
+  Communicator comm = [&] {
+    try {
+      return Join(job, name, with_secret, timeout);
+    } catch (...) {
+      if (!secret_file.empty()) store::RemovePrivate(secret_file);
+      throw;
+    }
+  }();
+  // Every rank has read the secret once every rank is past comm_create.
+  if (!secret_file.empty()) {
+    std::vector<std::string> keys;
+    for (uint32_t r = 0; r < size; ++r) keys.push_back(store::RankKey(r, name + "/created"));
+    (void)job->store->Wait(keys, timeout);
+    store::RemovePrivate(secret_file);
+  }
+  return comm;
+}
+
+Communicator Communicator::Join(std::shared_ptr<Job> job, std::string name,
+                                const CommunicatorOptions& options,
+                                std::chrono::milliseconds timeout) {
+  Status st;
   const LaunchInfo& l = job->launch;
   auto state = std::make_shared<detail::CommState>();
   state->job = job;
@@ -247,7 +320,7 @@ Communicator Communicator::from_env(const CommunicatorOptions& options) {
   state->job_ranks.resize(l.size);
   for (uint32_t r = 0; r < l.size; ++r) state->job_ranks[r] = r;
   state->timeout = timeout;
-  state->name = "plexus/" + std::to_string(job->next_comm++);
+  state->name = std::move(name);
   state->debug_detail = detail::DetailDebugEnabled();
 
   std::string spec = options.backend;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "plexus/log.hpp"
@@ -142,6 +143,76 @@ Status GetJob(std::chrono::milliseconds timeout, std::shared_ptr<Job>* out) {
           (ifname_address.empty() ? "" : std::string(" (PLEXUS_SOCKET_IFNAME=") + ifname + ")"));
   job = j;
   *out = job;
+  return Status::Ok();
+}
+
+uint64_t HostIdentity(const std::string& local_address) {
+  char name[256] = "";
+  gethostname(name, sizeof name - 1);
+  return Fnv1a(local_address.data(), local_address.size(), Fnv1a(name, std::strlen(name)));
+}
+
+Status MakeStoreJob(std::unique_ptr<RendezvousStore> store, uint32_t rank, uint32_t size,
+                    const std::string& name, std::chrono::milliseconds timeout,
+                    std::shared_ptr<Job>* out, std::string* token_config,
+                    std::string* secret_file) {
+  if (!store) return Status::InvalidArgument("from_store: the store is null");
+  if (size == 0 || rank >= size) {
+    return Status::InvalidArgument("from_store: rank " + std::to_string(rank) +
+                                   " is not a rank of size " + std::to_string(size));
+  }
+  auto j = std::make_shared<Job>();
+  LaunchInfo& l = j->launch;
+  l.rank = rank;
+  l.size = size;
+  l.source = "a store given to Communicator::from_store";
+  const char* master = std::getenv("MASTER_ADDR");
+  if (master && *master) l.master_addr = master;
+  std::string address;
+  const char* ifname = std::getenv("PLEXUS_SOCKET_IFNAME");
+  if (ifname != nullptr && *ifname != '\0') {
+    Status st = InterfaceAddress(ifname, &address);
+    if (!st.ok()) return st.WithContext("rank " + std::to_string(rank));
+  } else if (!l.master_addr.empty()) {
+    const char* port = std::getenv("MASTER_PORT");
+    address = LocalAddressTowards(l.master_addr, uint16_t(port ? std::atoi(port) : 0));
+  } else {
+    address = "127.0.0.1";
+  }
+  j->local_address = size == 1 ? "" : address;
+  // Where every rank runs: its own key, read back by all.
+  const uint64_t here = HostIdentity(address);
+  const auto* p = reinterpret_cast<const uint8_t*>(&here);
+  auto key = [&](uint32_t r) { return store::RankKey(r, name + "/host"); };
+  Status st = store->Set(key(rank), Bytes(p, p + sizeof here), timeout);
+  l.local_size = 0;
+  for (uint32_t r = 0; st.ok() && r < size; ++r) {
+    Bytes value;
+    st = store->Get(key(r), &value, timeout);
+    if (!st.ok()) break;
+    uint64_t there = 0;
+    if (value.size() != sizeof there) {
+      st = Status::InvalidUsage("rank " + std::to_string(r) + "'s host entry in the store is " +
+                                std::to_string(value.size()) + " bytes, not 8");
+      break;
+    }
+    std::memcpy(&there, value.data(), sizeof there);
+    if (there != here) continue;
+    if (r < rank) ++l.local_rank;
+    ++l.local_size;
+  }
+  if (!st.ok()) return st.WithContext("rank " + std::to_string(rank) + " of " + name);
+  if (l.local_size < size && ifname == nullptr && l.master_addr.empty()) {
+    return Status::InvalidUsage(
+        "rank " + std::to_string(rank) + " of " + name + ": the ranks run on several hosts, and " +
+        "neither MASTER_ADDR nor PLEXUS_SOCKET_IFNAME says which address this one's peers reach " +
+        "it at; set PLEXUS_SOCKET_IFNAME to the interface to use");
+  }
+  st = ChooseStoreSecret(*store, rank, size, l.local_size, name, timeout, token_config,
+                         secret_file);
+  if (!st.ok()) return st;
+  j->store = std::move(store);
+  *out = std::move(j);
   return Status::Ok();
 }
 

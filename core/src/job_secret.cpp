@@ -13,6 +13,7 @@
 #include "plexus/log.hpp"
 #include "store/job_token.hpp"
 #include "store/private_dir.hpp"
+#include "store/store_protocol.hpp"
 
 namespace plexus {
 namespace {
@@ -146,6 +147,96 @@ Status ChooseJobSecret(const LaunchInfo& l, JobSecret* out) {
           who + ": the job's secret is automatic (" + store::PrivateDirPath() + "/" +
               secret.automatic_file + ")");
   *out = std::move(secret);
+  return Status::Ok();
+}
+
+Status ChooseStoreSecret(RendezvousStore& store, uint32_t rank, uint32_t size,
+                         uint32_t local_size, const std::string& name,
+                         std::chrono::milliseconds timeout, std::string* token,
+                         std::string* secret_file) {
+  const std::string who = "rank " + std::to_string(rank) + " of " + std::to_string(size) + " (" +
+                          name + ")";
+  std::string from_env;
+  Status st = store::TokenFromEnvironment(&from_env);
+  if (!st.ok()) return st.WithContext(who + ": the job secret");
+  if (!from_env.empty() || size == 1) {
+    token->clear();
+    secret_file->clear();
+    return Status::Ok();
+  }
+  if (InsecureRequested()) {
+    std::call_once(g_insecure_warning, [&] {
+      LogLine(PLEXUS_LOG_WARN, "plexus",
+              "PLEXUS_INSECURE=1: this job runs without a secret, so anyone who can reach its "
+              "ranks' ports could join it as a rank, read what the ranks exchange, and end or "
+              "mislead it; unset PLEXUS_INSECURE to give it one (automatic on one host; across "
+              "hosts PLEXUS_TOKEN_FILE)");
+    });
+    token->clear();
+    secret_file->clear();
+    return Status::Ok();
+  }
+  if (local_size < size) {
+    return Status::InvalidUsage(
+        who + ": no job secret is set and this job spans hosts (" + std::to_string(local_size) +
+        " of its " + std::to_string(size) +
+        " ranks run on this host); without one, anyone who can reach the ranks' ports could join "
+        "the job as a rank, read what the ranks exchange, and end or mislead it. Make a secret "
+        "once and give it to every rank: `plexus-run --make-token ~/.plexus-token`, copy the "
+        "file to every host (or keep it on a shared file system) and set "
+        "PLEXUS_TOKEN_FILE=~/.plexus-token for every rank. Only on a network where every user "
+        "and host is trusted: PLEXUS_INSECURE=1 runs it without one");
+  }
+  const std::string key = store::RankKey(0, name + "/secret-file");
+  std::string secret, file, error;
+  if (rank == 0) {
+    std::string nonce;
+    if (!store::MakeJobToken(&secret, &error) || !store::MakeJobToken(&nonce, &error)) {
+      return Status::System(who + ": cannot make a job secret: " + error);
+    }
+    file = "store-" + nonce.substr(0, 24) + ".secret";
+    std::string text = secret + "\n";
+    bool created = false;
+    st = store::CreateOnce(file, &text, &created);
+    if (st.ok() && !created) st = Status::Internal(file + " exists already");
+    if (!st.ok()) {
+      return st.WithContext(who + ": the automatic secret of a job on one host (" +
+                            store::PrivateDirPath() + "; or set PLEXUS_TOKEN_FILE)");
+    }
+    st = store.Set(key, Bytes(file.begin(), file.end()), timeout);
+    if (!st.ok()) {
+      store::RemovePrivate(file);
+      return st.WithContext(who + ": publishing the name of the job's secret file");
+    }
+  } else {
+    Bytes value;
+    st = store.Get(key, &value, timeout);
+    if (!st.ok()) return st.WithContext(who + ": waiting for rank 0's job secret");
+    const std::string named(value.begin(), value.end());
+    // Only a name of the kind rank 0 makes; the private directory is this
+    // user's, so whatever it names was written by this user.
+    const bool plausible = named.size() < 100 && named.rfind("store-", 0) == 0 &&
+                           named.size() > 13 && named.ends_with(".secret") &&
+                           named == store::PrivateFileName(named);
+    if (!plausible) {
+      return Status::InvalidUsage(who + ": the store holds no usable name of rank 0's secret "
+                                        "file (someone else wrote that key?)");
+    }
+    std::string text;
+    st = store::ReadPrivate(named, &text);
+    if (!st.ok()) {
+      return st.WithContext(who + ": reading rank 0's job secret (every rank must run on "
+                                  "this host as this user; otherwise set PLEXUS_TOKEN_FILE)");
+    }
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    if (text.empty() || text.find('\n') != std::string::npos) {
+      return Status::InvalidUsage(who + ": " + store::PrivateDirPath() + "/" + named +
+                                  " does not hold a job secret");
+    }
+    secret = std::move(text);
+  }
+  *token = std::move(secret);
+  *secret_file = std::move(file);
   return Status::Ok();
 }
 

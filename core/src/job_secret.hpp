@@ -20,9 +20,12 @@
 //      names) would be known to every user of the cluster.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <string>
 
 #include "plexus/launch_env.hpp"
+#include "plexus/rendezvous_store.hpp"
 #include "plexus/status.hpp"
 
 namespace plexus {
@@ -38,6 +41,25 @@ struct JobSecret {
 // the store client, the server and the backends (get_config("PLEXUS_TOKEN"))
 // use it. Errors name the rank and say what to do. BLOCKS on local files only.
 Status ChooseJobSecret(const LaunchInfo& l, JobSecret* out);
+
+// The secret of a communicator joined through a store the caller gives
+// (Communicator::from_store; PyTorch's c10d store under plexus_torch), by the
+// same rules as ChooseJobSecret: the environment's (PLEXUS_TOKEN,
+// PLEXUS_TOKEN_FILE; *token stays "", the backends read it from there),
+// PLEXUS_INSECURE=1 (none), or, when every rank is on this host
+// (local_size == size), an automatic one: rank 0 makes it in a private file
+// (store/private_dir.hpp) and writes only the file's NAME to the store
+// under its rank key; the others read the file, which only this user can.
+// (That store may be open to every user of the host, as torchrun's is: a
+// name planted there can only point at another of this user's own files, and
+// ranks with different secrets are refused by the backends' handshake.)
+// *token is then the secret and *secret_file the file, which rank 0 removes
+// once every rank has joined. Ranks on several hosts with no secret:
+// INVALID_USAGE saying how to give one. BLOCKS up to timeout on the store.
+Status ChooseStoreSecret(RendezvousStore& store, uint32_t rank, uint32_t size,
+                         uint32_t local_size, const std::string& name,
+                         std::chrono::milliseconds timeout, std::string* token,
+                         std::string* secret_file);
 
 // PLEXUS_INSECURE is "1": the user asked for a job without a secret.
 bool InsecureRequested();

@@ -27,6 +27,7 @@
 
 #include "plexus/backend.h"
 #include "plexus/error.hpp"
+#include "plexus/rendezvous_store.hpp"
 #include "plexus/status.hpp"
 #include "plexus/types.hpp"
 #include "plexus/work.hpp"
@@ -44,6 +45,7 @@ struct CommunicatorOptions {
   std::map<std::string, std::string> config;
 };
 
+struct Job;
 namespace detail {
 struct CommState;
 }
@@ -53,6 +55,19 @@ class Communicator {
   // Discovers rank and size from the launcher, joins the rendezvous, loads the
   // backend and creates the communicator. Throws plexus::Error.
   static Communicator from_env(const CommunicatorOptions& options = {});
+
+  // Joins a communicator through a store the caller already has, instead of
+  // the launcher's: PyTorch's c10d store under plexus_torch, or a program's
+  // own. Collective over the `size` processes that call it with stores that
+  // share their keys, each with its own rank; every key it writes begins
+  // with "plexus/" (give each communicator a store of its own prefix, or
+  // call it in the same order everywhere: calls on one store are numbered).
+  // Where each rank runs is exchanged through the store; the job secret is
+  // the environment's, or, with every rank on this host, one rank 0 makes
+  // in a file only this user can read (so the store may be open to others).
+  // Throws plexus::Error.
+  static Communicator from_store(std::shared_ptr<RendezvousStore> store, uint32_t rank,
+                                 uint32_t size, const CommunicatorOptions& options = {});
 
   Communicator(Communicator&&) noexcept;
   Communicator& operator=(Communicator&&) noexcept;
@@ -233,6 +248,10 @@ class Communicator {
 
  private:
   explicit Communicator(std::shared_ptr<detail::CommState> state);
+  // The rest of from_env and from_store once the job is known: loads the
+  // backend and creates the backend communicator named name.
+  static Communicator Join(std::shared_ptr<Job> job, std::string name,
+                           const CommunicatorOptions& options, std::chrono::milliseconds timeout);
   // The group split() or group() made (none for a rank outside every
   // group), or throws st.
   static std::optional<Communicator> Made(const Status& st, std::shared_ptr<detail::CommState> made,

@@ -1,0 +1,70 @@
+"""torch.distributed on every Plexus backend.
+
+    import torch.distributed as dist, plexus_torch
+    dist.init_process_group("plexus")   # PLEXUS_BACKEND picks tcp, ucx, mpi, nccl or a plugin path
+
+Importing this module registers the backend "plexus" for cpu and cuda
+tensors. Under torchrun, plexus-run, or anything that sets MASTER_ADDR,
+MASTER_PORT, RANK and WORLD_SIZE, dist.init_process_group("plexus") meets
+the other ranks through torch's own store. Under launchers that give no store
+(mpirun, srun without MASTER_ADDR), call plexus_torch.init_process_group()
+instead: it finds the ranks the way every Plexus program does.
+"""
+
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from . import _C
+
+__all__ = ["init_process_group", "plexus_backend"]
+
+
+def _create(store, rank, world_size, timeout):
+    if isinstance(timeout, timedelta):
+        timeout = timeout
+    else:
+        timeout = timedelta(seconds=float(timeout))
+    return _C.PlexusBackend(store, rank, world_size, timeout)
+
+
+dist.Backend.register_backend("plexus", _create, devices=["cpu", "cuda"])
+
+
+def plexus_backend(group=None):
+    """The Plexus backend under a "plexus" process group: "tcp", "ucx", "mpi", ..."""
+    pg = group if group is not None else dist.group.WORLD
+    return pg._get_backend(torch.device("cpu")).plexus_backend
+
+
+def init_process_group(timeout=None, **kwargs):
+    """dist.init_process_group("plexus") from Plexus's own launch discovery.
+
+    For launchers that give torch no store (mpirun, srun without
+    MASTER_ADDR): the ranks meet the way any Plexus program's do (the
+    launcher's variables, PLEXUS_* or plexus-run's), then rank 0 hosts a
+    c10d TCPStore for torch's own use (new_group, object collectives) and
+    tells the others where it is. Other keyword arguments go to
+    dist.init_process_group.
+    """
+    rank, size, _local_rank = _C._prepare_world_from_env()
+    if size == 1:
+        store = dist.HashStore()
+    else:
+        if rank == 0:
+            host = os.environ.get("MASTER_ADDR") or "127.0.0.1"
+            store = dist.TCPStore(host, 0, size, is_master=True, wait_for_workers=False)
+            where = f"{host}:{store.port}".encode()
+        else:
+            where = b""
+        where = _C._broadcast_from_rank_zero(where).decode()
+        if rank != 0:
+            host, port = where.rsplit(":", 1)
+            store = dist.TCPStore(host, int(port), size, is_master=False)
+    args = dict(backend="plexus", store=store, rank=rank, world_size=size)
+    if timeout is not None:
+        args["timeout"] = timeout
+    args.update(kwargs)
+    dist.init_process_group(**args)
