@@ -280,6 +280,64 @@ plexus_comm* AdoptComm(plexus_backend_ctx* ctx, MPI_Comm mpi, const plexus_comm_
   return comm;
 }
 
+// comm_create of a communicator whose ranks are not MPI_COMM_WORLD's (a
+// subset, or the world in another order: a torch.distributed new_group made
+// through its store, which only the members call). Every member tells the
+// others its MPI_COMM_WORLD rank over the host's out-of-band channel (bounded
+// by timeout_ms, so a member that never comes is a TIMEOUT, not a hang);
+// then MPI_Comm_create_group, which is collective over the members only and
+// returns promptly once all have arrived.
+int32_t CreateFromSubset(plexus_backend_ctx* ctx, const plexus_comm_config_v1& config,
+                         int world_rank, int world_size, plexus_comm** comm_out,
+                         std::string* error_out) {
+  const std::string where = "mpi comm_create " + std::string(config.name ? config.name : "") +
+                            " (rank " + std::to_string(config.rank) + " of " +
+                            std::to_string(config.size) + ", MPI_COMM_WORLD rank " +
+                            std::to_string(world_rank) + ")";
+  std::vector<int32_t> ranks(config.size, -1);
+  const int32_t mine = world_rank;
+  int32_t rc = ctx->host.oob_allgather(ctx->host.ctx, config.oob, &mine, ranks.data(),
+                                       sizeof mine, config.timeout_ms);
+  if (rc != PLEXUS_OK) {
+    *error_out = where + ": exchanging MPI_COMM_WORLD ranks failed (status " +
+                 std::to_string(rc) + ")";
+    return rc;
+  }
+  std::vector<bool> seen(size_t(world_size), false);
+  for (uint32_t r = 0; r < config.size; ++r) {
+    const int32_t w = ranks[r];
+    if (w < 0 || w >= world_size || seen[size_t(w)] || (r == config.rank && w != world_rank)) {
+      *error_out = where + ": rank " + std::to_string(r) + " of the new communicator says it is " +
+                   "MPI_COMM_WORLD rank " + std::to_string(w) + ", which is " +
+                   (w < 0 || w >= world_size ? "not a rank of MPI_COMM_WORLD" : "taken") +
+                   " (are its processes all of one mpirun?)";
+      return PLEXUS_ERR_INVALID_USAGE;
+    }
+    seen[size_t(w)] = true;
+  }
+  // A tag of the communicator's name: groups made at once from other threads
+  // over overlapping ranks must not match each other's internal messages.
+  uint32_t h = 2166136261u;
+  for (const char* c = config.name ? config.name : ""; *c; ++c) h = (h ^ uint8_t(*c)) * 16777619u;
+  MPI_Comm made = MPI_COMM_NULL;
+  int mrc;
+  {
+    MpiLock mpi_lock(*ctx);
+    MPI_Group world_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
+    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+    MPI_Group_incl(world_group, int(config.size), ranks.data(), &group);
+    mrc = MPI_Comm_create_group(MPI_COMM_WORLD, group, int(h % 32000u), &made);
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+  }
+  if (mrc != MPI_SUCCESS || made == MPI_COMM_NULL) {
+    *error_out = where + ": MPI_Comm_create_group failed: " + MpiErrorText(mrc);
+    return StatusOfMpiError(mrc) == PLEXUS_OK ? PLEXUS_ERR_SYSTEM : StatusOfMpiError(mrc);
+  }
+  *comm_out = AdoptComm(ctx, made, config);
+  return PLEXUS_OK;
+}
+
 // The kit has checked config; *error is what comm_create reports on failure.
 int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
                    plexus_comm** comm_out, std::string* error_out) {
@@ -296,6 +354,11 @@ int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
     MpiLock mpi_lock(*ctx);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  }
+  if ((world_rank != int64_t(config->rank) || world_size != int64_t(config->size)) &&
+      config->size <= uint32_t(world_size) && config->oob && ctx->host.oob_allgather) {
+    ctx->ReapAbandoned();
+    return CreateFromSubset(ctx, *config, world_rank, world_size, comm_out, error_out);
   }
   if (world_rank != int64_t(config->rank) || world_size != int64_t(config->size)) {
     *error_out = "mpi comm_create " + name + ": Plexus discovered rank " +

@@ -22,6 +22,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_prepare_world_from_env", &plexus_torch::PlexusBackend::PrepareWorldFromEnv,
         py::call_guard<py::gil_scoped_release>(),
         "Makes the world communicator from Plexus's launch discovery; (rank, size, local_rank).");
+  m.def("_release_all", &plexus_torch::PlexusBackend::ReleaseAll,
+        py::call_guard<py::gil_scoped_release>(),
+        "At exit: releases the communicators of every backend still alive.");
   m.def(
       "_broadcast_from_rank_zero",
       [](const py::bytes& b) {

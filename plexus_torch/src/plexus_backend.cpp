@@ -319,6 +319,10 @@ void CheckSameKind(const at::Tensor& a, const at::Tensor& b, const char* op) {
 std::mutex g_world_mutex;
 std::optional<plexus::Communicator> g_world;
 
+// Every live backend, for ReleaseAll.
+std::mutex g_live_mutex;
+std::vector<PlexusBackend*> g_live;
+
 std::chrono::milliseconds TimeoutFor(std::chrono::milliseconds torch_timeout) {
   // PLEXUS_TIMEOUT, when set, is what the user asked of Plexus; otherwise
   // the group's timeout from torch (init_process_group(timeout=...)).
@@ -609,10 +613,34 @@ PlexusBackend::PlexusBackend(plexus::Communicator comm, std::chrono::millisecond
     : c10d::Backend(int(comm.rank()), int(comm.size())),
       comm_(std::move(comm)),
       timeout_(timeout),
-      completer_(std::make_shared<CompletionThread>()) {}
+      completer_(std::make_shared<CompletionThread>()) {
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  g_live.push_back(this);
+}
 
 PlexusBackend::~PlexusBackend() {
+  {
+    std::lock_guard<std::mutex> lock(g_live_mutex);
+    std::erase(g_live, this);
+  }
   completer_->Stop();
+}
+
+void PlexusBackend::ReleaseAll() {
+  std::vector<plexus::Communicator> released;
+  {
+    std::lock_guard<std::mutex> lock(g_live_mutex);
+    for (PlexusBackend* b : g_live) {
+      b->completer_->Stop();
+      released.push_back(std::move(b->comm_));
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_world_mutex);
+    if (g_world) released.push_back(std::move(*g_world));
+    g_world.reset();
+  }
+  released.clear();  // each waits (bounded) for what it still runs
 }
 
 c10::intrusive_ptr<PlexusWork> PlexusBackend::NewWork(c10d::OpType type, std::string what,

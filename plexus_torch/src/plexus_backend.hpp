@@ -113,6 +113,11 @@ class PlexusBackend : public c10d::Backend {
   static std::tuple<int, int, int> PrepareWorldFromEnv();
   // Rank 0's bytes on every rank, over the prepared world communicator.
   static std::string BroadcastFromRankZero(const std::string& bytes);
+  // At interpreter exit: the communicators of every backend still alive
+  // (Python keeps process groups past destroy_process_group) are released,
+  // so that the Plexus backends are finalised when the process exits (MPI
+  // must be). Those backends then refuse new operations.
+  static void ReleaseAll();
 
   PlexusBackend(plexus::Communicator comm, std::chrono::milliseconds timeout);
   ~PlexusBackend() override;
@@ -180,6 +185,7 @@ class PlexusBackend : public c10d::Backend {
   void PostAllreduce(PlexusWork& work, const at::Tensor& t, const c10d::ReduceOp& op,
                      const char* name);
 
+  // Moved out (empty) by ReleaseAll; guarded by the registry's mutex then.
   plexus::Communicator comm_;
   std::chrono::milliseconds timeout_;
   std::shared_ptr<CompletionThread> completer_;

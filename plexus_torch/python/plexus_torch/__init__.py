@@ -11,6 +11,7 @@ the other ranks through torch's own store. Under launchers that give no store
 instead: it finds the ranks the way every Plexus program does.
 """
 
+import atexit
 import os
 from datetime import timedelta
 
@@ -31,6 +32,10 @@ def _create(store, rank, world_size, timeout):
 
 
 dist.Backend.register_backend("plexus", _create, devices=["cpu", "cuda"])
+# Process groups can outlive destroy_process_group (any reference keeps one);
+# their communicators are released at exit so that the Plexus backends are
+# finalised (MPI must be, or mpirun reports the job as failed).
+atexit.register(_C._release_all)
 
 
 def plexus_backend(group=None):
