@@ -2,7 +2,8 @@
 # Configures (once) and builds Plexus in ./build with warnings as errors.
 # Reconfigures when LibTorch (or scikit-learn, for the trainer's digits set)
 # appeared in .venv/ after the first configure, so that the ddp/ layer, the
-# trainer and their tests are built.
+# trainer and their tests are built. Puts the plexus_torch package of the
+# build on .venv's Python path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -f build/build.ninja ]; then
@@ -15,3 +16,10 @@ elif compgen -G ".venv/lib/python3*/site-packages/sklearn/__init__.py" >/dev/nul
   meson setup --reconfigure build
 fi
 ninja -C build
+# plexus_torch (built when .venv has torch): importable from .venv's python,
+# so that `import plexus_torch` works under torchrun, mpirun and the rest.
+if [ -d build/plexus_torch/python/plexus_torch ]; then
+  for site in .venv/lib/python3*/site-packages; do
+    [ -d "$site" ] && echo "$PWD/build/plexus_torch/python" >"$site/plexus-torch-build.pth"
+  done
+fi

@@ -16,6 +16,10 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init(&plexus_torch::PlexusBackend::Create), py::arg("store"), py::arg("rank"),
            py::arg("size"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>(),
            "Joins the communicator of rank (of size) through a c10d store.")
+      .def("_raw_allreduce_seconds", &plexus_torch::PlexusBackend::RawAllreduceSeconds,
+           py::arg("tensor"), py::arg("calls"), py::call_guard<py::gil_scoped_release>(),
+           "Seconds for `calls` blocking sum allreduces of tensor on the communicator "
+           "directly (no c10d): what bench/torch_allreduce.py compares the bridge with.")
       .def_property_readonly("plexus_backend", &plexus_torch::PlexusBackend::plexusBackendName,
                              "The Plexus backend underneath: tcp, ucx, mpi, nccl or a plugin's "
                              "name.");

@@ -285,9 +285,8 @@ at::Tensor Fold(const at::Tensor& gathered, c10d::ReduceOp::RedOpType op) {
   return acc;
 }
 
-std::string Described(const char* op, const at::Tensor& t) {
-  return std::string(op) + " (" + std::string(c10::toString(t.scalar_type())) + ", " +
-         std::to_string(t.numel()) + " elements)";
+OpLabel Described(const char* op, const at::Tensor& t) {
+  return {op, t.scalar_type(), t.numel()};
 }
 
 // Packs tensors (each flattened) into one contiguous buffer of their dtype.
@@ -333,14 +332,32 @@ std::chrono::milliseconds TimeoutFor(std::chrono::milliseconds torch_timeout) {
 
 }  // namespace
 
+// A blocking call (async_op=False) is run to completion before it returns:
+// c10d waits for it at once anyway, and run here, right after its post, a
+// small operation runs on this thread instead of being taken by the
+// backend's worker while Python is between the post and the wait (a thread
+// switch each way, ~10 us on 2 ranks). Failures stay in the work for wait().
+template <class Options>
+c10::intrusive_ptr<c10d::Work> Handed(const c10::intrusive_ptr<PlexusWork>& work,
+                                      const Options& opts) {
+  if (!opts.asyncOp) work->Settle();
+  return work;
+}
+
+std::string OpLabel::Text() const {
+  if (!dtype) return op;
+  return std::string(op) + " (" + std::string(c10::toString(*dtype)) + ", " +
+         std::to_string(numel) + " elements)";
+}
+
 // --- PlexusWork ------------------------------------------------------------------
 
-PlexusWork::PlexusWork(int rank, c10d::OpType type, std::string what,
+PlexusWork::PlexusWork(int rank, c10d::OpType type, OpLabel what,
                        std::vector<at::Tensor> outputs,
                        std::shared_ptr<CompletionThread> completer,
                        std::chrono::milliseconds timeout)
     : c10d::Work(rank, type),
-      what_(std::move(what)),
+      what_(what),
       outputs_(std::move(outputs)),
       completer_(std::move(completer)),
       timeout_(timeout) {}
@@ -377,7 +394,7 @@ void PlexusWork::Drive(std::chrono::milliseconds timeout, bool callers_timeout) 
     } catch (const plexus::Error& e) {
       if (e.status() == PLEXUS_ERR_TIMEOUT && callers_timeout) {
         // The caller's own limit: the operation goes on; wait again later.
-        std::rethrow_exception(BackendError(what_ + " did not complete within the " +
+        std::rethrow_exception(BackendError(what_.Text() + " did not complete within the " +
                                             std::to_string(timeout.count()) + " ms given to " +
                                             "wait(): " + e.what()));
       }
@@ -442,7 +459,7 @@ bool PlexusWork::wait(std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lock(mutex_);
     if (callers) {
       if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
-        std::rethrow_exception(BackendError(what_ + " did not complete within the " +
+        std::rethrow_exception(BackendError(what_.Text() + " did not complete within the " +
                                             std::to_string(timeout.count()) +
                                             " ms given to wait()"));
       }
@@ -499,6 +516,10 @@ c10::intrusive_ptr<c10::ivalue::Future> PlexusWork::getFuture() {
 
 std::vector<at::Tensor> PlexusWork::result() {
   return outputs_;
+}
+
+void PlexusWork::Settle() {
+  CompleteOnThread();
 }
 
 void PlexusWork::CompleteOnThread() {
@@ -643,10 +664,10 @@ void PlexusBackend::ReleaseAll() {
   released.clear();  // each waits (bounded) for what it still runs
 }
 
-c10::intrusive_ptr<PlexusWork> PlexusBackend::NewWork(c10d::OpType type, std::string what,
+c10::intrusive_ptr<PlexusWork> PlexusBackend::NewWork(c10d::OpType type, OpLabel what,
                                                       std::vector<at::Tensor> outputs) {
   ++seq_;
-  return c10::make_intrusive<PlexusWork>(getRank(), type, std::move(what), std::move(outputs),
+  return c10::make_intrusive<PlexusWork>(getRank(), type, what, std::move(outputs),
                                          completer_, timeout_);
 }
 
@@ -678,7 +699,7 @@ c10::intrusive_ptr<c10d::Work> PlexusBackend::allreduce(std::vector<at::Tensor>&
     const at::Tensor& t = OneTensor(tensors, "allreduce");
     auto work = NewWork(OpType::ALLREDUCE, Described("allreduce", t), tensors);
     PostAllreduce(*work, t, opts.reduceOp, "allreduce");
-    return c10::intrusive_ptr<c10d::Work>(work);
+    return Handed(work, opts);
   });
 }
 
@@ -693,7 +714,7 @@ c10::intrusive_ptr<c10d::Work> PlexusBackend::allreduce_coalesced(
                                     comm_.backend_name());
     if (r.kind != Reduction::kNative) {
       for (const auto& t : tensors) PostAllreduce(*work, t, opts.reduceOp, "allreduce_coalesced");
-      return c10::intrusive_ptr<c10d::Work>(work);
+      return Handed(work, opts);
     }
     std::vector<const void*> sends;
     std::vector<void*> recvs;
@@ -711,7 +732,7 @@ c10::intrusive_ptr<c10d::Work> PlexusBackend::allreduce_coalesced(
       work->keep.push_back(flats[i].tensor);
       CopyBackLater(*work, tensors[i], flats[i]);
     }
-    return c10::intrusive_ptr<c10d::Work>(work);
+    return Handed(work, opts);
   });
 }
 
@@ -725,7 +746,7 @@ c10::intrusive_ptr<c10d::Work> PlexusBackend::broadcast(std::vector<at::Tensor>&
     work->posted.push_back(comm_.broadcast(f.data, f.count, f.dtype, root, f.where()));
     work->keep.push_back(f.tensor);
     CopyBackLater(*work, t, f);
-    return c10::intrusive_ptr<c10d::Work>(work);
+    return Handed(work, opts);
   });
 }
 
@@ -745,7 +766,7 @@ c10::intrusive_ptr<c10d::Work> PlexusBackend::reduce(std::vector<at::Tensor>& te
         at::Tensor scratch = t.clone();
         PostAllreduce(*work, scratch, opts.reduceOp, "reduce");
       }
-      return c10::intrusive_ptr<c10d::Work>(work);
+      return Handed(work, opts);
     }
     auto work = NewWork(OpType::REDUCE, Described("reduce", t), tensors);
     Flat f = AsFlat(t, "reduce", backend);
@@ -754,12 +775,12 @@ c10::intrusive_ptr<c10d::Work> PlexusBackend::reduce(std::vector<at::Tensor>& te
     work->posted.push_back(comm_.reduce(f.data, f.data, f.count, f.dtype, op, root, f.where()));
     work->keep.push_back(f.tensor);
     if (getRank() == int(root)) CopyBackLater(*work, t, f);
-    return c10::intrusive_ptr<c10d::Work>(work);
+    return Handed(work, opts);
   });
 }
 
 c10::intrusive_ptr<c10d::Work> PlexusBackend::_allgather_base(
-    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions&) {
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
   return Posting([&] {
     CheckSameKind(output, input, "allgather_into_tensor");
     TORCH_CHECK(output.numel() == input.numel() * getSize(), "plexus allgather_into_tensor: ",
@@ -772,7 +793,7 @@ c10::intrusive_ptr<c10d::Work> PlexusBackend::_allgather_base(
     work->posted.push_back(comm_.allgather(in.data, out.data, in.count, in.dtype, in.where()));
     work->keep = {in.tensor, out.tensor};
     CopyBackLater(*work, output, out);
-    return c10::intrusive_ptr<c10d::Work>(work);
+    return Handed(work, opts);
   });
 }
 
@@ -795,13 +816,13 @@ c10::intrusive_ptr<c10d::Work> PlexusBackend::allgather_into_tensor_coalesced(
       one->posted.clear();
       one->finishers.clear();
     }
-    return c10::intrusive_ptr<c10d::Work>(work);
+    return Handed(work, opts);
   });
 }
 
 c10::intrusive_ptr<c10d::Work> PlexusBackend::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions&) {
+    const c10d::AllgatherOptions& opts) {
   return Posting([&] {
     const at::Tensor& in = OneTensor(inputs, "allgather");
     TORCH_CHECK(outputs.size() == 1 && int(outputs[0].size()) == getSize(),
@@ -818,7 +839,7 @@ c10::intrusive_ptr<c10d::Work> PlexusBackend::allgather(
         comm_.allgather(f.data, gathered.data_ptr(), f.count, f.dtype, f.where()));
     work->keep = {f.tensor, gathered};
     work->finishers.push_back([gathered, outs = outputs[0]]() mutable { Unpack(gathered, outs); });
-    return c10::intrusive_ptr<c10d::Work>(work);
+    return Handed(work, opts);
   });
 }
 
@@ -843,7 +864,7 @@ c10::intrusive_ptr<c10d::Work> PlexusBackend::allgather_coalesced(
       one->posted.clear();
       one->finishers.clear();
     }
-    return c10::intrusive_ptr<c10d::Work>(work);
+    return Handed(work, opts);
   });
 }
 
@@ -879,7 +900,7 @@ c10::intrusive_ptr<c10d::Work> PlexusBackend::gather(std::vector<std::vector<at:
       work->finishers.push_back(
           [gathered, outs = outputs[0]]() mutable { Unpack(gathered, outs); });
     }
-    return c10::intrusive_ptr<c10d::Work>(work);
+    return Handed(work, opts);
   });
 }
 
@@ -911,7 +932,7 @@ c10::intrusive_ptr<c10d::Work> PlexusBackend::scatter(std::vector<at::Tensor>& o
     work->keep = {f.tensor};
     if (is_root) work->keep.push_back(packed);
     CopyBackLater(*work, out, f);
-    return c10::intrusive_ptr<c10d::Work>(work);
+    return Handed(work, opts);
   });
 }
 
@@ -948,7 +969,7 @@ c10::intrusive_ptr<c10d::Work> PlexusBackend::_reduce_scatter_base(
       work->keep = {in.tensor, out.tensor};
     }
     CopyBackLater(*work, output, out);
-    return c10::intrusive_ptr<c10d::Work>(work);
+    return Handed(work, opts);
   });
 }
 
@@ -968,7 +989,7 @@ c10::intrusive_ptr<c10d::Work> PlexusBackend::reduce_scatter(
     auto work = c10::static_intrusive_pointer_cast<PlexusWork>(
         _reduce_scatter_base(out, packed, opts));
     work->keep.push_back(packed);
-    return c10::intrusive_ptr<c10d::Work>(work);
+    return Handed(work, opts);
   });
 }
 
@@ -990,13 +1011,13 @@ c10::intrusive_ptr<c10d::Work> PlexusBackend::reduce_scatter_tensor_coalesced(
       one->posted.clear();
       one->finishers.clear();
     }
-    return c10::intrusive_ptr<c10d::Work>(work);
+    return Handed(work, opts);
   });
 }
 
 c10::intrusive_ptr<c10d::Work> PlexusBackend::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
-    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions&) {
+    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
   return Posting([&] {
     CheckSameKind(output, input, "all_to_all_single");
     const std::string& backend = comm_.backend_name();
@@ -1044,13 +1065,13 @@ c10::intrusive_ptr<c10d::Work> PlexusBackend::alltoall_base(
                                              in.dtype, in.where()));
     }
     CopyBackLater(*work, output, out);
-    return c10::intrusive_ptr<c10d::Work>(work);
+    return Handed(work, opts);
   });
 }
 
 c10::intrusive_ptr<c10d::Work> PlexusBackend::alltoall(std::vector<at::Tensor>& outputs,
                                                        std::vector<at::Tensor>& inputs,
-                                                       const c10d::AllToAllOptions&) {
+                                                       const c10d::AllToAllOptions& opts) {
   return Posting([&] {
     const size_t n = size_t(getSize());
     TORCH_CHECK(outputs.size() == n && inputs.size() == n,
@@ -1079,7 +1100,7 @@ c10::intrusive_ptr<c10d::Work> PlexusBackend::alltoall(std::vector<at::Tensor>& 
         comm_.alltoallv(in.data, sc, sd, out.data, rc, rd, in.dtype, in.where()));
     work->keep = {in.tensor, out.tensor};
     work->finishers.push_back([packed_out, outs = outputs]() mutable { Unpack(packed_out, outs); });
-    return c10::intrusive_ptr<c10d::Work>(work);
+    return Handed(work, opts);
   });
 }
 
@@ -1119,11 +1140,23 @@ c10::intrusive_ptr<c10d::Work> PlexusBackend::recvAnysource(std::vector<at::Tens
               "Plexus ABI receives from a named rank only (backend ", comm_.backend_name(), ")");
 }
 
-c10::intrusive_ptr<c10d::Work> PlexusBackend::barrier(const c10d::BarrierOptions&) {
+c10::intrusive_ptr<c10d::Work> PlexusBackend::barrier(const c10d::BarrierOptions& opts) {
   return Posting([&] {
-    auto work = NewWork(OpType::BARRIER, "barrier", {});
+    auto work = NewWork(OpType::BARRIER, OpLabel{"barrier", std::nullopt, 0}, {});
     work->posted.push_back(comm_.barrier());
-    return c10::intrusive_ptr<c10d::Work>(work);
+    return Handed(work, opts);
+  });
+}
+
+double PlexusBackend::RawAllreduceSeconds(const at::Tensor& t, int calls) {
+  TORCH_CHECK(t.is_contiguous() && t.is_cpu(), "a contiguous cpu tensor");
+  return Posting([&] {
+    Flat f = AsFlat(t, "allreduce", comm_.backend_name());
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i) {
+      comm_.allreduce(f.data, f.data, f.count, f.dtype, plexus::ReduceOp::Sum).wait();
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   });
 }
 

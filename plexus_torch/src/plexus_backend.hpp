@@ -37,10 +37,17 @@ namespace plexus_torch {
 
 class CompletionThread;
 
+// What a work is, for messages; formatted only when one is needed.
+struct OpLabel {
+  const char* op = "";
+  std::optional<at::ScalarType> dtype;
+  int64_t numel = 0;
+  std::string Text() const;  // "allreduce (Float, 37 elements)"
+};
+
 class PlexusWork : public c10d::Work {
  public:
-  // what: "allreduce (float32, sum)", for messages.
-  PlexusWork(int rank, c10d::OpType type, std::string what, std::vector<at::Tensor> outputs,
+  PlexusWork(int rank, c10d::OpType type, OpLabel what, std::vector<at::Tensor> outputs,
              std::shared_ptr<CompletionThread> completer, std::chrono::milliseconds timeout);
   ~PlexusWork() override;
 
@@ -60,6 +67,9 @@ class PlexusWork : public c10d::Work {
 
   // The completion thread: waits (up to the communicator's timeout) and completes.
   void CompleteOnThread();
+  // Runs the work to completion on this thread now (a blocking c10d call);
+  // a failure is kept for wait() to raise.
+  void Settle();
 
  private:
   // Waits for every posted operation, then finishes. The caller holds
@@ -68,7 +78,7 @@ class PlexusWork : public c10d::Work {
   void Drive(std::chrono::milliseconds timeout, bool callers_timeout);
   void Complete(std::exception_ptr error);
 
-  const std::string what_;
+  const OpLabel what_;
   std::vector<at::Tensor> outputs_;
   std::shared_ptr<CompletionThread> completer_;
   const std::chrono::milliseconds timeout_;
@@ -126,6 +136,10 @@ class PlexusBackend : public c10d::Backend {
   // The Plexus backend underneath: "tcp", "ucx", "mpi", "nccl", a plugin's name.
   const std::string& plexusBackendName() const { return comm_.backend_name(); }
   uint64_t getSequenceNumberForGroup() override { return seq_; }
+  // For bench/torch_allreduce.py: seconds for `calls` blocking sum
+  // allreduces of t (contiguous, in place) on this backend's communicator
+  // directly, without c10d: the floor the bridge is measured against.
+  double RawAllreduceSeconds(const at::Tensor& t, int calls);
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -178,7 +192,7 @@ class PlexusBackend : public c10d::Backend {
   void shutdown() override;
 
  private:
-  c10::intrusive_ptr<PlexusWork> NewWork(c10d::OpType type, std::string what,
+  c10::intrusive_ptr<PlexusWork> NewWork(c10d::OpType type, OpLabel what,
                                          std::vector<at::Tensor> outputs);
   // Posts an allreduce of t (contiguous) with torch's op; what's needed
   // afterwards goes into work (finisher, kept tensors).

@@ -13,6 +13,17 @@ plexus-trainer (see its --help); DDP runs at PyTorch's defaults unless
 --bucket-cap-mb or --gradient-as-bucket-view are given. Alone (no torchrun)
 it trains as a world of one. Writes the same JSON record as plexus-trainer
 (system "pytorch-ddp-gloo"); comm_not_hidden is not known here (null).
+
+--backend plexus: the same DDP on torch.distributed's "plexus" backend
+(plexus_torch, importable with PYTHONPATH=BUILD/plexus_torch/python from a
+build with torch), whose PLEXUS_BACKEND (tcp, ucx, mpi, ...) picks the Plexus
+backend underneath; system "pytorch-ddp-plexus-<that backend>". Under torchrun
+it joins through torch's store; under mpirun (or plexus-run, Slurm: no
+MASTER_ADDR and RANK) through plexus_torch.init_process_group(), which finds
+the ranks from the launcher's variables:
+
+    PYTHONPATH=BUILD/plexus_torch/python PLEXUS_BACKEND=mpi \
+        mpirun -np 2 python3 torch_ddp.py --backend plexus --data ... --init ...
 """
 import argparse
 import json
@@ -91,7 +102,9 @@ def main():
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--bucket-cap-mb", type=float, default=None)
     p.add_argument("--gradient-as-bucket-view", action="store_true")
-    p.add_argument("--backend", default="gloo", help="torch.distributed backend (default gloo)")
+    p.add_argument("--backend", default="gloo",
+                   help="torch.distributed backend (default gloo); plexus: Plexus' (plexus_torch, "
+                        "PLEXUS_BACKEND picks tcp, ucx, mpi, ...)")
     p.add_argument("--warmup-steps", type=int, default=2)
     p.add_argument("--log-every", type=int, default=0)
     p.add_argument("--no-eval", action="store_true")
@@ -100,15 +113,34 @@ def main():
     args = p.parse_args()
     lr = args.lr or (0.05 if args.optimizer == "sgd" else 0.001)
 
-    if "RANK" not in os.environ:  # alone: a world of one
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group(args.backend)
+    torch_launch = "RANK" in os.environ and "MASTER_ADDR" in os.environ
+    if args.backend == "plexus":
+        try:
+            import plexus_torch
+        except ImportError as e:
+            sys.exit(f"torch_ddp: --backend plexus needs the plexus_torch module ({e}): build "
+                     f"Plexus with torch (BUILD/plexus_torch) and set "
+                     f"PYTHONPATH=BUILD/plexus_torch/python")
+        if torch_launch:
+            dist.init_process_group("plexus")  # torchrun: torch's store
+        else:
+            plexus_torch.init_process_group()  # mpirun, plexus-run, Slurm, or alone
+        system = f"pytorch-ddp-plexus-{plexus_torch.plexus_backend()}"
+    else:
+        if "RANK" not in os.environ:  # alone: a world of one
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
+                              MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group(args.backend)
+        system = f"pytorch-ddp-{args.backend}"
     rank, world = dist.get_rank(), dist.get_world_size()
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    # Ranks on this host, to share its cores: torchrun's, Plexus', Open MPI's
+    # variable, else the whole world (one host).
+    local = next((int(os.environ[v]) for v in ("LOCAL_WORLD_SIZE", "PLEXUS_LOCAL_WORLD_SIZE",
+                                               "OMPI_COMM_WORLD_LOCAL_SIZE")
+                  if os.environ.get(v, "").isdigit() and int(os.environ[v]) > 0), world)
     threads = args.threads or max(1, (os.cpu_count() or 1) // local)
     torch.set_num_threads(threads)
 
@@ -138,7 +170,8 @@ def main():
     log_every = args.log_every or max(1, steps_per_epoch // 10)
     if rank == 0:
         params = sum(p.numel() for p in model.parameters())
-        print(f"torch_ddp: {args.model} ({params} parameters) on PyTorch DDP ({args.backend}), "
+        on = system[len("pytorch-ddp-"):]
+        print(f"torch_ddp: {args.model} ({params} parameters) on PyTorch DDP ({on}), "
               f"{world} rank(s) x batch {args.batch_size}, {args.optimizer} lr {lr:g}, "
               f"{threads} thread(s) per rank", flush=True)
 
@@ -213,7 +246,7 @@ def main():
         median = statistics.median(step_ms) if step_ms else 0.0
         last = epochs[-1] if epochs else {}
         with open(args.json, "w") as f:
-            json.dump({"system": f"pytorch-ddp-{args.backend}", "backend": args.backend,
+            json.dump({"system": system, "backend": args.backend,
                        "world_size": world, "model": args.model, "width": args.width,
                        "depth": args.depth, "parameters": sum(p.numel() for p in model.parameters()),
                        "batch_size": args.batch_size, "optimizer": args.optimizer, "lr": lr,

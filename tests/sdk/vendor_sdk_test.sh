@@ -94,5 +94,19 @@ if [ -e "$root/$libdir/plexus/libplexus-mpi.so" ]; then
   fi
 fi
 
+# 6. PyTorch gets the example for free: torch.distributed's "plexus" backend
+#    (plexus_torch, from this build) runs every c10d operation on it, with no
+#    code from the vendor for PyTorch.
+if [ -x "$src/.venv/bin/torchrun" ] && [ -d "$build/plexus_torch/python/plexus_torch" ]; then
+  "${clean[@]}" PYTHONPATH="$build/plexus_torch/python" PLEXUS_BACKEND="$plugin" PLEXUS_TIMEOUT=60 \
+    OMP_NUM_THREADS=1 timeout 600 "$src/.venv/bin/torchrun" --standalone --nproc-per-node 2 \
+    "$src/tests/torch/ops_check.py" >"$out" 2>&1; rc=$?
+  grep -E "passed|FAIL|Error" "$out" | tail -12
+  check "dist.init_process_group(\"plexus\") runs every c10d op on the example (exit $rc)" \
+    test $rc -eq 0
+else
+  echo "not checked: torch.distributed on the example (no .venv torchrun or plexus_torch build)"
+fi
+
 echo "vendor sdk: $passes passed, $failures failed"
 [ $failures -eq 0 ]
