@@ -13,6 +13,7 @@ instead: it finds the ranks the way every Plexus program does.
 
 import atexit
 import os
+import socket
 from datetime import timedelta
 
 import torch
@@ -58,16 +59,24 @@ def init_process_group(timeout=None, **kwargs):
     if size == 1:
         store = dist.HashStore()
     else:
+        # Rank 0 hosts torch's store (on every interface) and says where it
+        # is: its host name, an address of it, the port. A rank on the same
+        # host connects over loopback; MASTER_ADDR, when set, wins.
         if rank == 0:
-            host = os.environ.get("MASTER_ADDR") or "127.0.0.1"
-            store = dist.TCPStore(host, 0, size, is_master=True, wait_for_workers=False)
-            where = f"{host}:{store.port}".encode()
+            store = dist.TCPStore("0.0.0.0", 0, size, is_master=True, wait_for_workers=False)
+            name = socket.gethostname()
+            try:
+                address = os.environ.get("MASTER_ADDR") or socket.gethostbyname(name)
+            except OSError:
+                address = "127.0.0.1"
+            where = f"{name} {address} {store.port}".encode()
         else:
             where = b""
-        where = _C._broadcast_from_rank_zero(where).decode()
+        name, address, port = _C._broadcast_from_rank_zero(where).decode().split(" ")
         if rank != 0:
-            host, port = where.rsplit(":", 1)
-            store = dist.TCPStore(host, int(port), size, is_master=False)
+            if name == socket.gethostname() and not os.environ.get("MASTER_ADDR"):
+                address = "127.0.0.1"
+            store = dist.TCPStore(address, int(port), size, is_master=False)
     args = dict(backend="plexus", store=store, rank=rank, world_size=size)
     if timeout is not None:
         args["timeout"] = timeout
