@@ -24,7 +24,6 @@ cost). --json FILE writes the rows.
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -58,10 +57,7 @@ def main():
         sys.exit(f"torch_allreduce: cannot import plexus_torch ({e}); build Plexus with torch "
                  "(scripts/build.sh) and set PYTHONPATH=build/plexus_torch/python")
     torch.set_num_threads(1)
-    if "RANK" in os.environ and "MASTER_ADDR" in os.environ:
-        dist.init_process_group("plexus")
-    else:
-        plexus_torch.init_process_group()
+    plexus_torch.init_process_group()  # torchrun, mpirun, plexus-run, srun
     rank, size = dist.get_rank(), dist.get_world_size()
     gloo = dist.new_group(backend="gloo")
     backend = dist.group.WORLD._get_backend(torch.device("cpu"))

@@ -664,6 +664,25 @@ void PlexusBackend::ReleaseAll() {
   released.clear();  // each waits (bounded) for what it still runs
 }
 
+// A coalesced call is one work of several posts: each part is posted as
+// its own call would be (asynchronously), then handed over whole.
+template <class Options>
+Options Part(const Options& opts) {
+  Options part = opts;
+  part.asyncOp = true;
+  return part;
+}
+
+void PlexusBackend::Absorb(PlexusWork& work, const c10::intrusive_ptr<c10d::Work>& part) {
+  auto& one = static_cast<PlexusWork&>(*part);
+  --seq_;  // the parts are one operation of the sequence
+  for (auto& p : one.posted) work.posted.push_back(std::move(p));
+  for (auto& f : one.finishers) work.finishers.push_back(std::move(f));
+  for (auto& k : one.keep) work.keep.push_back(std::move(k));
+  one.posted.clear();
+  one.finishers.clear();
+}
+
 c10::intrusive_ptr<PlexusWork> PlexusBackend::NewWork(c10d::OpType type, OpLabel what,
                                                       std::vector<at::Tensor> outputs) {
   ++seq_;
@@ -807,14 +826,7 @@ c10::intrusive_ptr<c10d::Work> PlexusBackend::allgather_into_tensor_coalesced(
     auto work = NewWork(OpType::COALESCED,
                         Described("allgather_into_tensor_coalesced", inputs[0]), outputs);
     for (size_t i = 0; i < inputs.size(); ++i) {
-      auto one = c10::static_intrusive_pointer_cast<PlexusWork>(
-          _allgather_base(outputs[i], inputs[i], opts));
-      --seq_;
-      for (auto& p : one->posted) work->posted.push_back(std::move(p));
-      for (auto& f : one->finishers) work->finishers.push_back(std::move(f));
-      for (auto& k : one->keep) work->keep.push_back(std::move(k));
-      one->posted.clear();
-      one->finishers.clear();
+      Absorb(*work, _allgather_base(outputs[i], inputs[i], Part(opts)));
     }
     return Handed(work, opts);
   });
@@ -856,13 +868,7 @@ c10::intrusive_ptr<c10d::Work> PlexusBackend::allgather_coalesced(
     for (size_t i = 0; i < inputs.size(); ++i) {
       std::vector<std::vector<at::Tensor>> o{outputs[i]};
       std::vector<at::Tensor> in{inputs[i]};
-      auto one = c10::static_intrusive_pointer_cast<PlexusWork>(allgather(o, in, opts));
-      --seq_;
-      for (auto& p : one->posted) work->posted.push_back(std::move(p));
-      for (auto& f : one->finishers) work->finishers.push_back(std::move(f));
-      for (auto& k : one->keep) work->keep.push_back(std::move(k));
-      one->posted.clear();
-      one->finishers.clear();
+      Absorb(*work, allgather(o, in, Part(opts)));
     }
     return Handed(work, opts);
   });
@@ -1002,14 +1008,7 @@ c10::intrusive_ptr<c10d::Work> PlexusBackend::reduce_scatter_tensor_coalesced(
     auto work = NewWork(OpType::COALESCED,
                         Described("reduce_scatter_tensor_coalesced", inputs[0]), outputs);
     for (size_t i = 0; i < inputs.size(); ++i) {
-      auto one = c10::static_intrusive_pointer_cast<PlexusWork>(
-          _reduce_scatter_base(outputs[i], inputs[i], opts));
-      --seq_;
-      for (auto& p : one->posted) work->posted.push_back(std::move(p));
-      for (auto& f : one->finishers) work->finishers.push_back(std::move(f));
-      for (auto& k : one->keep) work->keep.push_back(std::move(k));
-      one->posted.clear();
-      one->finishers.clear();
+      Absorb(*work, _reduce_scatter_base(outputs[i], inputs[i], Part(opts)));
     }
     return Handed(work, opts);
   });

@@ -194,6 +194,9 @@ class PlexusBackend : public c10d::Backend {
  private:
   c10::intrusive_ptr<PlexusWork> NewWork(c10d::OpType type, OpLabel what,
                                          std::vector<at::Tensor> outputs);
+  // Moves what part (a PlexusWork of this backend) posted and has still to
+  // do into work.
+  void Absorb(PlexusWork& work, const c10::intrusive_ptr<c10d::Work>& part);
   // Posts an allreduce of t (contiguous) with torch's op; what's needed
   // afterwards goes into work (finisher, kept tensors).
   void PostAllreduce(PlexusWork& work, const at::Tensor& t, const c10d::ReduceOp& op,

@@ -113,7 +113,6 @@ def main():
     args = p.parse_args()
     lr = args.lr or (0.05 if args.optimizer == "sgd" else 0.001)
 
-    torch_launch = "RANK" in os.environ and "MASTER_ADDR" in os.environ
     if args.backend == "plexus":
         try:
             import plexus_torch
@@ -121,10 +120,7 @@ def main():
             sys.exit(f"torch_ddp: --backend plexus needs the plexus_torch module ({e}): build "
                      f"Plexus with torch (BUILD/plexus_torch) and set "
                      f"PYTHONPATH=BUILD/plexus_torch/python")
-        if torch_launch:
-            dist.init_process_group("plexus")  # torchrun: torch's store
-        else:
-            plexus_torch.init_process_group()  # mpirun, plexus-run, Slurm, or alone
+        plexus_torch.init_process_group()  # torchrun, mpirun, plexus-run, Slurm, or alone
         system = f"pytorch-ddp-plexus-{plexus_torch.plexus_backend()}"
     else:
         if "RANK" not in os.environ:  # alone: a world of one

@@ -23,10 +23,7 @@ import plexus_torch
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 
-if "RANK" in os.environ and "MASTER_ADDR" in os.environ:
-    dist.init_process_group("plexus")
-else:
-    plexus_torch.init_process_group()
+plexus_torch.init_process_group()  # torchrun, mpirun, plexus-run, srun
 
 RANK, SIZE = dist.get_rank(), dist.get_world_size()
 GLOO = dist.new_group(backend="gloo")

@@ -11,7 +11,6 @@ Under torchrun at 2 ranks (DDP, FSDP2) or 4 ranks (adds a 2x2 DeviceMesh):
 Exits 1 on any failure.
 """
 
-import os
 import sys
 import warnings
 
@@ -22,10 +21,7 @@ import torch.nn as nn
 import plexus_torch
 
 warnings.filterwarnings("ignore")
-if "RANK" in os.environ and "MASTER_ADDR" in os.environ:
-    dist.init_process_group("plexus")  # torchrun
-else:
-    plexus_torch.init_process_group()  # mpirun, plexus-run
+plexus_torch.init_process_group()  # torchrun, mpirun, plexus-run, srun
 RANK, SIZE = dist.get_rank(), dist.get_world_size()
 GLOO = dist.new_group(backend="gloo")
 failures = 0

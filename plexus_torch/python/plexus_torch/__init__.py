@@ -4,11 +4,11 @@
     dist.init_process_group("plexus")   # PLEXUS_BACKEND picks tcp, ucx, mpi, nccl or a plugin path
 
 Importing this module registers the backend "plexus" for cpu and cuda
-tensors. Under torchrun, plexus-run, or anything that sets MASTER_ADDR,
-MASTER_PORT, RANK and WORLD_SIZE, dist.init_process_group("plexus") meets
-the other ranks through torch's own store. Under launchers that give no store
-(mpirun, srun without MASTER_ADDR), call plexus_torch.init_process_group()
-instead: it finds the ranks the way every Plexus program does.
+tensors. Under torchrun, or anything that sets MASTER_ADDR, MASTER_PORT,
+RANK and WORLD_SIZE, dist.init_process_group("plexus") meets the other ranks
+through torch's own store. plexus_torch.init_process_group() does that too,
+and also works under launchers that give torch no store (mpirun, srun,
+plexus-run): it finds the ranks the way every Plexus program does.
 """
 
 import atexit
@@ -46,15 +46,23 @@ def plexus_backend(group=None):
 
 
 def init_process_group(timeout=None, **kwargs):
-    """dist.init_process_group("plexus") from Plexus's own launch discovery.
+    """dist.init_process_group("plexus") under any launcher.
 
-    For launchers that give torch no store (mpirun, srun without
-    MASTER_ADDR): the ranks meet the way any Plexus program's do (the
-    launcher's variables, PLEXUS_* or plexus-run's), then rank 0 hosts a
-    c10d TCPStore for torch's own use (new_group, object collectives) and
-    tells the others where it is. Other keyword arguments go to
-    dist.init_process_group.
+    Under torchrun (or anything that sets RANK and MASTER_ADDR) it is just
+    that: the ranks meet through torch's own store. Under launchers that
+    give torch no store (mpirun, srun, plexus-run) the ranks meet the way
+    any Plexus program's do (the launcher's variables, PLEXUS_* or
+    plexus-run's), then rank 0 hosts a c10d TCPStore for torch's own use
+    (new_group, object collectives) and tells the others where it is.
+    Other keyword arguments go to dist.init_process_group.
     """
+    if "RANK" in os.environ and "MASTER_ADDR" in os.environ:
+        args = dict(backend="plexus")
+        if timeout is not None:
+            args["timeout"] = timeout
+        args.update(kwargs)
+        dist.init_process_group(**args)
+        return
     rank, size, _local_rank = _C._prepare_world_from_env()
     if size == 1:
         store = dist.HashStore()
