@@ -4,6 +4,7 @@
 #include <map>
 
 #include "plexus/launch_env.hpp"
+#include "slurm_env.hpp"
 
 namespace {
 
@@ -107,4 +108,81 @@ TEST_CASE("malformed or inconsistent variables are errors naming the variable") 
   CHECK_FALSE(plexus::HasRendezvous(info));
   CHECK(plexus::NoRendezvousMessage(info).find("rank 1 of 2 (from torchrun) has no rendezvous "
                                                "point: set MASTER_ADDR") != std::string::npos);
+}
+
+TEST_CASE("Slurm node lists expand as Slurm writes them") {
+  std::vector<std::string> h;
+  REQUIRE(plexus::slurm::ExpandNodeList("node[01-03,07]", &h).ok());
+  CHECK(h == std::vector<std::string>{"node01", "node02", "node03", "node07"});
+  REQUIRE(plexus::slurm::ExpandNodeList("a1,b[2-3]", &h).ok());
+  CHECK(h == std::vector<std::string>{"a1", "b2", "b3"});
+  REQUIRE(plexus::slurm::ExpandNodeList("r[1-2]n[8-9]", &h).ok());
+  CHECK(h == std::vector<std::string>{"r1n8", "r1n9", "r2n8", "r2n9"});
+  REQUIRE(plexus::slurm::ExpandNodeList("gpu-[9-11],login", &h).ok());
+  CHECK(h == std::vector<std::string>{"gpu-9", "gpu-10", "gpu-11", "login"});
+  REQUIRE(plexus::slurm::ExpandNodeList("vm", &h).ok());
+  CHECK(h == std::vector<std::string>{"vm"});
+  // Bad input: an error naming the list, *hosts untouched.
+  for (const char* bad : {"node[01-03", "node01]", "node[3-1]", "node[a-b]", "a,,b", "", "n[]",
+                          "n[1-99999999]"}) {
+    CAPTURE(bad);
+    std::vector<std::string> untouched{"x"};
+    const plexus::Status st = plexus::slurm::ExpandNodeList(bad, &untouched);
+    CHECK(st.code() == PLEXUS_ERR_INVALID_ARGUMENT);
+    CHECK(st.message().find("Slurm node list") != std::string::npos);
+    CHECK(untouched == std::vector<std::string>{"x"});
+  }
+}
+
+TEST_CASE("Slurm tasks per node parse, with repeats") {
+  std::vector<uint32_t> c;
+  REQUIRE(plexus::slurm::ParseTasksPerNode("2(x3),1", &c).ok());
+  CHECK(c == std::vector<uint32_t>{2, 2, 2, 1});
+  REQUIRE(plexus::slurm::ParseTasksPerNode("4", &c).ok());
+  CHECK(c == std::vector<uint32_t>{4});
+  for (const char* bad : {"", "0", "2(x0)", "2(x", "x3", "2,", "2(3)", "-1", "2(x99999999)"}) {
+    CAPTURE(bad);
+    std::vector<uint32_t> untouched{9};
+    CHECK(plexus::slurm::ParseTasksPerNode(bad, &untouched).code() ==
+          PLEXUS_ERR_INVALID_ARGUMENT);
+    CHECK(untouched == std::vector<uint32_t>{9});
+  }
+}
+
+TEST_CASE("under srun nothing needs setting: per-node counts, master and port from Slurm") {
+  plexus::LaunchInfo info;
+  // srun -N3 -n5: tasks 2,2,1; task 3 runs on the second node.
+  std::map<std::string, std::string> v = {
+      {"SLURM_PROCID", "3"},          {"SLURM_NTASKS", "5"},
+      {"SLURM_LOCALID", "1"},         {"SLURM_NODEID", "1"},
+      {"SLURM_STEP_TASKS_PER_NODE", "2(x2),1"},
+      {"SLURM_STEP_NODELIST", "n[07-09]"}, {"SLURM_JOB_ID", "4242"},
+      {"SLURM_STEP_ID", "0"}};
+  REQUIRE(plexus::DiscoverLaunch(Env(v), &info).ok());
+  CHECK(info.source == "Slurm");
+  CHECK(info.rank == 3);
+  CHECK(info.local_rank == 1);
+  CHECK(info.local_size == 2);
+  CHECK(info.node_rank == 1);
+  CHECK(info.node_count == 3);
+  CHECK(info.master_addr == "n07");
+  CHECK(info.master_port == plexus::slurm::StepPort(4242, 0));
+  CHECK(info.master_port >= plexus::slurm::kPortBase);
+  // Another step of the job, and the next job, get other ports.
+  CHECK(plexus::slurm::StepPort(4242, 1) != info.master_port);
+  CHECK(plexus::slurm::StepPort(4243, 0) != info.master_port);
+  // What the user sets wins.
+  v["MASTER_ADDR"] = "10.1.1.1";
+  v["MASTER_PORT"] = "29400";
+  REQUIRE(plexus::DiscoverLaunch(Env(v), &info).ok());
+  CHECK(info.master_addr == "10.1.1.1");
+  CHECK(info.master_port == 29400);
+  // A malformed Slurm value is an error naming the variable.
+  v["SLURM_STEP_TASKS_PER_NODE"] = "2(x";
+  const plexus::Status st = plexus::DiscoverLaunch(Env(v), &info);
+  CHECK(st.code() == PLEXUS_ERR_INVALID_ARGUMENT);
+  CHECK(st.message().find("SLURM_STEP_TASKS_PER_NODE") != std::string::npos);
+  v["SLURM_STEP_TASKS_PER_NODE"] = "2";
+  CHECK(plexus::DiscoverLaunch(Env(v), &info).message().find("SLURM_NODEID=1") !=
+        std::string::npos);
 }

@@ -1,5 +1,7 @@
 #include "plexus/launch_env.hpp"
 
+#include "slurm_env.hpp"
+
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
@@ -11,6 +13,8 @@
 #include <cstring>
 #include <utility>
 #include <vector>
+
+#include "slurm_env.hpp"
 
 namespace plexus {
 namespace {
@@ -44,6 +48,51 @@ Status ParseUnsigned(const EnvLookup& env, const char* name, uint64_t max, uint6
                                    "' is not a whole number from 0 to " + std::to_string(max));
   }
   *out = value;
+  return Status::Ok();
+}
+
+// Under srun: the tasks on this node from SLURM_STEP_TASKS_PER_NODE (or
+// SLURM_TASKS_PER_NODE) at SLURM_NODEID, which Slurm sets for every step
+// (SLURM_NTASKS_PER_NODE only with --ntasks-per-node); and, where the user
+// named no rendezvous point, the first host of the step's node list with a
+// port derived from the job and step ids (slurm_env.hpp).
+Status ApplySlurm(const EnvLookup& env, LaunchInfo* info) {
+  const char* per_node_var = env("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE"
+                                                              : "SLURM_TASKS_PER_NODE";
+  if (auto per_node = env(per_node_var); per_node && env("SLURM_NODEID")) {
+    std::vector<uint32_t> counts;
+    Status st = slurm::ParseTasksPerNode(*per_node, &counts);
+    if (!st.ok()) return Status::InvalidArgument(std::string(per_node_var) + ": " + st.message());
+    uint64_t node = 0;
+    st = ParseUnsigned(env, "SLURM_NODEID", UINT32_MAX, &node);
+    if (!st.ok()) return st;
+    if (node >= counts.size()) {
+      return Status::InvalidArgument("SLURM_NODEID=" + std::to_string(node) + " is not a node of " +
+                                     per_node_var + "='" + *per_node + "' (" +
+                                     std::to_string(counts.size()) + " nodes)");
+    }
+    info->local_size = counts[node];
+    info->node_rank = uint32_t(node);
+    info->node_count = uint32_t(counts.size());
+  }
+  const bool named_master = env("PLEXUS_MASTER_ADDR") || env("MASTER_ADDR");
+  const bool named_port = env("PLEXUS_MASTER_PORT") || env("MASTER_PORT");
+  if (!named_master) {
+    const char* list_var = env("SLURM_STEP_NODELIST") ? "SLURM_STEP_NODELIST" : "SLURM_JOB_NODELIST";
+    if (auto list = env(list_var)) {
+      std::vector<std::string> hosts;
+      Status st = slurm::ExpandNodeList(*list, &hosts);
+      if (!st.ok()) return Status::InvalidArgument(std::string(list_var) + ": " + st.message());
+      if (!hosts.empty()) info->master_addr = hosts.front();
+    }
+  }
+  if (!named_port && env("SLURM_JOB_ID") && env("SLURM_STEP_ID")) {
+    uint64_t job = 0, step = 0;
+    Status st = ParseUnsigned(env, "SLURM_JOB_ID", UINT64_MAX >> 8, &job);
+    if (st.ok()) st = ParseUnsigned(env, "SLURM_STEP_ID", UINT64_MAX >> 8, &step);
+    if (!st.ok()) return st;
+    info->master_port = slurm::StepPort(job, step);
+  }
   return Status::Ok();
 }
 
@@ -86,13 +135,19 @@ Status DiscoverLaunch(const EnvLookup& env, LaunchInfo* info) {
     }
     if (s.local_size && env(s.local_size)) {
       uint64_t v = 0;
-      // Slurm writes e.g. "2(x3)" for tasks per node; take what parses.
+      // SLURM_NTASKS_PER_NODE is set only with --ntasks-per-node; under
+      // Slurm, ApplySlurm reads the step's own count per node instead.
       if (ParseUnsigned(env, s.local_size, UINT32_MAX, &v).ok() && v > 0) {
         info->local_size = uint32_t(v);
       }
     }
     info->source = s.source;
     break;
+  }
+
+  if (info->source == std::string("Slurm")) {
+    Status st = ApplySlurm(env, info);
+    if (!st.ok()) return st;
   }
 
   const bool plexus_master = env("PLEXUS_MASTER_ADDR").has_value();
@@ -116,6 +171,12 @@ bool HasRendezvous(const LaunchInfo& info) {
 }
 
 std::string NoRendezvousMessage(const LaunchInfo& info) {
+  if (info.source == "Slurm") {
+    return "rank " + std::to_string(info.rank) + " of " + std::to_string(info.size) +
+           " (from Slurm) has no rendezvous point: Slurm gave no node list or job and step ids " +
+           "(SLURM_STEP_NODELIST, SLURM_JOB_ID, SLURM_STEP_ID; is this an srun step?); set " +
+           "MASTER_ADDR and MASTER_PORT";
+  }
   return "rank " + std::to_string(info.rank) + " of " + std::to_string(info.size) + " (from " +
          info.source + ") has no rendezvous point: set MASTER_ADDR and MASTER_PORT (or " +
          "PLEXUS_MASTER_ADDR/PLEXUS_MASTER_PORT), or launch with plexus-run";

@@ -25,6 +25,8 @@ struct LaunchInfo {
   std::string master_addr;    // empty when the launcher gave none
   uint16_t master_port = 0;   // 0 when the launcher gave none
   bool store_hosted = false;  // PLEXUS_STORE_HOSTED=1: a launcher hosts the store; only connect
+  uint32_t node_rank = 0;     // this host's place among the job's hosts, where the launcher says (Slurm)
+  uint32_t node_count = 0;    // the job's hosts, where the launcher says (Slurm); 0: not told
   std::string source;         // which launcher's variables were used, for messages
 };
 
