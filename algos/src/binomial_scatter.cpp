@@ -36,18 +36,14 @@ Status BinomialScatter(PeerTransport& t, const OpSignature& sig, const void* sen
   const uint64_t block = sig.count * elem;
   if (sig.count == 0) return {};
   PLEXUS_ALGOS_RETURN_IF_ERROR(AgreeOnRoot(t, sig));  // (nothing to agree on for one rank)
-  const uint32_t v = (r + n - sig.root) % n;
-  auto real = [&](uint32_t virt) { return (virt + sig.root) % n; };
-  uint32_t low = 1;
-  while (low < n && !(v & low)) low <<= 1;  // lowest set bit of v, or >= n for the root
-  const uint32_t span = std::min<uint32_t>(low, n - v);  // v's subtree: virtual [v, v + span)
+  const RootedSubtree tree(r, n, sig.root);
+  const uint32_t v = tree.v, low = tree.low, span = tree.span;  // v's subtree: [v, v + span)
+  auto real = [&](uint32_t virt) { return tree.Real(virt); };
 
   // Where the block of virtual rank u (in v's subtree) lives on this rank.
   Scratch subtree;
   uint8_t* base = nullptr;
-  auto at = [&](uint32_t u) {
-    return v == 0 ? base + uint64_t(real(u)) * block : base + uint64_t(u - v) * block;
-  };
+  auto at = [&](uint32_t u) { return base + tree.Slot(u) * block; };
   if (v == 0) {
     base = const_cast<uint8_t*>(static_cast<const uint8_t*>(sendbuf));  // only read
   } else {

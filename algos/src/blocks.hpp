@@ -30,6 +30,27 @@ class BlockLayout {
   uint64_t extra_;
 };
 
+// A rank's place in the binomial tree rooted at root (gather, scatter):
+// ranks renumbered relative to the root (virtual rank v = rank - root mod
+// size); low, the lowest set bit of v (size or more for the root); v heads
+// the subtree of virtual ranks [v, v + span), its parent is v - low and its
+// children v + 1, v + 2, v + 4, ... below v + low.
+struct RootedSubtree {
+  RootedSubtree(uint32_t rank, uint32_t size, uint32_t tree_root)
+      : n(size), root(tree_root), v((rank + size - tree_root) % size) {
+    while (low < n && !(v & low)) low <<= 1;
+    span = std::min<uint32_t>(low, n - v);
+  }
+  uint32_t Real(uint32_t virt) const { return (virt + root) % n; }
+  // Where virtual rank u's block sits, in blocks: in rank order in the
+  // root's own buffer; from v on in another rank's scratch.
+  uint64_t Slot(uint32_t u) const { return v == 0 ? Real(u) : u - v; }
+
+  uint32_t n, root, v;
+  uint32_t low = 1;
+  uint32_t span = 1;
+};
+
 // A run of ranks of a rooted tree, in the tree's virtual numbering (virtual
 // rank v is rank (v + root) % size): `count` ranks from `first` on.
 struct RankRun {
