@@ -123,8 +123,8 @@ TEST_CASE("Slurm node lists expand as Slurm writes them") {
   REQUIRE(plexus::slurm::ExpandNodeList("vm", &h).ok());
   CHECK(h == std::vector<std::string>{"vm"});
   // Bad input: an error naming the list, *hosts untouched.
-  for (const char* bad : {"node[01-03", "node01]", "node[3-1]", "node[a-b]", "a,,b", "", "n[]",
-                          "n[1-99999999]"}) {
+  for (const char* bad :
+       {"node[01-03", "node01]", "node[3-1]", "node[a-b]", "a,,b", "", "n[]", "n[1-99999999]"}) {
     CAPTURE(bad);
     std::vector<std::string> untouched{"x"};
     const plexus::Status st = plexus::slurm::ExpandNodeList(bad, &untouched);
@@ -143,8 +143,7 @@ TEST_CASE("Slurm tasks per node parse, with repeats") {
   for (const char* bad : {"", "0", "2(x0)", "2(x", "x3", "2,", "2(3)", "-1", "2(x99999999)"}) {
     CAPTURE(bad);
     std::vector<uint32_t> untouched{9};
-    CHECK(plexus::slurm::ParseTasksPerNode(bad, &untouched).code() ==
-          PLEXUS_ERR_INVALID_ARGUMENT);
+    CHECK(plexus::slurm::ParseTasksPerNode(bad, &untouched).code() == PLEXUS_ERR_INVALID_ARGUMENT);
     CHECK(untouched == std::vector<uint32_t>{9});
   }
 }
@@ -152,12 +151,14 @@ TEST_CASE("Slurm tasks per node parse, with repeats") {
 TEST_CASE("under srun nothing needs setting: per-node counts, master and port from Slurm") {
   plexus::LaunchInfo info;
   // srun -N3 -n5: tasks 2,2,1; task 3 runs on the second node.
-  std::map<std::string, std::string> v = {
-      {"SLURM_PROCID", "3"},          {"SLURM_NTASKS", "5"},
-      {"SLURM_LOCALID", "1"},         {"SLURM_NODEID", "1"},
-      {"SLURM_STEP_TASKS_PER_NODE", "2(x2),1"},
-      {"SLURM_STEP_NODELIST", "n[07-09]"}, {"SLURM_JOB_ID", "4242"},
-      {"SLURM_STEP_ID", "0"}};
+  std::map<std::string, std::string> v = {{"SLURM_PROCID", "3"},
+                                          {"SLURM_NTASKS", "5"},
+                                          {"SLURM_LOCALID", "1"},
+                                          {"SLURM_NODEID", "1"},
+                                          {"SLURM_STEP_TASKS_PER_NODE", "2(x2),1"},
+                                          {"SLURM_STEP_NODELIST", "n[07-09]"},
+                                          {"SLURM_JOB_ID", "4242"},
+                                          {"SLURM_STEP_ID", "0"}};
   REQUIRE(plexus::DiscoverLaunch(Env(v), &info).ok());
   CHECK(info.source == "Slurm");
   CHECK(info.rank == 3);
@@ -185,4 +186,34 @@ TEST_CASE("under srun nothing needs setting: per-node counts, master and port fr
   v["SLURM_STEP_TASKS_PER_NODE"] = "2";
   CHECK(plexus::DiscoverLaunch(Env(v), &info).message().find("SLURM_NODEID=1") !=
         std::string::npos);
+}
+
+TEST_CASE("Slurm's batch step (no srun) is refused at once, saying to use srun") {
+  plexus::LaunchInfo info;
+  // What the job script of `sbatch -n 2` sees (Slurm 22.05): the job's task
+  // count, SLURM_PROCID=0, and no step id.
+  std::map<std::string, std::string> v = {
+      {"SLURM_JOB_ID", "17"},      {"SLURM_PROCID", "0"},         {"SLURM_NTASKS", "2"},
+      {"SLURM_NODEID", "0"},       {"SLURM_TASKS_PER_NODE", "2"}, {"SLURM_JOB_NODELIST", "n0"},
+      {"SLURM_JOB_NUM_NODES", "1"}};
+  const plexus::Status st = plexus::DiscoverLaunch(Env(v), &info);
+  CHECK(st.code() == PLEXUS_ERR_INVALID_USAGE);
+  CHECK(st.message().find("srun PROG") != std::string::npos);
+  CHECK(st.message().find("SLURM_NTASKS=2") != std::string::npos);
+  CHECK(st.message().find("job 17") != std::string::npos);
+  // One task: a program run alone in the job script is rank 0 of 1.
+  v["SLURM_NTASKS"] = "1";
+  REQUIRE(plexus::DiscoverLaunch(Env(v), &info).ok());
+  CHECK(info.size == 1);
+  // Plexus's own variables win over Slurm's.
+  v["SLURM_NTASKS"] = "2";
+  v["PLEXUS_RANK"] = "0";
+  v["PLEXUS_WORLD_SIZE"] = "1";
+  REQUIRE(plexus::DiscoverLaunch(Env(v), &info).ok());
+  CHECK(info.source == "PLEXUS_* variables");
+  // A task of an srun step (SLURM_STEP_ID, or the older SLURM_STEPID) is not refused.
+  v.erase("PLEXUS_RANK");
+  v.erase("PLEXUS_WORLD_SIZE");
+  v["SLURM_STEPID"] = "0";
+  CHECK(plexus::DiscoverLaunch(Env(v), &info).ok());
 }

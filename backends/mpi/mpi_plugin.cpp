@@ -128,12 +128,30 @@ int32_t Init(const plexus_host_v1* host, plexus_backend_ctx** ctx_out) {
     }
     if (!initialized && !LaunchedByMpi()) {
       // Before any MPI call: a singleton MPI_Init may hang or start daemons.
+      const bool srun_step = std::getenv("SLURM_STEP_ID") || std::getenv("SLURM_STEPID");
       Log(*host, explicit_choice ? PLEXUS_LOG_ERROR : PLEXUS_LOG_INFO,
-          "the mpi backend needs to be launched by mpirun (e.g. `mpirun -np 4 prog`, or srun "
-          "with PMI/PMIx): none of OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK is set. Without "
-          "an MPI launcher use another backend, e.g. PLEXUS_BACKEND=tcp with plexus-run");
+          srun_step
+              ? "the mpi backend needs srun to start MPI: `srun --mpi=pmix prog` (this step "
+                "was started without PMIx: none of OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK "
+                "is set; MpiDefault=pmix in slurm.conf makes it the default). Without it use "
+                "another backend, e.g. PLEXUS_BACKEND=tcp, which needs nothing from srun"
+              : "the mpi backend needs to be launched by mpirun (e.g. `mpirun -np 4 prog`, or "
+                "`srun --mpi=pmix prog`): none of OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK is "
+                "set. Without an MPI launcher use another backend, e.g. PLEXUS_BACKEND=tcp "
+                "with plexus-run");
       return PLEXUS_ERR_UNSUPPORTED;
     }
+#ifdef OPEN_MPI
+    if (!initialized && !std::getenv("PMIX_RANK") && !std::getenv("OMPI_COMM_WORLD_SIZE") &&
+        std::getenv("PMI_RANK") && (std::getenv("SLURM_STEP_ID") || std::getenv("SLURM_STEPID"))) {
+      // srun --mpi=pmi2: Open MPI talks PMI-2 only when built with it (Debian's
+      // is not), and then dies inside MPI_Init without a word from us.
+      Log(*host, PLEXUS_LOG_WARN,
+          "srun started this step with PMI-2 (PMI_RANK set, no PMIX_RANK); Open MPI needs PMIx "
+          "here unless it was built with PMI-2 support. If MPI_Init fails below, run `srun "
+          "--mpi=pmix prog`");
+    }
+#endif
     auto* ctx = new plexus_backend_ctx(*host);
     ctx->max_count = max_count;
     ctx->allreduce_algorithm = algorithm;

@@ -15,6 +15,7 @@
 #include "plexus/algos/dtype.hpp"
 #include "plexus/log.hpp"
 #include "plugins/plugin_loader.hpp"
+#include "slurm_step_end.hpp"
 #include "store/job_token.hpp"
 #include "store/private_dir.hpp"
 #include "store/store_protocol.hpp"
@@ -236,6 +237,9 @@ Communicator Communicator::from_env(const CommunicatorOptions& options) {
   const auto timeout = options.timeout.count() > 0 ? options.timeout : TimeoutFromEnv();
   std::shared_ptr<Job> job;
   Status st = GetJob(timeout, &job);
+  if (st.code() == PLEXUS_ERR_REMOTE || st.code() == PLEXUS_ERR_TIMEOUT) {
+    EndSlurmStepAfterExit("could not join the job");  // the others would wait for this rank
+  }
   if (!st.ok()) Throw(st);
   std::string name = "plexus/" + std::to_string(job->next_comm++);
   return Join(std::move(job), std::move(name), options, timeout);

@@ -113,6 +113,15 @@ Status ChooseJobSecret(const LaunchInfo& l, JobSecret* out) {
   } else if (!IsThisHost(l.master_addr)) {
     why_not_one_host = "the master address " + l.master_addr + " is not one of this host's";
   }
+  if (!why_not_one_host.empty() && l.source == "Slurm") {
+    return Status::InvalidUsage(
+        who + ": no job secret is set and this srun step spans hosts (" + why_not_one_host +
+        "); without one, " + OpenStoreConsequences(l.master_addr, l.master_port) +
+        ". Make a secret once, on a file system every node sees: `plexus-run --make-token "
+        "~/.plexus-token`; then run `PLEXUS_TOKEN_FILE=~/.plexus-token srun ...` (srun passes "
+        "the variable to every task; in a batch script, export it before srun). Only on a "
+        "cluster where every user is trusted: PLEXUS_INSECURE=1 runs it without one");
+  }
   if (!why_not_one_host.empty()) {
     return Status::InvalidUsage(
         who + ": no job secret is set and this job spans hosts (" + why_not_one_host +

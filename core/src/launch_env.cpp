@@ -57,8 +57,23 @@ Status ParseUnsigned(const EnvLookup& env, const char* name, uint64_t max, uint6
 // named no rendezvous point, the first host of the step's node list with a
 // port derived from the job and step ids (slurm_env.hpp).
 Status ApplySlurm(const EnvLookup& env, LaunchInfo* info) {
-  const char* per_node_var = env("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE"
-                                                              : "SLURM_TASKS_PER_NODE";
+  // Slurm's batch step (the job script) and an salloc shell have the job's
+  // SLURM_NTASKS but no step id: one process stands for them all, and the
+  // other ranks will never come. Only srun starts the tasks.
+  if (env("SLURM_JOB_ID") && !env("SLURM_STEP_ID") && !env("SLURM_STEPID") && info->size > 1) {
+    return Status::InvalidUsage(
+        "rank " + std::to_string(info->rank) + " of " + std::to_string(info->size) +
+        " (from Slurm): this process runs in Slurm job " + *env("SLURM_JOB_ID") +
+        " but not in a step that srun started (no SLURM_STEP_ID: the job script itself, or an "
+        "salloc shell), so the other " +
+        std::to_string(info->size - 1) +
+        " rank(s) that SLURM_NTASKS=" + std::to_string(info->size) +
+        " counts will never start. Start the program with srun: `srun PROG` (`srun "
+        "--mpi=pmix PROG` for the mpi backend); or, for one process alone, "
+        "PLEXUS_WORLD_SIZE=1 PLEXUS_RANK=0");
+  }
+  const char* per_node_var =
+      env("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
   if (auto per_node = env(per_node_var); per_node && env("SLURM_NODEID")) {
     std::vector<uint32_t> counts;
     Status st = slurm::ParseTasksPerNode(*per_node, &counts);
@@ -78,7 +93,8 @@ Status ApplySlurm(const EnvLookup& env, LaunchInfo* info) {
   const bool named_master = env("PLEXUS_MASTER_ADDR") || env("MASTER_ADDR");
   const bool named_port = env("PLEXUS_MASTER_PORT") || env("MASTER_PORT");
   if (!named_master) {
-    const char* list_var = env("SLURM_STEP_NODELIST") ? "SLURM_STEP_NODELIST" : "SLURM_JOB_NODELIST";
+    const char* list_var =
+        env("SLURM_STEP_NODELIST") ? "SLURM_STEP_NODELIST" : "SLURM_JOB_NODELIST";
     if (auto list = env(list_var)) {
       std::vector<std::string> hosts;
       Status st = slurm::ExpandNodeList(*list, &hosts);

@@ -4,6 +4,7 @@
 
 #include "comm_state.hpp"
 #include "plexus/error.hpp"
+#include "slurm_step_end.hpp"
 #include "stall_report.hpp"
 
 namespace plexus {
@@ -47,6 +48,9 @@ void Work::Finish(int32_t code) {
     return;
   }
   comm_->failed = true;
+  if (code == PLEXUS_ERR_REMOTE || code == PLEXUS_ERR_TIMEOUT) {
+    EndSlurmStepAfterExit(std::string(what_) + " failed");
+  }
   Status st = comm_->backend->Describe(comm_->comm, code, what_ + (" on " + comm_->backend->name()),
                                        request_);
   comm_->backend->FreeRequest(request_);
@@ -91,7 +95,10 @@ void Work::wait(std::chrono::milliseconds timeout) {
     }
     if (rc == PLEXUS_IN_PROGRESS) {
       // A short wait (polling) is the caller's business; a full one is a failure.
-      if (full_wait) comm_->failed = true;
+      if (full_wait) {
+        comm_->failed = true;
+        EndSlurmStepAfterExit(std::string(what_) + " timed out");
+      }
       throw Error(PLEXUS_ERR_TIMEOUT, comm_->backend->name(),
                   std::string(what_) + " on rank " + std::to_string(comm_->rank) +
                       " did not complete within " + std::to_string(limit.count()) +

@@ -228,8 +228,9 @@ inline constexpr uint64_t kMaxUnauthenticatedFrameBytes = 64 * 1024;
 
 // The text of the REPLY sent to a client that sends requests without authenticating.
 inline constexpr const char* kAuthenticationRequiredMessage =
-    "this rendezvous store requires authentication with the job secret: set PLEXUS_TOKEN to "
-    "the job's token (plexus-run passes it to every rank)";
+    "this rendezvous store requires authentication with the job secret: set "
+    "PLEXUS_TOKEN_FILE (or PLEXUS_TOKEN) to the job's secret for every rank (plexus-run "
+    "passes it to its ranks; for srun, set it before srun)";
 
 // --- Server knobs that the public TcpStoreServer::Start does not expose (tests use them).
 struct TcpStoreServerOptions {
