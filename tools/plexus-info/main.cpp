@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "plexus/algos/dtype.hpp"
+#include "plexus/launch_env.hpp"
 #include "plugins/backend_calls.hpp"
 #include "plugins/host_services.hpp"
 #include "plugins/plugin_loader.hpp"
@@ -16,6 +17,7 @@
 namespace {
 
 constexpr const char* kUsage = R"(Usage: plexus-info [--help] [--version] [BACKEND|PATH ...]
+       plexus-info --launch
 
 Lists every Plexus backend plugin (libplexus-<name>.so) found on the search
 path, with its file, ABI version, implementation version and capabilities;
@@ -28,6 +30,11 @@ Search path, in order:
   the installed plugin directory (<libdir>/plexus, next to libplexus)
 
 Options:
+      --launch   print this process's place in the job as Plexus reads it from
+                 the launcher (plexus-run, torchrun, mpirun, srun) and exit:
+                 "launch: rank 3 of 5, local rank 1 of 2, node 1 of 3, master
+                 n07:24242, host n08, from Slurm" (exit 1 with the reason when
+                 the launcher's variables are wrong); connects to nothing
   -h, --help     show this help and exit
   -V, --version  show the Plexus version and ABI version and exit
 
@@ -106,6 +113,28 @@ bool Examine(const std::string& path) {
   return true;
 }
 
+int PrintLaunch() {
+  plexus::LaunchInfo l;
+  const plexus::Status st = plexus::DiscoverLaunch(plexus::ProcessEnv(), &l);
+  if (!st.ok()) {
+    std::fprintf(stderr, "plexus-info: %s\n", st.message().c_str());
+    return 1;
+  }
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  std::string node = "node ? (the launcher does not say)";
+  if (l.node_count > 0) {
+    node = "node " + std::to_string(l.node_rank) + " of " + std::to_string(l.node_count);
+  }
+  const std::string master =
+      l.master_addr.empty() ? std::string("(none)")
+                            : l.master_addr + ":" + std::to_string(l.master_port);
+  std::printf("launch: rank %u of %u, local rank %u of %u, %s, master %s, host %s, from %s\n",
+              l.rank, l.size, l.local_rank, l.local_size, node.c_str(), master.c_str(), host,
+              l.source.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -116,6 +145,7 @@ int main(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     }
+    if (a == "--launch") return PrintLaunch();
     if (a == "-V" || a == "--version") {
       std::printf("plexus-info %s, backend ABI %d.%d\n", PLEXUS_VERSION_STRING, PLEXUS_ABI_MAJOR,
                   PLEXUS_ABI_MINOR);

@@ -36,6 +36,7 @@
 #include "plexus/launch_env.hpp"
 #include "plexus/rendezvous_store.hpp"
 #include "rank_environment.hpp"
+#include "slurm_step.hpp"
 #include "stall_report.hpp"
 #include "store/job_token.hpp"
 
@@ -62,6 +63,9 @@ struct Options {
   std::string token_file;
   std::string master_addr = "127.0.0.1";
   bool master_addr_given = false;
+  bool nnodes_given = false;
+  bool node_rank_given = false;
+  bool master_port_given = false;
   int master_port = 0;                         // 0: whatever the OS picks
   bool local_nodes = false;                    // --local-nodes: every node on this host
   std::chrono::milliseconds node_timeout{-1};  // -1: PLEXUS_TIMEOUT + 5 s
@@ -178,6 +182,13 @@ void PrintHelp() {
       "PLEXUS_TCP_ADDR is refused: the other nodes could not connect there.\n"
       "The store listens on --master-addr; the ranks, unless those two say\n"
       "otherwise, on the address that routes to it.\n"
+      "\n"
+      "Under Slurm, srun starts the ranks itself with nothing to set (`srun -n 6\n"
+      "prog`). To use plexus-run there, run one per node: `srun --ntasks-per-node=1\n"
+      "plexus-run -n 2 prog` takes --nnodes, --node-rank, --master-addr (the step's\n"
+      "first node) and --master-port (from the job and step ids) from Slurm, and the\n"
+      "secret from PLEXUS_TOKEN_FILE; with several tasks on a node it refuses, since\n"
+      "each would start a job of its own. Options given on the command line win.\n"
       "\n"
       "Variables set for every rank (the rest of the environment, NCCL_*, UCX_*\n"
       "and OMPI_* included, is passed through unchanged):\n";
@@ -390,6 +401,25 @@ std::string CheckReachableByOtherNodes(const Options& opts) {
   return "";
 }
 
+// Started by srun as one of several tasks: the node, the node count and the
+// master from Slurm (slurm_step.hpp), or a usage error saying what to run.
+void ApplySlurmStep(Options* opts) {
+  SlurmPlacement slurm;
+  const Status st = ReadSlurmPlacement(ProcessEnv(), &slurm);
+  if (!st.ok()) UsageError(st.message());
+  if (!slurm.in_step) return;
+  opts->nnodes = slurm.nnodes;
+  if (!opts->node_rank_given) opts->node_rank = slurm.node_rank;
+  if (!opts->master_addr_given) {
+    opts->master_addr = slurm.master_addr;
+    opts->master_addr_given = true;
+  }
+  if (!opts->master_port_given) opts->master_port = slurm.master_port;
+  std::fprintf(stderr, "plexus-run: Slurm step %s: node %d of %d, master %s:%d\n",
+               slurm.step.c_str(), opts->node_rank, opts->nnodes, opts->master_addr.c_str(),
+               opts->master_port);
+}
+
 Options ParseArgs(int argc, char** argv) {
   enum : int {
     kMasterAddr = 1000,
@@ -449,6 +479,7 @@ Options ParseArgs(int argc, char** argv) {
         break;
       case kMasterPort:
         opts.master_port = static_cast<int>(ParseInt(name.c_str(), optarg, 0, 65535));
+        opts.master_port_given = true;
         break;
       case kNoStore:
         opts.host_store = false;
@@ -464,9 +495,11 @@ Options ParseArgs(int argc, char** argv) {
         break;
       case kNnodes:
         opts.nnodes = static_cast<int>(ParseInt(name.c_str(), optarg, 1, kMaxNodes));
+        opts.nnodes_given = true;
         break;
       case kNodeRank:
         opts.node_rank = static_cast<int>(ParseInt(name.c_str(), optarg, 0, kMaxNodes - 1));
+        opts.node_rank_given = true;
         break;
       case kTokenFile:
         if (*optarg == '\0') UsageError("--token-file needs a file name");
@@ -499,6 +532,7 @@ Options ParseArgs(int argc, char** argv) {
     }
   }
   if (opts.nproc == 0) UsageError("missing -n N (the number of ranks)");
+  if (!opts.nnodes_given) ApplySlurmStep(&opts);
   if (opts.node_rank >= opts.nnodes) {
     UsageError("--node-rank " + std::to_string(opts.node_rank) + " is not below --nnodes " +
                std::to_string(opts.nnodes));
