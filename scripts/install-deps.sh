@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(g++ meson ninja-build pkg-config cmake doctest-dev libsodium-dev
           libopenmpi-dev openmpi-bin libucx-dev ucx-utils libgloo-dev
-          clang libclang-rt-14-dev)
+          clang libclang-rt-14-dev slurm-wlm munge)
 
 missing=()
 for p in "${packages[@]}"; do
