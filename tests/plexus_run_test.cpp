@@ -845,4 +845,45 @@ TEST_SUITE("plexus-run") {
     CHECK(Contains(r.err, sig == SIGTERM ? "received SIGTERM" : "received SIGINT"));
     CHECK(Survivors(pids).empty());
   }
+
+  // Slurm's variables as srun sets them for a task (simulated here; the real
+  // Slurm runs in tests/slurm).
+  TEST_CASE("under srun: several tasks on a node are refused, saying what to run") {
+    const std::vector<std::string> step = {
+        "SLURM_JOB_ID=12",        "SLURM_STEP_ID=0", "SLURM_NTASKS=2",
+        "SLURM_NODEID=0",         "SLURM_PROCID=0",  "SLURM_STEP_TASKS_PER_NODE=2",
+        "SLURM_STEP_NODELIST=n0", "PLEXUS_TOKEN",    "PLEXUS_TOKEN_FILE"};
+    // step with NAME=value replaced (the first of a name is the one seen).
+    auto with = [&](std::vector<std::string> env, const std::vector<std::string>& changes) {
+      for (const std::string& c : changes) {
+        const std::string name = c.substr(0, c.find('=') + 1);
+        std::erase_if(env, [&](const std::string& e) { return e.rfind(name, 0) == 0; });
+        env.push_back(c);
+      }
+      return env;
+    };
+    Result r = Run({"-n", "2", "true"}, step);
+    CHECK(r.exit_code == 2);
+    CHECK(Contains(r.err, "each would start a job of its own"));
+    CHECK(Contains(r.err, "srun --ntasks-per-node=1 plexus-run"));
+    // Malformed Slurm values: refused, naming the variable, never a crash.
+    for (const std::string bad :
+         {"SLURM_STEP_TASKS_PER_NODE=2(x", "SLURM_STEP_NODELIST=n[1-", "SLURM_STEP_ID=x"}) {
+      auto env = with(step, {bad});
+      CAPTURE(bad);
+      Result b = Run({"-n", "2", "true"}, env);
+      CHECK(b.exit_code == 2);
+      CHECK(Contains(b.err, bad.substr(0, bad.find('='))));
+    }
+    // One task per node: plexus-run takes its place from Slurm, and across
+    // nodes asks for the secret (options given would win: --nnodes 1 runs here).
+    auto one_per_node = with(
+        step, {"SLURM_STEP_TASKS_PER_NODE=1(x2)", "SLURM_STEP_NODELIST=n[0-1]", "SLURM_NODEID=1"});
+    Result p = Run({"-n", "2", "true"}, one_per_node);
+    CHECK(p.exit_code == 2);
+    CHECK(Contains(p.err, "Slurm step 12.0: node 1 of 2, master n0:"));
+    CHECK(Contains(p.err, "needs a job secret that every node shares"));
+    Result own = Run({"--nnodes", "1", "-n", "1", "true"}, one_per_node);
+    CHECK(own.exit_code == 0);
+  }
 }
