@@ -39,6 +39,14 @@ std::string Card(const LaunchInfo& l) {
   if (l.size != l.local_size && node && *node &&
       std::strspn(node, "0123456789") == std::strlen(node)) {
     card += "node=" + std::string(node) + "\n";
+  } else if (l.size != l.local_size && l.node_count > 0) {
+    // Under srun: the node by the name Slurm gives it (SLURMD_NODENAME, what
+    // squeue and srun's own messages say), else by its place in the step.
+    const char* name = std::getenv("SLURMD_NODENAME");
+    const bool usable = name && *name && std::strlen(name) <= 64 &&
+                        std::strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                          "0123456789-_.") == std::strlen(name);
+    card += "node=" + (usable ? std::string(name) : std::to_string(l.node_rank)) + "\n";
   }
   return card;
 }

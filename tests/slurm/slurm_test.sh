@@ -23,7 +23,8 @@
 #   kill, stop        2 nodes x 2 ranks of plexus-demo's allreduce loop, plain
 #                     srun (no -K), PLEXUS_TIMEOUT=15; rank 3 (node 1) gets SIGKILL
 #                     or SIGSTOP. srun must end within PLEXUS_TIMEOUT + 10 s of it,
-#                     non-zero, and the output must name rank 3 and its node.
+#                     non-zero, and the output must name rank 3 and its node (for
+#                     the frozen one, Plexus's stall report: "rank 3 (node n1)").
 #   concurrent        one node: two jobs (`srun -n 2` twice at once) and, in one
 #                     allocation, two steps at once: all four exit 0 with their
 #                     checks passed (each step has a port and a secret of its own).
@@ -195,6 +196,12 @@ case $mode in
       [ "$rc" != hung ] && [ "$rc" != 0 ]
     check "the output names rank 3" grep -qE "rank 3|task 3" "$out/k"
     check "the output names its node ${SLURM_NODES[1]}" grep -q "${SLURM_NODES[1]}" "$out/k"
+    # A frozen rank is found by the others' stall report, which names its node
+    # as Slurm does (a killed one by srun: "n1: task 3: Killed").
+    if [ "$mode" = stop ]; then
+      check "Plexus's stall report names rank 3 and its node" \
+        grep -q "rank 3 (node ${SLURM_NODES[1]}) has not reached" "$out/k"
+    fi
     kill -KILL "$victim" 2>/dev/null
     ;;
 

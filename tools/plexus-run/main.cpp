@@ -407,7 +407,19 @@ void ApplySlurmStep(Options* opts) {
   SlurmPlacement slurm;
   const Status st = ReadSlurmPlacement(ProcessEnv(), &slurm);
   if (!st.ok()) UsageError(st.message());
-  if (!slurm.in_step) return;
+  if (!slurm.in_step) {
+    // In the job script of a multi-node allocation: runs here alone, as asked,
+    // but say how to use the other nodes.
+    const char* nodes = std::getenv("SLURM_JOB_NUM_NODES");
+    if (std::getenv("SLURM_JOB_ID") && !std::getenv("SLURM_STEP_ID") &&
+        !std::getenv("SLURM_STEPID") && nodes && std::atoi(nodes) > 1) {
+      std::fprintf(stderr,
+                   "plexus-run: note: this runs on this node only, one of the %s of Slurm job "
+                   "%s; to use them all: srun --ntasks-per-node=1 plexus-run -n %d ...\n",
+                   nodes, std::getenv("SLURM_JOB_ID"), opts->nproc);
+    }
+    return;
+  }
   opts->nnodes = slurm.nnodes;
   if (!opts->node_rank_given) opts->node_rank = slurm.node_rank;
   if (!opts->master_addr_given) {
