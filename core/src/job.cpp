@@ -88,11 +88,12 @@ Status GetJob(std::chrono::milliseconds timeout, std::shared_ptr<Job>* out) {
     j->store = std::make_unique<NoRendezvousStore>(NoRendezvousMessage(l));
     j->has_rendezvous = false;
   } else {
-    st = ChooseJobSecret(l, &j->secret);
+    st = ChooseJobSecret(l, timeout, &j->secret);
     if (!st.ok()) return st;
     if (!l.store_hosted && l.rank == 0) {
       store::TcpStoreServerOptions options;
       options.token = j->secret.token;
+      options.public_credential = j->secret.public_credential;
       st = store::StartTcpStoreServer(l.master_addr, l.master_port, options, &j->server);
       if (!st.ok()) {
         return st.WithContext("rank 0 could not host the rendezvous store at " + l.master_addr +

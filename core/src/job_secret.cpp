@@ -12,6 +12,7 @@
 
 #include "plexus/log.hpp"
 #include "store/job_token.hpp"
+#include "store/munge_secret.hpp"
 #include "store/private_dir.hpp"
 #include "store/store_protocol.hpp"
 
@@ -85,7 +86,38 @@ std::string OpenStoreConsequences(const std::string& address, uint16_t port) {
          "or mislead the job";
 }
 
-Status ChooseJobSecret(const LaunchInfo& l, JobSecret* out) {
+namespace {
+
+// Case 4 of job_secret.hpp: the secret in a MUNGE credential, under srun.
+Status SecretFromMunge(const LaunchInfo& l, std::chrono::milliseconds timeout,
+                       const std::string& who, JobSecret* secret) {
+  std::string token, error;
+  if (l.rank == 0) {
+    if (!store::MakeJobToken(&token, &error)) {
+      return Status::System(who + ": cannot make a job secret: " + error);
+    }
+    Status st = store::MungeEncodeSecret(token, &secret->public_credential);
+    if (!st.ok()) return st.WithContext(who + ": the job secret in a MUNGE credential");
+  } else {
+    std::string credential;
+    Status st = store::FetchPublicCredential(l.master_addr, l.master_port, timeout, &credential);
+    if (st.ok()) st = store::MungeDecodeSecret(credential, &token);
+    if (!st.ok()) {
+      return st.WithContext(who + ": the job secret from rank 0's MUNGE credential (no "
+                                  "PLEXUS_TOKEN_FILE is set)");
+    }
+  }
+  secret->token = std::move(token);
+  secret->from_munge = true;
+  store::SetAutomaticToken(secret->token);
+  LogLine(PLEXUS_LOG_DEBUG, "plexus",
+          who + ": the job's secret comes from rank 0 in a MUNGE credential");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ChooseJobSecret(const LaunchInfo& l, std::chrono::milliseconds timeout, JobSecret* out) {
   const std::string who = "rank " + std::to_string(l.rank) + " of " + std::to_string(l.size) +
                           " (from " + l.source + ")";
   JobSecret secret;
@@ -113,13 +145,23 @@ Status ChooseJobSecret(const LaunchInfo& l, JobSecret* out) {
   } else if (!IsThisHost(l.master_addr)) {
     why_not_one_host = "the master address " + l.master_addr + " is not one of this host's";
   }
+  std::string why_no_munge = "PLEXUS_SLURM_MUNGE=0";
+  const char* munge_off = std::getenv("PLEXUS_SLURM_MUNGE");
+  if (!why_not_one_host.empty() && l.source == "Slurm" &&
+      !(munge_off && std::strcmp(munge_off, "0") == 0) && store::MungeAvailable(&why_no_munge)) {
+    st = SecretFromMunge(l, timeout, who, &secret);
+    if (!st.ok()) return st;
+    *out = std::move(secret);
+    return Status::Ok();
+  }
   if (!why_not_one_host.empty() && l.source == "Slurm") {
     return Status::InvalidUsage(
         who + ": no job secret is set and this srun step spans hosts (" + why_not_one_host +
         "); without one, " + OpenStoreConsequences(l.master_addr, l.master_port) +
         ". Make a secret once, on a file system every node sees: `plexus-run --make-token "
         "~/.plexus-token`; then run `PLEXUS_TOKEN_FILE=~/.plexus-token srun ...` (srun passes "
-        "the variable to every task; in a batch script, export it before srun). Only on a "
+        "the variable to every task; in a batch script, export it before srun). (MUNGE, "
+        "which would carry one from rank 0, is not usable: " + why_no_munge + ".) Only on a "
         "cluster where every user is trusted: PLEXUS_INSECURE=1 runs it without one");
   }
   if (!why_not_one_host.empty()) {
@@ -182,6 +224,34 @@ Status ChooseStoreSecret(RendezvousStore& store, uint32_t rank, uint32_t size,
               "hosts PLEXUS_TOKEN_FILE)");
     });
     token->clear();
+    secret_file->clear();
+    return Status::Ok();
+  }
+  const char* munge_off = std::getenv("PLEXUS_SLURM_MUNGE");
+  const bool in_srun_step = std::getenv("SLURM_STEP_ID") || std::getenv("SLURM_STEPID");
+  std::string why_no_munge;
+  if (local_size < size && in_srun_step && !(munge_off && std::strcmp(munge_off, "0") == 0) &&
+      store::MungeAvailable(&why_no_munge)) {
+    // As ChooseJobSecret's case 4: the secret in a MUNGE credential, here
+    // through the caller's store (which anyone may read: the credential only
+    // opens for this user).
+    const std::string key = store::RankKey(0, name + "/munge-credential");
+    std::string secret, error;
+    if (rank == 0) {
+      std::string credential;
+      if (!store::MakeJobToken(&secret, &error)) {
+        return Status::System(who + ": cannot make a job secret: " + error);
+      }
+      st = store::MungeEncodeSecret(secret, &credential);
+      if (st.ok()) st = store.Set(key, Bytes(credential.begin(), credential.end()), timeout);
+      if (!st.ok()) return st.WithContext(who + ": the job secret in a MUNGE credential");
+    } else {
+      Bytes value;
+      st = store.Get(key, &value, timeout);
+      if (st.ok()) st = store::MungeDecodeSecret(std::string(value.begin(), value.end()), &secret);
+      if (!st.ok()) return st.WithContext(who + ": the job secret from rank 0's MUNGE credential");
+    }
+    *token = std::move(secret);
     secret_file->clear();
     return Status::Ok();
   }

@@ -14,7 +14,12 @@
 //      only this user can read), named after the rendezvous point, and every
 //      other rank of the job reads the same file; rank 0 removes it once
 //      every rank has joined. Another user cannot read it, so cannot join.
-//   4. Otherwise (ranks on several hosts, no secret given): an error that says
+//   4. Under srun across hosts, where MUNGE works (store/munge_secret.hpp):
+//      rank 0 makes a secret and its store hands it out in a MUNGE credential
+//      that only this user can open; the other ranks fetch it from the master
+//      and accept it only when their own uid made it. PLEXUS_SLURM_MUNGE=0
+//      turns this off.
+//   5. Otherwise (ranks on several hosts, no secret given): an error that says
 //      how to make and share one. A file on one host cannot reach the others,
 //      and a secret derived from anything the launcher sets (job ids, host
 //      names) would be known to every user of the cluster.
@@ -34,13 +39,17 @@ struct JobSecret {
   std::string token;           // "" only with PLEXUS_INSECURE=1
   bool automatic = false;      // made for this job on this host (case 3 above)
   std::string automatic_file;  // its file's name in the private directory, when automatic
+  bool from_munge = false;     // carried in a MUNGE credential (case 4 above)
+  std::string public_credential;  // on rank 0 with from_munge: what its store hands out
 };
 
 // Decides the secret for a job with a rendezvous point (HasRendezvous(l)).
 // With an automatic secret, also hands it to store::SetAutomaticToken so that
 // the store client, the server and the backends (get_config("PLEXUS_TOKEN"))
-// use it. Errors name the rank and say what to do. BLOCKS on local files only.
-Status ChooseJobSecret(const LaunchInfo& l, JobSecret* out);
+// use it (likewise one from MUNGE). Errors name the rank and say what to do.
+// BLOCKS on local files, and with MUNGE (ranks other than 0) up to timeout
+// fetching rank 0's credential.
+Status ChooseJobSecret(const LaunchInfo& l, std::chrono::milliseconds timeout, JobSecret* out);
 
 // The secret of a communicator joined through a store the caller gives
 // (Communicator::from_store; PyTorch's c10d store under plexus_torch), by the
@@ -54,8 +63,11 @@ Status ChooseJobSecret(const LaunchInfo& l, JobSecret* out);
 // name planted there can only point at another of this user's own files, and
 // ranks with different secrets are refused by the backends' handshake.)
 // *token is then the secret and *secret_file the file, which rank 0 removes
-// once every rank has joined. Ranks on several hosts with no secret:
-// INVALID_USAGE saying how to give one. BLOCKS up to timeout on the store.
+// once every rank has joined. Ranks on several hosts of an srun step, where
+// MUNGE works: rank 0 writes the secret to the store in a MUNGE credential
+// only this user can open (case 4 above). Otherwise ranks on several hosts
+// with no secret: INVALID_USAGE saying how to give one. BLOCKS up to timeout
+// on the store.
 Status ChooseStoreSecret(RendezvousStore& store, uint32_t rank, uint32_t size,
                          uint32_t local_size, const std::string& name,
                          std::chrono::milliseconds timeout, std::string* token,

@@ -1,7 +1,7 @@
 """torch.distributed on a Plexus backend under srun, with nothing to set.
 
     srun -n 4 python3 torch_hello.py                  # one node: nothing to set
-    PLEXUS_TOKEN_FILE=~/.plexus-token srun -N 2 -n 8 python3 torch_hello.py
+    srun -N 2 -n 8 python3 torch_hello.py             # nor across nodes
     PLEXUS_BACKEND=mpi srun --mpi=pmix -n 4 python3 torch_hello.py
 
 plexus_torch.init_process_group() reads rank, world size and the rendezvous

@@ -387,14 +387,14 @@ TEST_CASE("job secret: automatic on one host, refused across hosts, none only wh
   l.source = "torchrun";
 
   JobSecret a, b;
-  Status s = ChooseJobSecret(l, &a);
+  Status s = ChooseJobSecret(l, std::chrono::seconds(5), &a);
   REQUIRE_MESSAGE(s.ok(), s.ToString());
   CHECK(a.automatic);
   CHECK(a.token.size() == 64);
   CHECK(fs::exists(rt.path() / a.automatic_file));
   CHECK(Mode(rt.path() / a.automatic_file) == 0600);
   l.rank = 2;
-  REQUIRE(ChooseJobSecret(l, &b).ok());
+  REQUIRE(ChooseJobSecret(l, std::chrono::seconds(5), &b).ok());
   CHECK(b.token == a.token);  // the other ranks of the job read the same
   std::string seen;
   REQUIRE(store::TokenFromEnvironment(&seen).ok());
@@ -406,7 +406,7 @@ TEST_CASE("job secret: automatic on one host, refused across hosts, none only wh
   SUBCASE("a token given is used as it is") {
     ScopedEnv given("PLEXUS_TOKEN", "given");
     JobSecret c;
-    REQUIRE(ChooseJobSecret(l, &c).ok());
+    REQUIRE(ChooseJobSecret(l, std::chrono::seconds(5), &c).ok());
     CHECK(c.token == "given");
     CHECK_FALSE(c.automatic);
   }
@@ -416,7 +416,7 @@ TEST_CASE("job secret: automatic on one host, refused across hosts, none only wh
       l.local_size = local;
       l.master_addr = addr;
       JobSecret c;
-      s = ChooseJobSecret(l, &c);
+      s = ChooseJobSecret(l, std::chrono::seconds(5), &c);
       CHECK(s.code() == PLEXUS_ERR_INVALID_USAGE);
       CHECK_MESSAGE(Contains(s.message(), "rank 2 of 3 (from torchrun)"), s.message());
       CHECK_MESSAGE(Contains(s.message(), "spans hosts"), s.message());
@@ -430,7 +430,7 @@ TEST_CASE("job secret: automatic on one host, refused across hosts, none only wh
     ScopedEnv insecure("PLEXUS_INSECURE", "1");
     l.local_size = 2;
     JobSecret c;
-    REQUIRE(ChooseJobSecret(l, &c).ok());
+    REQUIRE(ChooseJobSecret(l, std::chrono::seconds(5), &c).ok());
     CHECK(c.token.empty());
   }
 }

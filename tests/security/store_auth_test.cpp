@@ -485,6 +485,38 @@ int64_t MsSince(Clock::time_point start) {
 
 }  // namespace
 
+TEST_CASE("store: the public credential is the one thing given without the secret") {
+  StderrCapture log;
+  store::TcpStoreServerOptions options;
+  options.token = kToken;
+  options.public_credential = "MUNGE:not-a-real-one:";
+  std::unique_ptr<TcpStoreServer> server;
+  REQUIRE(store::StartTcpStoreServer("127.0.0.1", 0, options, &server).ok());
+  std::string credential;
+  REQUIRE(store::FetchPublicCredential("127.0.0.1", server->port(), 2s, &credential).ok());
+  CHECK(credential == options.public_credential);
+  // Any other key, even one of the same length, is refused as before, logged.
+  std::string other(store::kPublicCredentialKey);
+  other.back() = 'X';
+  Bytes frame;
+  REQUIRE(store::EncodeGet(other, 0, &frame).ok());
+  const int fd = RawConnect(server->port());
+  const store::Reply reply = RawRequest(fd, frame);
+  close(fd);
+  CHECK(reply.status == PLEXUS_ERR_INVALID_USAGE);
+  CHECK(Contains(reply.message, "requires authentication with the job secret"));
+  CHECK(Contains(log.WaitFor("without authenticating"), "without authenticating"));
+  // Nothing was learnt about the store itself: a secret-holder is served as usual.
+  std::unique_ptr<RendezvousStore> good;
+  REQUIRE(Connect(server->port(), kToken, &good).ok());
+  CheckServed(*good, "after-credential");
+  // A server without one gives nothing, and says so.
+  auto plain = StartServer(kToken);
+  const Status st = store::FetchPublicCredential("127.0.0.1", plain->port(), 2s, &credential);
+  CHECK(st.code() == PLEXUS_ERR_REMOTE);
+  CHECK(Contains(st.message(), "gives no credential"));
+}
+
 TEST_CASE("store without a secret: 300 idle connections are dropped after handshake_timeout") {
   // Before: "authenticated" from the start, an idle connection was kept for
   // ever; 1100 of them used up rank 0's descriptors.

@@ -52,9 +52,11 @@ slurm_cluster_setup() {
     >"$SLURM_DIR/hosts"
   echo "127.0.0.1 localhost" >>"$SLURM_DIR/hosts"
 
-  # munge: a key of our own, a daemon of our own on a socket of our own.
+  # munge: a key of our own, a daemon of our own on a socket of our own (seen
+  # at the default path on the nodes: slurm_on_host).
+  mkdir -p /run/munge || netns_skip "cannot make /run/munge"
   head -c 1024 /dev/urandom >"$SLURM_DIR/munge/munge.key" && chmod 400 "$SLURM_DIR/munge/munge.key"
-  munged --force --foreground --socket="$SLURM_DIR/munge/munge.sock" \
+  munged --force --foreground --socket="$SLURM_DIR/munge/munge.socket.2" \
     --key-file="$SLURM_DIR/munge/munge.key" --pid-file="$SLURM_DIR/munge/munged.pid" \
     --seed-file="$SLURM_DIR/munge/munged.seed" --log-file="$SLURM_DIR/munged.log" 2>/dev/null &
   NETNS_PIDS+=($!)
@@ -71,7 +73,7 @@ SlurmctldHost=${SLURM_NODES[0]}(${NETNS_ADDRS[0]})
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket=$SLURM_DIR/munge/munge.sock
+AuthInfo=socket=$SLURM_DIR/munge/munge.socket.2
 CredType=cred/munge
 StateSaveLocation=$SLURM_DIR/state
 SlurmdSpoolDir=$SLURM_DIR/spool/%n
@@ -104,10 +106,10 @@ EOF
   export SLURM_CONF=$SLURM_DIR/slurm.conf
 
   for ((k = 0; k < 50; ++k)); do
-    [ -S "$SLURM_DIR/munge/munge.sock" ] && break
+    [ -S "$SLURM_DIR/munge/munge.socket.2" ] && break
     sleep 0.1
   done
-  [ -S "$SLURM_DIR/munge/munge.sock" ] || { slurm_show_logs; netns_skip "munged did not start"; }
+  [ -S "$SLURM_DIR/munge/munge.socket.2" ] || { slurm_show_logs; netns_skip "munged did not start"; }
 
   slurm_on_host 0 slurmctld -D -i -f "$SLURM_CONF" >>"$SLURM_DIR/slurmctld.out" 2>&1 &
   for ((k = 0; k < n; ++k)); do
@@ -129,7 +131,8 @@ EOF
 }
 
 # slurm_on_host K COMMAND...: COMMAND as on node K: in its network namespace,
-# under its node name, with the cluster's hosts file as /etc/hosts (a mount
+# under its node name, with the cluster's hosts file as /etc/hosts and its
+# munged's socket at MUNGE's default place, /run/munge/munge.socket.2 (a mount
 # namespace of its own, inherited by everything it starts: slurmd's tasks).
 # Not `ip netns exec`: that remounts /sys, and slurmd wants the cgroup
 # file systems under /sys/fs/cgroup that this machine has.
@@ -137,8 +140,9 @@ slurm_on_host() {
   local k=$1
   shift
   nsenter --net="/run/netns/${NETNS_HOSTS[$k]}" unshare --mount --uts --propagation private \
-    /bin/sh -c 'mount --bind "$0" /etc/hosts && hostname "$1" && shift && exec "$@"' \
-    "$SLURM_DIR/hosts" "${SLURM_NODES[$k]}" "$@"
+    /bin/sh -c 'mount --bind "$0" /etc/hosts && mount --bind "$1" /run/munge && hostname "$2" &&
+      shift 2 && exec "$@"' \
+    "$SLURM_DIR/hosts" "$SLURM_DIR/munge" "${SLURM_NODES[$k]}" "$@"
 }
 
 slurm_in_host0() {

@@ -8,8 +8,10 @@
 #                     with no Plexus variable set: srun exits 0, both ranks
 #                     report their checks passed, none failed.
 #   battery3 BACKEND  three nodes, 2 tasks each: `srun -N 3 --ntasks-per-node 2
-#                     collectives_check` with only PLEXUS_TOKEN_FILE set (the
-#                     job secret across hosts), the same checks on 6 ranks.
+#                     collectives_check` with nothing set, the same checks on 6
+#                     ranks; every rank took the job secret from rank 0's MUNGE
+#                     credential (PLEXUS_LOG_LEVEL=debug's line). With PLEXUS_SLURM_MUNGE=0
+#                     and no PLEXUS_TOKEN_FILE it is refused, saying what to set.
 #   counts            `srun -N 3 -n 5 plexus-info --launch`: every rank's local
 #                     rank and count, node and node count agree with where Slurm
 #                     ran the tasks (3,1,1 here), and all have one master (node
@@ -18,8 +20,9 @@
 #                     COMPLETED, the trainer's test accuracy in the output.
 #                     Skipped (77) without plexus-trainer (no LibTorch).
 #   torch             `srun -n 2 python3 samples/slurm/torch_hello.py` (the
-#                     torch.distributed "plexus" backend, nothing set): exits 0,
-#                     both ranks print the right sum. Skipped without plexus_torch.
+#                     torch.distributed "plexus" backend, nothing set), then the
+#                     same on 2 nodes x 1: exits 0, both ranks print the right
+#                     sum. Skipped without plexus_torch.
 #   kill, stop        2 nodes x 2 ranks of plexus-demo's allreduce loop, plain
 #                     srun (no -K), PLEXUS_TIMEOUT=15; rank 3 (node 1) gets SIGKILL
 #                     or SIGSTOP. srun must end within PLEXUS_TIMEOUT + 10 s of it,
@@ -31,6 +34,12 @@
 #   nosrun            a batch script that forgets srun (`sbatch -n 2` running the
 #                     program directly): it fails at once (well inside
 #                     PLEXUS_TIMEOUT) saying to start the program with srun.
+#   munge             2 nodes: the job secret that rank 0 hands out in a MUNGE
+#                     credential (nothing set). While a job runs, user nobody on
+#                     node 1 fetches the credential from the job's store (it is
+#                     public) but MUNGE will not open it for nobody; a credential
+#                     nobody made is refused by root for its uid; root opens its
+#                     own twice (several ranks per node); the job then finishes.
 #   plexus-run        `srun -N 3 --ntasks-per-node 1 plexus-run -n 2
 #                     collectives_check`: one launcher per node, its place from
 #                     Slurm, the battery on 6 ranks; and `srun -n 2 plexus-run -n 2`
@@ -66,12 +75,12 @@ done
 export PLEXUS_BACKEND=$backend
 
 case $mode in
-  battery1 | battery3 | counts | sbatch | torch | kill | stop | concurrent | nosrun | plexus-run) ;;
+  battery1 | battery3 | counts | sbatch | torch | kill | stop | concurrent | nosrun | plexus-run | munge) ;;
   *) echo "unknown mode $mode" && exit 2 ;;
 esac
 
 nodes=1
-case $mode in battery3 | counts | sbatch | plexus-run) nodes=3 ;; kill | stop) nodes=2 ;; esac
+case $mode in battery3 | counts | sbatch | plexus-run) nodes=3 ;; kill | stop | munge | torch) nodes=2 ;; esac
 [ "$mode" = sbatch ] && [ ! -x "$trainer" ] && netns_skip "plexus-trainer is not built (no LibTorch)"
 if [ "$mode" = torch ]; then
   [ -x "$source_dir/.venv/bin/python3" ] && [ -d "$build/plexus_torch/python/plexus_torch" ] ||
@@ -106,17 +115,20 @@ case $mode in
     ;;
 
   battery3)
-    "$run" --make-token "$token" >/dev/null
-    PLEXUS_TOKEN_FILE=$token slurm_in_host0 400 srun -N 3 --ntasks-per-node 2 "${mpi_opts[@]}" \
+    PLEXUS_LOG_LEVEL=debug slurm_in_host0 400 srun -N 3 --ntasks-per-node 2 "${mpi_opts[@]}" \
       "$battery" --large-bytes 1048576 >"$out/b" 2>&1
     rc=$?
-    check "srun -N 3 --ntasks-per-node 2 collectives_check on $backend: exit $rc" [ $rc = 0 ]
+    check "srun -N 3 --ntasks-per-node 2 collectives_check on $backend, nothing set: exit $rc" \
+      [ $rc = 0 ]
     check "all 6 ranks passed every check" battery_passed "$out/b" 6
-    unset PLEXUS_TOKEN_FILE
-    # Without the secret: refused at once, saying what to do under srun.
-    slurm_in_host0 60 srun -N 3 --ntasks-per-node 2 "${mpi_opts[@]}" "$battery" >"$out/n" 2>&1
+    check "ranks 1-5 took the job's secret from rank 0's MUNGE credential" \
+      [ "$(grep -c "the job's secret comes from rank 0 in a MUNGE credential" "$out/b")" = 6 ]
+    # Without MUNGE's help and without a secret: refused at once, saying what
+    # to do under srun.
+    PLEXUS_SLURM_MUNGE=0 slurm_in_host0 60 srun -N 3 --ntasks-per-node 2 "${mpi_opts[@]}" \
+      "$battery" >"$out/n" 2>&1
     rc=$?
-    check "without PLEXUS_TOKEN_FILE across hosts: refused (exit $rc)" [ $rc != 0 ]
+    check "PLEXUS_SLURM_MUNGE=0, no PLEXUS_TOKEN_FILE: refused (exit $rc)" [ $rc != 0 ]
     check "... saying to set PLEXUS_TOKEN_FILE before srun" \
       grep -q "PLEXUS_TOKEN_FILE=~/.plexus-token srun" "$out/n"
     ;;
@@ -161,9 +173,18 @@ case $mode in
     PYTHONPATH=$build/plexus_torch/python OMP_NUM_THREADS=1 slurm_in_host0 300 srun -n 2 \
       "$source_dir/.venv/bin/python3" "$source_dir/samples/slurm/torch_hello.py" >"$out/t" 2>&1
     rc=$?
-    sed 's/^/  | /' "$out/t" | tail -n 8
+    sed 's/^/  | /' "$out/t" | grep -v "hostname of the client socket" | tail -n 4
     check "srun -n 2 python3 torch_hello.py: exit $rc" [ $rc = 0 ]
     check "both ranks got the sum 3 over 2 ranks" [ "$(grep -c "all_reduce: 3.0 (expected 3.0)" "$out/t")" = 2 ]
+    # Across nodes, still nothing set: the secret in rank 0's MUNGE credential,
+    # through PyTorch's own store.
+    PYTHONPATH=$build/plexus_torch/python OMP_NUM_THREADS=1 slurm_in_host0 300 srun -N 2 \
+      --ntasks-per-node 1 "$source_dir/.venv/bin/python3" "$source_dir/samples/slurm/torch_hello.py" \
+      >"$out/t2" 2>&1
+    rc=$?
+    sed 's/^/  | /' "$out/t2" | grep -v "hostname of the client socket" | tail -n 4
+    check "srun -N 2 --ntasks-per-node 1 python3 torch_hello.py: exit $rc" [ $rc = 0 ]
+    check "both ranks got the sum 3 over 2 ranks" [ "$(grep -c "all_reduce: 3.0 (expected 3.0)" "$out/t2")" = 2 ]
     ;;
 
   kill | stop)
@@ -243,6 +264,45 @@ EOF
     check "a batch script without srun fails (exit $rc) in ${took} s, not PLEXUS_TIMEOUT=60" \
       [ $rc != 0 ] && [ "$took" -lt 30 ]
     check "... saying to start the program with srun" grep -q "Start the program with srun" "$out/f"
+    ;;
+
+  munge)
+    msc=$build/tests/slurm/munge_secret_check
+    command -v su >/dev/null && id nobody >/dev/null 2>&1 || netns_skip "no su or no user nobody"
+    chmod 755 "$SLURM_DIR/munge" # nobody may reach the socket (its parents are not on its path)
+    # A job across both nodes, nothing set: job 1, step 0, so its store listens
+    # at node 0 on port 20000 + (1 * 64 + 0) % 20000 (slurm_env.hpp, StepPort).
+    port=20064
+    slurm_in_host0 120 srun -N 2 --ntasks-per-node 1 "$demo" --count 1024 --iters 100000 \
+      >"$out/job" 2>&1 &
+    job=$!
+    cred=""
+    for ((i = 0; i < 100; ++i)); do
+      cred=$(slurm_on_host 1 su nobody -s /bin/sh -c "'$msc' fetch ${SLURM_NODES[0]} $port" 2>&1) &&
+        break
+      sleep 0.1
+    done
+    check "user nobody on node 1 gets the job's public credential: ${cred:0:32}..." \
+      grep -q '^MUNGE:' <<<"$cred"
+    said=$(slurm_on_host 1 su nobody -s /bin/sh -c "'$msc' decode" <<<"$cred" 2>&1)
+    echo "  nobody decoding it: $said"
+    check "... but MUNGE does not open it for nobody" grep -q "^refused: MUNGE refused" <<<"$said"
+    said=$(slurm_on_host 1 "$msc" decode <<<"$cred" 2>&1)
+    check "root (the job's user) opens it: $said" grep -q "^secret: " <<<"$said"
+    theirs=$(slurm_on_host 1 su nobody -s /bin/sh -c "munge -s not-the-secret" 2>&1)
+    said=$(slurm_on_host 0 "$msc" decode <<<"$theirs" 2>&1)
+    echo "  root decoding nobody's credential: $said"
+    check "a credential that nobody made is refused, naming its uid" \
+      grep -q "made by uid $(id -u nobody), not by this user" <<<"$said"
+    mine=$(slurm_on_host 0 "$msc" encode 0123456789abcdef)
+    said=$(slurm_on_host 1 "$msc" decode <<<"$mine" 2>&1)
+    again=$(slurm_on_host 1 "$msc" decode <<<"$mine" 2>&1)
+    check "this user's own credential opens twice on one node: $said / $again" \
+      [ "$said" = "secret: 16 bytes" ] && [ "$again" = "secret: 16 bytes" ]
+    netns_wait 120 "$job"
+    sed 's/^/  | /' "$out/job" | tail -n 3
+    check "the job finished, right, with strangers at its door: exit ${NETNS_RC[$job]}" \
+      [ "${NETNS_RC[$job]}" = 0 ] && [ "$(grep -c '^tcp *ok' "$out/job")" = 1 ]
     ;;
 
   plexus-run)

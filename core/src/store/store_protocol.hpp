@@ -232,6 +232,13 @@ inline constexpr const char* kAuthenticationRequiredMessage =
     "PLEXUS_TOKEN_FILE (or PLEXUS_TOKEN) to the job's secret for every rank (plexus-run "
     "passes it to its ranks; for srun, set it before srun)";
 
+// The one request a server answers without authentication, when it was
+// given a public credential (TcpStoreServerOptions): a GET of this key, whose
+// value is that credential (under Slurm, the job secret in a MUNGE credential
+// that only this user can decode: munge_secret.hpp). Any other request, or
+// this one on a server without a credential, is refused as before.
+inline constexpr std::string_view kPublicCredentialKey = "plexus/public/credential";
+
 // --- Server knobs that the public TcpStoreServer::Start does not expose (tests use them).
 struct TcpStoreServerOptions {
   // A client that has sent part of a frame, or has a reply it does not read, and
@@ -248,6 +255,9 @@ struct TcpStoreServerOptions {
   // connections of strangers do not pile up; a client's connection stays up
   // for the whole job once it has made its first request).
   std::chrono::milliseconds handshake_timeout{5000};
+  // Given to anyone who asks for kPublicCredentialKey before authenticating
+  // ("" : nobody). Must be safe to publish: it is, on the network.
+  std::string public_credential;
 };
 
 // TcpStoreServer::Start with options.
@@ -268,6 +278,13 @@ struct TcpStoreClientOptions {
   // Shown to a process that is refused this identity ("host a, pid 123").
   std::string label;
 };
+
+// The server's public credential (kPublicCredentialKey): one unauthenticated
+// GET on a connection of its own, retried while the server does not yet
+// listen, until timeout. REMOTE when the server has none; nothing said about
+// who sent it: the caller proves that (munge_secret.hpp checks the encoder).
+Status FetchPublicCredential(const std::string& host, uint16_t port,
+                             std::chrono::milliseconds timeout, std::string* credential);
 
 // ConnectTcpStore with options. A server that refuses this client's proof of the
 // secret (or a server without a secret, when this client has one) is an error at

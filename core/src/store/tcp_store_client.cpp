@@ -556,6 +556,40 @@ Status ConnectTcpStoreWithOptions(const std::string& host, uint16_t port,
                          std::to_string(attempts) + " attempts; last error: " + error + ")");
 }
 
+Status FetchPublicCredential(const std::string& host, uint16_t port,
+                             std::chrono::milliseconds timeout, std::string* credential) {
+  const std::string endpoint = Endpoint(host, port);
+  const auto deadline = DeadlineAfter(timeout);
+  Bytes request;
+  Status st = EncodeGet(kPublicCredentialKey, 0, &request);
+  if (!st.ok()) return st;
+  auto backoff = kBackoffStart;
+  std::string error;
+  for (;;) {
+    int fd = -1;
+    // Refused connections are expected while rank 0 is still starting.
+    if (ConnectOnce(host, port, deadline, &fd, &error)) {
+      Reply reply;
+      st = SendAll(fd, request, deadline);
+      if (st.ok()) st = ReceiveReply(fd, deadline, &reply);
+      close(fd);
+      if (!st.ok()) return st.WithContext("store server " + endpoint + ": the job's credential");
+      if (reply.status != PLEXUS_OK) {
+        return Status::Remote("store server " + endpoint + " gives no credential: " +
+                              reply.message);
+      }
+      *credential = std::string(reply.payload.begin(), reply.payload.end());
+      return Status::Ok();
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) break;
+    std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
+    backoff = std::min(backoff * 2, kBackoffMax);
+  }
+  return Status::Timeout("could not reach store server " + endpoint + " for the job's credential within " +
+                         std::to_string(TimeoutToWire(timeout)) + " ms (last error: " + error + ")");
+}
+
 }  // namespace store
 
 Status ConnectTcpStore(const std::string& host, uint16_t port, std::chrono::milliseconds timeout,

@@ -267,6 +267,12 @@ class TcpStoreServerImpl final : public TcpStoreServer {
   // queues an error REPLY (small frames, read in full first) or disconnects.
   // Returns false when the client was disconnected.
   bool RefuseUnauthenticated(Client& c, const FrameHeader& h);
+  // A header that may be the one unauthenticated request answered: a GET of
+  // kPublicCredentialKey, on a server that has a public credential.
+  bool MayAskForCredential(const FrameHeader& h) const {
+    return !options_.public_credential.empty() && h.command == Command::kGet &&
+           h.key_len == kPublicCredentialKey.size() && h.value_len <= 8;
+  }
   void QueueReply(Client& c, int32_t status, std::string_view message,
                   std::span<const uint8_t> payload, Clock::time_point now);
   // Replies to c if its parked request can now complete; returns whether it did.
@@ -630,6 +636,7 @@ void TcpStoreServerImpl::QueueReply(Client& c, int32_t status, std::string_view 
 }
 
 bool TcpStoreServerImpl::RefuseUnauthenticated(Client& c, const FrameHeader& h) {
+  if (MayAskForCredential(h)) return true;  // Execute tells once it has the key
   // Logged once here; the client is disconnected after it got its REPLY.
   const std::string why =
       "refused: it sent a store " + std::string(CommandName(h.command)) +
@@ -701,11 +708,31 @@ void TcpStoreServerImpl::Execute(Client& c, Clock::time_point now) {
   }
   ++c.frames_seen;
   if (!c.authenticated) {
-    // RefuseUnauthenticated logged it when the header came in.
+    Request asked;
+    size_t used = 0;
+    const bool for_credential = ParseRequest(c.in, &asked, &used).ok() &&
+                                asked.command == Command::kGet &&
+                                asked.key == kPublicCredentialKey &&
+                                !options_.public_credential.empty();
+    if (!for_credential && !c.refusal_logged) {
+      LogDisconnect("disconnecting client " + c.peer +
+                    ": refused: it sent a store request without authenticating with the job "
+                    "secret (is PLEXUS_TOKEN set where it runs?)");
+      c.refusal_logged = true;
+    }
+    // Otherwise RefuseUnauthenticated logged it when the header came in.
     c.in = Bytes(kHeaderBytes);
     c.in_have = 0;
     c.header_ok = false;
-    QueueReply(c, PLEXUS_ERR_INVALID_USAGE, kAuthenticationRequiredMessage, {}, now);
+    if (for_credential) {
+      const auto& cred = options_.public_credential;
+      QueueReply(c, PLEXUS_OK, "",
+                 std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(cred.data()),
+                                          cred.size()),
+                 now);
+    } else {
+      QueueReply(c, PLEXUS_ERR_INVALID_USAGE, kAuthenticationRequiredMessage, {}, now);
+    }
     c.close_after_output = true;
     return;
   }
