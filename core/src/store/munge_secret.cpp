@@ -12,6 +12,8 @@ namespace {
 
 // The parts of libmunge's ABI used here (munge.h, MUNGE 0.5): the option and
 // error numbers are fixed by that header and have not changed since 0.5.
+constexpr int kOptCipherType = 0;      // MUNGE_OPT_CIPHER_TYPE, an int
+constexpr int kCipherAes128 = 4;       // MUNGE_CIPHER_AES128: never a credential in clear
 constexpr int kOptUidRestriction = 9;  // MUNGE_OPT_UID_RESTRICTION, a uid_t
 constexpr int kSuccess = 0;            // EMUNGE_SUCCESS
 constexpr int kCredExpired = 15;       // EMUNGE_CRED_EXPIRED
@@ -69,7 +71,9 @@ Status MungeEncodeSecret(const std::string& secret, std::string* credential) {
   void* ctx = m.ctx_create();
   if (ctx == nullptr) return Status::System("munge_ctx_create failed");
   Status st = Status::Ok();
-  const int set = m.ctx_set(ctx, kOptUidRestriction, static_cast<uid_t>(getuid()));
+  // Encrypted whatever munged's default, and opened only for this uid.
+  int set = m.ctx_set(ctx, kOptCipherType, kCipherAes128);
+  if (set == kSuccess) set = m.ctx_set(ctx, kOptUidRestriction, static_cast<uid_t>(getuid()));
   char* cred = nullptr;
   const int rc = set == kSuccess ? m.encode(&cred, ctx, secret.data(), int(secret.size())) : set;
   if (rc != kSuccess || cred == nullptr) {
