@@ -852,7 +852,8 @@ TEST_SUITE("plexus-run") {
     const std::vector<std::string> step = {
         "SLURM_JOB_ID=12",        "SLURM_STEP_ID=0", "SLURM_NTASKS=2",
         "SLURM_NODEID=0",         "SLURM_PROCID=0",  "SLURM_STEP_TASKS_PER_NODE=2",
-        "SLURM_STEP_NODELIST=n0", "PLEXUS_TOKEN",    "PLEXUS_TOKEN_FILE"};
+        "SLURM_STEP_NODELIST=n0", "PLEXUS_TOKEN",    "PLEXUS_TOKEN_FILE",
+        "PLEXUS_SLURM_MUNGE=0"};
     // step with NAME=value replaced (the first of a name is the one seen).
     auto with = [&](std::vector<std::string> env, const std::vector<std::string>& changes) {
       for (const std::string& c : changes) {

@@ -41,8 +41,9 @@
 #                     nobody made is refused by root for its uid; root opens its
 #                     own twice (several ranks per node); the job then finishes.
 #   plexus-run        `srun -N 3 --ntasks-per-node 1 plexus-run -n 2
-#                     collectives_check`: one launcher per node, its place from
-#                     Slurm, the battery on 6 ranks; and `srun -n 2 plexus-run -n 2`
+#                     collectives_check`, nothing set: one launcher per node, its
+#                     place from Slurm, the secret from node 0's MUNGE
+#                     credential, the battery on 6 ranks; and `srun -n 2 plexus-run -n 2`
 #                     on one node is refused, saying what to run.
 #
 # Exit 0 pass, 1 fail, 77 skipped (Slurm cannot start here).
@@ -306,8 +307,7 @@ EOF
     ;;
 
   plexus-run)
-    "$run" --make-token "$token" >/dev/null
-    PLEXUS_TOKEN_FILE=$token slurm_in_host0 400 srun -N 3 --ntasks-per-node 1 "$run" -n 2 \
+    slurm_in_host0 400 srun -N 3 --ntasks-per-node 1 "$run" -n 2 \
       "$battery" --large-bytes 1048576 >"$out/p" 2>&1
     rc=$?
     grep "plexus-run:" "$out/p" | sed 's/^/  | /'

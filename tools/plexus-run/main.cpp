@@ -39,6 +39,8 @@
 #include "slurm_step.hpp"
 #include "stall_report.hpp"
 #include "store/job_token.hpp"
+#include "store/munge_secret.hpp"
+#include "store/store_protocol.hpp"
 
 #ifndef PLEXUS_VERSION
 #define PLEXUS_VERSION "unknown"  // meson passes the project version
@@ -66,6 +68,7 @@ struct Options {
   bool nnodes_given = false;
   bool node_rank_given = false;
   bool master_port_given = false;
+  bool from_slurm = false;  // --nnodes and the rest taken from an srun step
   int master_port = 0;                         // 0: whatever the OS picks
   bool local_nodes = false;                    // --local-nodes: every node on this host
   std::chrono::milliseconds node_timeout{-1};  // -1: PLEXUS_TIMEOUT + 5 s
@@ -186,8 +189,9 @@ void PrintHelp() {
       "Under Slurm, srun starts the ranks itself with nothing to set (`srun -n 6\n"
       "prog`). To use plexus-run there, run one per node: `srun --ntasks-per-node=1\n"
       "plexus-run -n 2 prog` takes --nnodes, --node-rank, --master-addr (the step's\n"
-      "first node) and --master-port (from the job and step ids) from Slurm, and the\n"
-      "secret from PLEXUS_TOKEN_FILE; with several tasks on a node it refuses, since\n"
+      "first node) and --master-port (from the job and step ids) from Slurm; the\n"
+      "secret from PLEXUS_TOKEN_FILE, else node 0 hands one out in a MUNGE\n"
+      "credential only you can open. With several tasks on a node it refuses, since\n"
       "each would start a job of its own. Options given on the command line win.\n"
       "\n"
       "Variables set for every rank (the rest of the environment, NCCL_*, UCX_*\n"
@@ -401,6 +405,14 @@ std::string CheckReachableByOtherNodes(const Options& opts) {
   return "";
 }
 
+// Whether to carry the job secret in a MUNGE credential (under srun, where
+// libmunge and its daemon work, unless PLEXUS_SLURM_MUNGE=0).
+bool MungeWanted() {
+  const char* off = std::getenv("PLEXUS_SLURM_MUNGE");
+  if (off != nullptr && std::strcmp(off, "0") == 0) return false;
+  return store::MungeAvailable(nullptr);
+}
+
 // Started by srun as one of several tasks: the node, the node count and the
 // master from Slurm (slurm_step.hpp), or a usage error saying what to run.
 void ApplySlurmStep(Options* opts) {
@@ -421,6 +433,7 @@ void ApplySlurmStep(Options* opts) {
     return;
   }
   opts->nnodes = slurm.nnodes;
+  opts->from_slurm = true;
   if (!opts->node_rank_given) opts->node_rank = slurm.node_rank;
   if (!opts->master_addr_given) {
     opts->master_addr = slurm.master_addr;
@@ -642,6 +655,7 @@ int Main(int argc, char** argv) {
   const char* given_token = std::getenv("PLEXUS_TOKEN");
   const char* token_file_var = std::getenv("PLEXUS_TOKEN_FILE");
   const bool multi = opts.nnodes > 1;
+  std::string public_credential;  // node 0 under srun with MUNGE: what its store hands out
   if (!opts.token_file.empty() || (multi && (given_token == nullptr || *given_token == '\0') &&
                                    token_file_var != nullptr && *token_file_var != '\0')) {
     // Across hosts every node needs the same secret, which is why a file
@@ -657,6 +671,27 @@ int Main(int argc, char** argv) {
     ::setenv("PLEXUS_TOKEN", job.token.c_str(), 1);  // for our store server and client
   } else if (given_token != nullptr && *given_token != '\0') {
     job.token = given_token;
+  } else if (multi && opts.from_slurm && MungeWanted()) {
+    // Under srun, as for ranks srun starts (core/src/job_secret.hpp, case 4):
+    // node 0 makes the secret and its store hands it out in a MUNGE
+    // credential only this user can open; the other nodes fetch it.
+    Status st = Status::Ok();
+    if (opts.node_rank == 0) {
+      std::string error;
+      if (!store::MakeJobToken(&job.token, &error)) st = Status::System(error);
+      if (st.ok()) st = store::MungeEncodeSecret(job.token, &public_credential);
+    } else {
+      std::string credential;
+      st = store::FetchPublicCredential(opts.master_addr, uint16_t(opts.master_port),
+                                        JoinTimeout(), &credential);
+      if (st.ok()) st = store::MungeDecodeSecret(credential, &job.token);
+    }
+    if (!st.ok()) {
+      std::fprintf(stderr, "plexus-run: node %d: the job secret in a MUNGE credential: %s\n",
+                   opts.node_rank, st.message().c_str());
+      return kExitRankFailed;
+    }
+    ::setenv("PLEXUS_TOKEN", job.token.c_str(), 1);
   } else if (multi) {
     std::fprintf(stderr,
                  "plexus-run: --nnodes %d needs a job secret that every node shares, and it "
@@ -687,8 +722,10 @@ int Main(int argc, char** argv) {
   // port is free by construction, no bind-close-rebind race.
   std::unique_ptr<TcpStoreServer> server;
   if (opts.host_store && opts.node_rank == 0) {
-    Status status =
-        TcpStoreServer::Start(opts.master_addr, static_cast<uint16_t>(opts.master_port), &server);
+    store::TcpStoreServerOptions server_options;
+    server_options.public_credential = public_credential;
+    Status status = store::StartTcpStoreServer(
+        opts.master_addr, static_cast<uint16_t>(opts.master_port), server_options, &server);
     if (!status.ok() || server == nullptr) {
       std::fprintf(stderr, "plexus-run: cannot host the rendezvous store on %s:%d: %s\n",
                    opts.master_addr.c_str(), opts.master_port,
