@@ -145,33 +145,31 @@ Status ChooseJobSecret(const LaunchInfo& l, std::chrono::milliseconds timeout, J
   } else if (!IsThisHost(l.master_addr)) {
     why_not_one_host = "the master address " + l.master_addr + " is not one of this host's";
   }
-  std::string why_no_munge = "PLEXUS_SLURM_MUNGE=0";
-  const char* munge_off = std::getenv("PLEXUS_SLURM_MUNGE");
-  if (!why_not_one_host.empty() && l.source == "Slurm" &&
-      !(munge_off && std::strcmp(munge_off, "0") == 0) && store::MungeAvailable(&why_no_munge)) {
+  std::string why_no_munge;
+  if (!why_not_one_host.empty() && l.source == "Slurm" && store::MungeWanted(&why_no_munge)) {
     st = SecretFromMunge(l, timeout, who, &secret);
     if (!st.ok()) return st;
     *out = std::move(secret);
     return Status::Ok();
   }
-  if (!why_not_one_host.empty() && l.source == "Slurm") {
-    return Status::InvalidUsage(
-        who + ": no job secret is set and this srun step spans hosts (" + why_not_one_host +
-        "); without one, " + OpenStoreConsequences(l.master_addr, l.master_port) +
-        ". Make a secret once, on a file system every node sees: `plexus-run --make-token "
-        "~/.plexus-token`; then run `PLEXUS_TOKEN_FILE=~/.plexus-token srun ...` (srun passes "
-        "the variable to every task; in a batch script, export it before srun). (MUNGE, "
-        "which would carry one from rank 0, is not usable: " + why_no_munge + ".) Only on a "
-        "cluster where every user is trusted: PLEXUS_INSECURE=1 runs it without one");
-  }
   if (!why_not_one_host.empty()) {
+    const bool srun = l.source == "Slurm";
+    const std::string how =
+        srun ? "Make a secret once, on a file system every node sees: `plexus-run --make-token "
+               "~/.plexus-token`; then run `PLEXUS_TOKEN_FILE=~/.plexus-token srun ...` (srun "
+               "passes the variable to every task; in a batch script, export it before srun). "
+               "(MUNGE, which would carry one from rank 0, is not usable: " +
+                   why_no_munge + ".)"
+             : "Make a secret once and give it to every rank: `plexus-run --make-token "
+               "~/.plexus-token`, copy the file to every host (or keep it on a shared file "
+               "system) and set PLEXUS_TOKEN_FILE=~/.plexus-token for every rank.";
     return Status::InvalidUsage(
-        who + ": no job secret is set and this job spans hosts (" + why_not_one_host +
-        "); without one, " + OpenStoreConsequences(l.master_addr, l.master_port) +
-        ". Make a secret once and give it to every rank: `plexus-run --make-token "
-        "~/.plexus-token`, copy the file to every host (or keep it on a shared file system) "
-        "and set PLEXUS_TOKEN_FILE=~/.plexus-token for every rank. Only on a network where "
-        "every user and host is trusted: PLEXUS_INSECURE=1 runs it without one");
+        who + ": no job secret is set and this " + (srun ? "srun step" : "job") + " spans hosts (" +
+        why_not_one_host + "); without one, " +
+        OpenStoreConsequences(l.master_addr, l.master_port) + ". " + how + " Only on a " +
+        (srun ? "cluster where every user is trusted" : "network where every user and host is "
+                                                        "trusted") +
+        ": PLEXUS_INSECURE=1 runs it without one");
   }
   // One host: the first rank here makes the secret, the others read it.
   secret.automatic = true;
@@ -227,11 +225,8 @@ Status ChooseStoreSecret(RendezvousStore& store, uint32_t rank, uint32_t size,
     secret_file->clear();
     return Status::Ok();
   }
-  const char* munge_off = std::getenv("PLEXUS_SLURM_MUNGE");
   const bool in_srun_step = std::getenv("SLURM_STEP_ID") || std::getenv("SLURM_STEPID");
-  std::string why_no_munge;
-  if (local_size < size && in_srun_step && !(munge_off && std::strcmp(munge_off, "0") == 0) &&
-      store::MungeAvailable(&why_no_munge)) {
+  if (local_size < size && in_srun_step && store::MungeWanted(nullptr)) {
     // As ChooseJobSecret's case 4: the secret in a MUNGE credential, here
     // through the caller's store (which anyone may read: the credential only
     // opens for this user).

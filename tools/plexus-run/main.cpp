@@ -405,14 +405,6 @@ std::string CheckReachableByOtherNodes(const Options& opts) {
   return "";
 }
 
-// Whether to carry the job secret in a MUNGE credential (under srun, where
-// libmunge and its daemon work, unless PLEXUS_SLURM_MUNGE=0).
-bool MungeWanted() {
-  const char* off = std::getenv("PLEXUS_SLURM_MUNGE");
-  if (off != nullptr && std::strcmp(off, "0") == 0) return false;
-  return store::MungeAvailable(nullptr);
-}
-
 // Started by srun as one of several tasks: the node, the node count and the
 // master from Slurm (slurm_step.hpp), or a usage error saying what to run.
 void ApplySlurmStep(Options* opts) {
@@ -671,7 +663,7 @@ int Main(int argc, char** argv) {
     ::setenv("PLEXUS_TOKEN", job.token.c_str(), 1);  // for our store server and client
   } else if (given_token != nullptr && *given_token != '\0') {
     job.token = given_token;
-  } else if (multi && opts.from_slurm && MungeWanted()) {
+  } else if (multi && opts.from_slurm && store::MungeWanted(nullptr)) {
     // Under srun, as for ranks srun starts (core/src/job_secret.hpp, case 4):
     // node 0 makes the secret and its store hands it out in a MUNGE
     // credential only this user can open; the other nodes fetch it.

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 namespace plexus::store {
@@ -129,6 +130,15 @@ bool MungeAvailable(std::string* why) {
   });
   if (!available && why) *why = reason;
   return available;
+}
+
+bool MungeWanted(std::string* why) {
+  const char* off = std::getenv("PLEXUS_SLURM_MUNGE");
+  if (off != nullptr && std::strcmp(off, "0") == 0) {
+    if (why) *why = "PLEXUS_SLURM_MUNGE=0";
+    return false;
+  }
+  return MungeAvailable(why);
 }
 
 }  // namespace plexus::store

@@ -27,6 +27,10 @@ namespace plexus::store {
 // says what is missing when not. Cached after the first call.
 bool MungeAvailable(std::string* why);
 
+// Whether a job under srun should carry its secret in a MUNGE credential:
+// MungeAvailable, unless PLEXUS_SLURM_MUNGE=0 (then *why says so).
+bool MungeWanted(std::string* why);
+
 // A credential holding secret that only this process's uid can decode.
 Status MungeEncodeSecret(const std::string& secret, std::string* credential);
 
