@@ -211,6 +211,14 @@ TEST_CASE("Slurm's batch step (no srun) is refused at once, saying to use srun")
   v["PLEXUS_WORLD_SIZE"] = "1";
   REQUIRE(plexus::DiscoverLaunch(Env(v), &info).ok());
   CHECK(info.source == "PLEXUS_* variables");
+  // An salloc shell: SLURM_NTASKS without SLURM_PROCID, no step.
+  auto salloc = v;
+  salloc.erase("SLURM_PROCID");
+  salloc.erase("PLEXUS_RANK");
+  salloc.erase("PLEXUS_WORLD_SIZE");
+  const plexus::Status shell = plexus::DiscoverLaunch(Env(salloc), &info);
+  CHECK(shell.code() == PLEXUS_ERR_INVALID_USAGE);
+  CHECK(shell.message().find("salloc") != std::string::npos);
   // A task of an srun step (SLURM_STEP_ID, or the older SLURM_STEPID) is not refused.
   v.erase("PLEXUS_RANK");
   v.erase("PLEXUS_WORLD_SIZE");

@@ -92,16 +92,18 @@ namespace {
 Status SecretFromMunge(const LaunchInfo& l, std::chrono::milliseconds timeout,
                        const std::string& who, JobSecret* secret) {
   std::string token, error;
+  const std::string binding = store::SlurmStepBinding(
+      "store " + l.master_addr + ":" + std::to_string(l.master_port));
   if (l.rank == 0) {
     if (!store::MakeJobToken(&token, &error)) {
       return Status::System(who + ": cannot make a job secret: " + error);
     }
-    Status st = store::MungeEncodeSecret(token, &secret->public_credential);
+    Status st = store::MungeEncodeSecret(binding, token, &secret->public_credential);
     if (!st.ok()) return st.WithContext(who + ": the job secret in a MUNGE credential");
   } else {
     std::string credential;
     Status st = store::FetchPublicCredential(l.master_addr, l.master_port, timeout, &credential);
-    if (st.ok()) st = store::MungeDecodeSecret(credential, &token);
+    if (st.ok()) st = store::MungeDecodeSecret(credential, binding, &token);
     if (!st.ok()) {
       return st.WithContext(who + ": the job secret from rank 0's MUNGE credential (no "
                                   "PLEXUS_TOKEN_FILE is set)");
@@ -231,19 +233,22 @@ Status ChooseStoreSecret(RendezvousStore& store, uint32_t rank, uint32_t size,
     // through the caller's store (which anyone may read: the credential only
     // opens for this user).
     const std::string key = store::RankKey(0, name + "/munge-credential");
+    const std::string binding = store::SlurmStepBinding("communicator " + name);
     std::string secret, error;
     if (rank == 0) {
       std::string credential;
       if (!store::MakeJobToken(&secret, &error)) {
         return Status::System(who + ": cannot make a job secret: " + error);
       }
-      st = store::MungeEncodeSecret(secret, &credential);
+      st = store::MungeEncodeSecret(binding, secret, &credential);
       if (st.ok()) st = store.Set(key, Bytes(credential.begin(), credential.end()), timeout);
       if (!st.ok()) return st.WithContext(who + ": the job secret in a MUNGE credential");
     } else {
       Bytes value;
       st = store.Get(key, &value, timeout);
-      if (st.ok()) st = store::MungeDecodeSecret(std::string(value.begin(), value.end()), &secret);
+      if (st.ok()) {
+        st = store::MungeDecodeSecret(std::string(value.begin(), value.end()), binding, &secret);
+      }
       if (!st.ok()) return st.WithContext(who + ": the job secret from rank 0's MUNGE credential");
     }
     *token = std::move(secret);

@@ -130,6 +130,16 @@ Status DiscoverLaunch(const EnvLookup& env, LaunchInfo* info) {
     const bool has_size = env(s.size).has_value();
     if (!has_rank && !has_size) continue;
     if (has_rank != has_size) {
+      // An salloc shell has the job's SLURM_NTASKS but no SLURM_PROCID: only
+      // srun starts tasks (ApplySlurm says the same of the batch step).
+      if (std::string(s.source) == "Slurm" && has_size && env("SLURM_JOB_ID") &&
+          !env("SLURM_STEP_ID") && !env("SLURM_STEPID")) {
+        return Status::InvalidUsage(
+            "this process runs in Slurm job " + *env("SLURM_JOB_ID") +
+            " but not in a step that srun started (SLURM_NTASKS is set, SLURM_PROCID is not: an "
+            "salloc shell?). Start the program with srun: `srun PROG` (`srun --mpi=pmix PROG` "
+            "for the mpi backend)");
+      }
       return Status::InvalidArgument(std::string(has_rank ? s.rank : s.size) + " is set but " +
                                      (has_rank ? s.size : s.rank) + " is not (" + s.source + ")");
     }

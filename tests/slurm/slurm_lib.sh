@@ -23,6 +23,13 @@ SLURM_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 SLURM_NODES=()   # node name of host k
 SLURM_DIR=""
+SLURM_MADE_RUN_MUNGE=0 # /run/munge was made here (the mount point of the nodes' munge socket)
+
+slurm_cleanup() {
+  netns_cleanup
+  [ "$SLURM_MADE_RUN_MUNGE" = 1 ] && rmdir /run/munge 2>/dev/null
+  return 0
+}
 
 slurm_show_logs() {
   local f
@@ -40,6 +47,7 @@ slurm_cluster_setup() {
       netns_skip "no $prog here (Slurm: scripts/install-slurm.sh installs slurm-wlm and munge)"
   done
   netns_setup "$n" || exit 1
+  trap slurm_cleanup EXIT
   SLURM_DIR=$NETNS_TMP/slurm
   mkdir -p "$SLURM_DIR/state" "$SLURM_DIR/munge" && chmod 700 "$SLURM_DIR/munge"
   for ((k = 0; k < n; ++k)); do
@@ -54,7 +62,10 @@ slurm_cluster_setup() {
 
   # munge: a key of our own, a daemon of our own on a socket of our own (seen
   # at the default path on the nodes: slurm_on_host).
-  mkdir -p /run/munge || netns_skip "cannot make /run/munge"
+  if [ ! -d /run/munge ]; then
+    mkdir -p /run/munge || netns_skip "cannot make /run/munge"
+    SLURM_MADE_RUN_MUNGE=1
+  fi
   head -c 1024 /dev/urandom >"$SLURM_DIR/munge/munge.key" && chmod 400 "$SLURM_DIR/munge/munge.key"
   munged --force --foreground --socket="$SLURM_DIR/munge/munge.socket.2" \
     --key-file="$SLURM_DIR/munge/munge.key" --pid-file="$SLURM_DIR/munge/munged.pid" \
@@ -116,9 +127,9 @@ EOF
     slurm_on_host "$k" slurmd -D -N "${SLURM_NODES[$k]}" -f "$SLURM_CONF" \
       >>"$SLURM_DIR/slurmd-${SLURM_NODES[$k]}.out" 2>&1 &
   done
-  local idle=""
-  for ((k = 0; k < 300; ++k)); do
-    idle=$(slurm_in_host0 10 sinfo -h -N -t idle -o %N 2>/dev/null | sort -u | wc -l)
+  local idle="" deadline=$(($(date +%s) + 30))
+  while [ "$(date +%s)" -lt $deadline ]; do
+    idle=$(slurm_in_host0 5 sinfo -h -N -t idle -o %N 2>/dev/null | sort -u | wc -l)
     [ "$idle" = "$n" ] && break
     sleep 0.1
   done

@@ -35,11 +35,13 @@
 #                     program directly): it fails at once (well inside
 #                     PLEXUS_TIMEOUT) saying to start the program with srun.
 #   munge             2 nodes: the job secret that rank 0 hands out in a MUNGE
-#                     credential (nothing set). While a job runs, user nobody on
-#                     node 1 fetches the credential from the job's store (it is
-#                     public) but MUNGE will not open it for nobody; a credential
-#                     nobody made is refused by root for its uid; root opens its
-#                     own twice (several ranks per node); the job then finishes.
+#                     credential (nothing set). While a job runs, its credential is
+#                     fetched from its store on node 1 (it is public), but MUNGE
+#                     will not open it for user nobody; the job's user opens it;
+#                     refused by the job's user: a credential nobody made (its
+#                     uid named), one of its own with a payload of its choosing
+#                     (`munge -s`), one of its own made for another job; the right
+#                     one opens twice on a node; the job then finishes right.
 #   plexus-run        `srun -N 3 --ntasks-per-node 1 plexus-run -n 2
 #                     collectives_check`, nothing set: one launcher per node, its
 #                     place from Slurm, the secret from node 0's MUNGE
@@ -109,7 +111,7 @@ battery_passed() { # battery_passed FILE N
 
 case $mode in
   battery1)
-    slurm_in_host0 300 srun -n 2 "${mpi_opts[@]}" "$battery" --large-bytes 1048576 >"$out/b" 2>&1
+    slurm_in_host0 240 srun -n 2 "${mpi_opts[@]}" "$battery" --large-bytes 1048576 >"$out/b" 2>&1
     rc=$?
     check "srun -n 2 collectives_check on $backend, nothing set: exit $rc" [ $rc = 0 ]
     check "both ranks passed every check" battery_passed "$out/b" 2
@@ -192,7 +194,7 @@ case $mode in
     sig=KILL
     [ "$mode" = stop ] && sig=STOP
     "$run" --make-token "$token" >/dev/null
-    PLEXUS_TOKEN_FILE=$token PLEXUS_TIMEOUT=15 slurm_in_host0 200 srun -N 2 --ntasks-per-node 2 -l "$demo" --count 1024 \
+    PLEXUS_TOKEN_FILE=$token PLEXUS_TIMEOUT=15 slurm_in_host0 120 srun -N 2 --ntasks-per-node 2 -l "$demo" --count 1024 \
       --iters 1000000000 >"$out/k" 2>&1 &
     srun_pid=$!
     # Rank 3's process: the demo whose environment has our cluster and task 3.
@@ -224,15 +226,19 @@ case $mode in
       check "Plexus's stall report names rank 3 and its node" \
         grep -q "rank 3 (node ${SLURM_NODES[1]}) has not reached" "$out/k"
     fi
-    kill -KILL "$victim" 2>/dev/null
+    # The frozen one, if Slurm has not taken it yet (and it is still ours).
+    if [ "$mode" = stop ] && tr '\0' '\n' <"/proc/$victim/environ" 2>/dev/null |
+      grep -qx "SLURM_CLUSTER_NAME=$NETNS_PREFIX"; then
+      kill -KILL "$victim" 2>/dev/null
+    fi
     ;;
 
   concurrent)
-    slurm_in_host0 300 srun -n 2 "$battery" --large-bytes 1048576 >"$out/j1" 2>&1 &
+    slurm_in_host0 200 srun -n 2 "$battery" --large-bytes 1048576 >"$out/j1" 2>&1 &
     j1=$!
-    slurm_in_host0 300 srun -n 2 "$battery" --large-bytes 1048576 >"$out/j2" 2>&1 &
+    slurm_in_host0 200 srun -n 2 "$battery" --large-bytes 1048576 >"$out/j2" 2>&1 &
     j2=$!
-    netns_wait 300 "$j1" "$j2"
+    netns_wait 200 "$j1" "$j2"
     check "two jobs at once on one node: exits ${NETNS_RC[$j1]}, ${NETNS_RC[$j2]}" \
       [ "${NETNS_RC[$j1]}" = 0 ] && [ "${NETNS_RC[$j2]}" = 0 ]
     check "job 1's ranks passed" battery_passed "$out/j1" 2
@@ -244,7 +250,7 @@ srun -n 2 --exact "$battery" --large-bytes 1048576 >"$out/s2" 2>&1 &
 wait
 grep -h "checks passed" "$out/s1" "$out/s2"
 EOF
-    slurm_in_host0 300 sbatch -W -n 4 -o "$out/steps" "$SLURM_DIR/two-steps.sh" >/dev/null 2>&1
+    slurm_in_host0 200 sbatch -W -n 4 -o "$out/steps" "$SLURM_DIR/two-steps.sh" >/dev/null 2>&1
     rc=$?
     check "two steps at once in one allocation: sbatch exit $rc" [ $rc = 0 ]
     check "step 0's ranks passed" battery_passed "$out/s1" 2
@@ -271,34 +277,49 @@ EOF
     msc=$build/tests/slurm/munge_secret_check
     command -v su >/dev/null && id nobody >/dev/null 2>&1 || netns_skip "no su or no user nobody"
     chmod 755 "$SLURM_DIR/munge" # nobody may reach the socket (its parents are not on its path)
-    # A job across both nodes, nothing set: job 1, step 0, so its store listens
-    # at node 0 on port 20000 + (1 * 64 + 0) % 20000 (slurm_env.hpp, StepPort).
-    port=20064
+    # A job across both nodes, nothing set. Its store listens on node 0 at the
+    # step's port: 20000 + (job * 64 + step) % 20000 (slurm_env.hpp, StepPort).
     slurm_in_host0 120 srun -N 2 --ntasks-per-node 1 "$demo" --count 1024 --iters 100000 \
       >"$out/job" 2>&1 &
     job=$!
     cred=""
-    for ((i = 0; i < 100; ++i)); do
-      cred=$(slurm_on_host 1 su nobody -s /bin/sh -c "'$msc' fetch ${SLURM_NODES[0]} $port" 2>&1) &&
-        break
-      sleep 0.1
+    deadline=$(($(date +%s) + 30))
+    while [ "$(date +%s)" -lt $deadline ]; do
+      id=$(slurm_in_host0 10 squeue -h -o %i 2>/dev/null | head -n 1)
+      if [ -n "$id" ]; then
+        port=$((20000 + (id * 64) % 20000))
+        cred=$(slurm_on_host 1 timeout 5 "$msc" fetch "${SLURM_NODES[0]}" "$port" 2>&1) && break
+      fi
+      sleep 0.2
     done
-    check "user nobody on node 1 gets the job's public credential: ${cred:0:32}..." \
+    binding="srun step ${id:-?}.0, store ${SLURM_NODES[0]}:${port:-?}"
+    check "anyone on node 1 may fetch the job's credential: ${cred:0:32}..." \
       grep -q '^MUNGE:' <<<"$cred"
-    said=$(slurm_on_host 1 su nobody -s /bin/sh -c "'$msc' decode" <<<"$cred" 2>&1)
-    echo "  nobody decoding it: $said"
-    check "... but MUNGE does not open it for nobody" grep -q "^refused: MUNGE refused" <<<"$said"
-    said=$(slurm_on_host 1 "$msc" decode <<<"$cred" 2>&1)
-    check "root (the job's user) opens it: $said" grep -q "^secret: " <<<"$said"
+    said=$(slurm_on_host 1 su nobody -s /bin/sh -c unmunge <<<"$cred" 2>&1)
+    echo "  unmunge as nobody: $said"
+    check "... but MUNGE does not open it for another user (nobody)" \
+      grep -q "Unauthorized credential" <<<"$said"
+    said=$(slurm_on_host 1 "$msc" decode "$binding" <<<"$cred" 2>&1)
+    check "the job's user opens it, made for its step and store: $said" grep -q "^secret: 64 bytes" <<<"$said"
     theirs=$(slurm_on_host 1 su nobody -s /bin/sh -c "munge -s not-the-secret" 2>&1)
-    said=$(slurm_on_host 0 "$msc" decode <<<"$theirs" 2>&1)
-    echo "  root decoding nobody's credential: $said"
-    check "a credential that nobody made is refused, naming its uid" \
+    said=$(slurm_on_host 0 "$msc" decode "$binding" <<<"$theirs" 2>&1)
+    echo "  a credential of nobody's: $said"
+    check "a credential another user made is refused, naming its uid" \
       grep -q "made by uid $(id -u nobody), not by this user" <<<"$said"
-    mine=$(slurm_on_host 0 "$msc" encode 0123456789abcdef)
-    said=$(slurm_on_host 1 "$msc" decode <<<"$mine" 2>&1)
-    again=$(slurm_on_host 1 "$msc" decode <<<"$mine" 2>&1)
-    check "this user's own credential opens twice on one node: $said / $again" \
+    chosen=$(slurm_on_host 1 munge -s "chosen payload" 2>&1)
+    said=$(slurm_on_host 0 "$msc" decode "$binding" <<<"$chosen" 2>&1)
+    echo "  one of this user's with a payload of its choosing: $said"
+    check "this user's credential that is not a Plexus secret is refused" \
+      grep -q "not a Plexus job secret" <<<"$said"
+    other=$(slurm_on_host 0 "$msc" encode "srun step 999.0, store ${SLURM_NODES[0]}:${port:-?}" 0123456789abcdef)
+    said=$(slurm_on_host 1 "$msc" decode "$binding" <<<"$other" 2>&1)
+    echo "  this user's, for another job: $said"
+    check "this user's credential made for another job is refused" \
+      grep -q "made for 'srun step 999.0" <<<"$said"
+    mine=$(slurm_on_host 0 "$msc" encode "$binding" 0123456789abcdef)
+    said=$(slurm_on_host 1 "$msc" decode "$binding" <<<"$mine" 2>&1)
+    again=$(slurm_on_host 1 "$msc" decode "$binding" <<<"$mine" 2>&1)
+    check "the right one opens twice on one node: $said / $again" \
       [ "$said" = "secret: 16 bytes" ] && [ "$again" = "secret: 16 bytes" ]
     netns_wait 120 "$job"
     sed 's/^/  | /' "$out/job" | tail -n 3

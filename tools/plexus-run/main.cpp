@@ -668,15 +668,17 @@ int Main(int argc, char** argv) {
     // node 0 makes the secret and its store hands it out in a MUNGE
     // credential only this user can open; the other nodes fetch it.
     Status st = Status::Ok();
+    const std::string binding = store::SlurmStepBinding(
+        "plexus-run store " + opts.master_addr + ":" + std::to_string(opts.master_port));
     if (opts.node_rank == 0) {
       std::string error;
       if (!store::MakeJobToken(&job.token, &error)) st = Status::System(error);
-      if (st.ok()) st = store::MungeEncodeSecret(job.token, &public_credential);
+      if (st.ok()) st = store::MungeEncodeSecret(binding, job.token, &public_credential);
     } else {
       std::string credential;
       st = store::FetchPublicCredential(opts.master_addr, uint16_t(opts.master_port),
                                         JoinTimeout(), &credential);
-      if (st.ok()) st = store::MungeDecodeSecret(credential, &job.token);
+      if (st.ok()) st = store::MungeDecodeSecret(credential, binding, &job.token);
     }
     if (!st.ok()) {
       std::fprintf(stderr, "plexus-run: node %d: the job secret in a MUNGE credential: %s\n",

@@ -22,7 +22,16 @@ Status ReadSlurmPlacement(const EnvLookup& env, SlurmPlacement* out) {
   if (!step_id) step_id = env("SLURM_STEPID");
   const auto job_id = env("SLURM_JOB_ID");
   uint64_t ntasks = 0, job = 0, step = 0;
-  if (!step_id || !job_id || !ParseId(env("SLURM_NTASKS"), &ntasks) || ntasks <= 1) {
+  if (!step_id || !job_id) {
+    *out = p;
+    return Status::Ok();
+  }
+  if (!ParseId(env("SLURM_NTASKS"), &ntasks)) {
+    return Status::InvalidArgument("SLURM_NTASKS='" + env("SLURM_NTASKS").value_or("") +
+                                   "' is not a task count (Slurm step " + *job_id + "." + *step_id +
+                                   ")");
+  }
+  if (ntasks <= 1) {
     *out = p;
     return Status::Ok();
   }
@@ -43,9 +52,15 @@ Status ReadSlurmPlacement(const EnvLookup& env, SlurmPlacement* out) {
   std::vector<std::string> hosts;
   st = slurm::ExpandNodeList(*nodes, &hosts);
   if (!st.ok()) return Status::InvalidArgument("SLURM_STEP_NODELIST: " + st.message());
+  if (hosts.size() != counts.size()) {
+    return Status::InvalidArgument("SLURM_STEP_NODELIST='" + *nodes + "' names " +
+                                   std::to_string(hosts.size()) +
+                                   " nodes but SLURM_STEP_TASKS_PER_NODE='" + *per_node +
+                                   "' counts " + std::to_string(counts.size()));
+  }
   uint32_t most = 0;
   for (uint32_t c : counts) most = std::max(most, c);
-  if (most > 1 || hosts.size() != counts.size()) {
+  if (most > 1) {
     return Status::InvalidUsage(
         "srun started plexus-run as " + std::to_string(ntasks) + " tasks of step " + p.step +
         " (tasks per node: " + *per_node +

@@ -1,5 +1,7 @@
 #include "munge_secret.hpp"
 
+#include "store_protocol.hpp"
+
 #include <dlfcn.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -64,9 +66,24 @@ std::string ErrorText(const Munge& m, int rc) {
   return std::string(text ? text : "unknown error") + " (MUNGE error " + std::to_string(rc) + ")";
 }
 
+// The payload: a fixed tag, the binding, the secret, newline-separated.
+constexpr const char* kPayloadTag = "plexus-job-secret/1";
+
+std::string Payload(const std::string& binding, const std::string& secret) {
+  return std::string(kPayloadTag) + "\n" + binding + "\n" + secret;
+}
+
 }  // namespace
 
-Status MungeEncodeSecret(const std::string& secret, std::string* credential) {
+std::string SlurmStepBinding(const std::string& what) {
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const char* step = std::getenv("SLURM_STEP_ID");
+  if (step == nullptr) step = std::getenv("SLURM_STEPID");
+  return std::string("srun step ") + (job ? job : "?") + "." + (step ? step : "?") + ", " + what;
+}
+
+Status MungeEncodeSecret(const std::string& binding, const std::string& secret,
+                         std::string* credential) {
   const Munge& m = Lib();
   if (!m.load_error.empty()) return Status::Unsupported(m.load_error);
   void* ctx = m.ctx_create();
@@ -76,7 +93,8 @@ Status MungeEncodeSecret(const std::string& secret, std::string* credential) {
   int set = m.ctx_set(ctx, kOptCipherType, kCipherAes128);
   if (set == kSuccess) set = m.ctx_set(ctx, kOptUidRestriction, static_cast<uid_t>(getuid()));
   char* cred = nullptr;
-  const int rc = set == kSuccess ? m.encode(&cred, ctx, secret.data(), int(secret.size())) : set;
+  const std::string payload = Payload(binding, secret);
+  const int rc = set == kSuccess ? m.encode(&cred, ctx, payload.data(), int(payload.size())) : set;
   if (rc != kSuccess || cred == nullptr) {
     st = Status::Unsupported("MUNGE cannot encode a credential here: " + ErrorText(m, rc));
   } else {
@@ -87,7 +105,8 @@ Status MungeEncodeSecret(const std::string& secret, std::string* credential) {
   return st;
 }
 
-Status MungeDecodeSecret(const std::string& credential, std::string* secret) {
+Status MungeDecodeSecret(const std::string& credential, const std::string& binding,
+                         std::string* secret) {
   const Munge& m = Lib();
   if (!m.load_error.empty()) return Status::Unsupported(m.load_error);
   if (credential.empty() || credential.size() > 64 * 1024 ||
@@ -111,10 +130,26 @@ Status MungeDecodeSecret(const std::string& credential, std::string* secret) {
                           ", not by this user (uid " + std::to_string(getuid()) +
                           "): someone else answers at the job's address");
   }
-  if (text.empty() || text.size() > 1024) {
+  const std::string expected = Payload(binding, "");
+  if (text.size() > 4096 || text.rfind(std::string(kPayloadTag) + "\n", 0) != 0) {
+    return Status::Remote(
+        "the credential at the job's address is not a Plexus job secret (its "
+        "user made it for something else)");
+  }
+  if (text.rfind(expected, 0) != 0) {
+    const size_t end = text.find('\n', std::strlen(kPayloadTag) + 1);
+    return Status::Remote(
+        "the credential at the job's address was made for " +
+        QuoteKey(text.substr(
+            std::strlen(kPayloadTag) + 1,
+            end == std::string::npos ? std::string::npos : end - std::strlen(kPayloadTag) - 1)) +
+        ", not for " + binding + " (another job of this user?)");
+  }
+  std::string found = text.substr(expected.size());
+  if (found.empty() || found.find('\n') != std::string::npos) {
     return Status::Remote("the job's credential holds no secret");
   }
-  *secret = std::move(text);
+  *secret = std::move(found);
   return Status::Ok();
 }
 
@@ -124,7 +159,7 @@ bool MungeAvailable(std::string* why) {
   static std::string reason;
   std::call_once(once, [] {
     std::string ignored;
-    const Status st = MungeEncodeSecret("probe", &ignored);
+    const Status st = MungeEncodeSecret("probe", "probe", &ignored);
     available = st.ok();
     reason = st.message();
   });

@@ -8,10 +8,11 @@
 // only for that user, or root) and its store hands the credential to anyone who
 // asks (kPublicCredentialKey): published, it tells nobody else anything. The
 // other ranks fetch it, have MUNGE open it and accept the secret only when the
-// credential was made by their own uid; then they authenticate to the store
-// with it as with any secret. An impostor on the port can only give a
-// credential of its own uid (refused), or one of ours it cannot read (whose
-// secret it does not know: the handshake fails).
+// credential was made by their own uid for their own step and store; then
+// they authenticate to the store with it as with any secret. An impostor on
+// the port can only give a credential of its own uid (refused), one of ours
+// made for something else (refused), or this job's own, which it cannot read
+// (whose secret it does not know: the handshake fails).
 //
 // libmunge is loaded at run time (libmunge.so.2), so Plexus runs where MUNGE
 // is not installed; MUNGE's default socket (/run/munge/munge.socket.2) is used.
@@ -31,14 +32,26 @@ bool MungeAvailable(std::string* why);
 // MungeAvailable, unless PLEXUS_SLURM_MUNGE=0 (then *why says so).
 bool MungeWanted(std::string* why);
 
-// A credential holding secret that only this process's uid can decode.
-Status MungeEncodeSecret(const std::string& secret, std::string* credential);
+// What a credential is for: "srun step <job>.<step>, <what>" (what: the
+// store's address and port, or a communicator's name), from SLURM_JOB_ID and
+// SLURM_STEP_ID. The credential carries it beside the secret, and a rank
+// accepts only one made for its own step and store: a credential of the same
+// user made for another job (whose port collided, or kept by someone from an
+// earlier job) is refused, as is one whose payload its user chose (`munge -s`).
+std::string SlurmStepBinding(const std::string& what);
 
-// The secret in credential, when MUNGE opens it and this uid made it. A
-// credential that expired (older than its TTL) or was opened before on this
-// host (several ranks per node) still counts: what protects the secret is the
-// cluster key and the uid restriction, not its age. Errors say why (another
-// user's credential, not a credential, MUNGE missing). *secret set on success.
-Status MungeDecodeSecret(const std::string& credential, std::string* secret);
+// A credential holding binding and secret that only this process's uid can
+// decode, AES-128 encrypted.
+Status MungeEncodeSecret(const std::string& binding, const std::string& secret,
+                         std::string* credential);
+
+// The secret in credential, when MUNGE opens it, this uid made it and it was
+// made for binding. A credential that expired (older than its TTL) or was
+// opened before on this host (several ranks per node) still counts: what
+// protects the secret is the cluster key, the uid restriction and the binding,
+// not its age. Errors say why (another user's credential, another job's, not a
+// credential, MUNGE missing). *secret set on success.
+Status MungeDecodeSecret(const std::string& credential, const std::string& binding,
+                         std::string* secret);
 
 }  // namespace plexus::store

@@ -192,7 +192,8 @@ Status RecvInto(int fd, Bytes& buf, size_t* have, Clock::time_point deadline) {
   return Status::Ok();
 }
 
-Status ReceiveReply(int fd, Clock::time_point deadline, Reply* reply) {
+Status ReceiveReply(int fd, Clock::time_point deadline, Reply* reply,
+                    size_t max_frame_bytes = SIZE_MAX) {
   Bytes buf(kHeaderBytes);
   size_t have = 0;
   Status s = RecvInto(fd, buf, &have, deadline);
@@ -202,6 +203,11 @@ Status ReceiveReply(int fd, Clock::time_point deadline, Reply* reply) {
   if (s.ok() && header.command != Command::kReply) {
     s = Status::InvalidArgument(std::string("a ") + CommandName(header.command) +
                                 " frame instead of a reply");
+  }
+  if (s.ok() && header.FrameBytes() > max_frame_bytes) {
+    s = Status::InvalidArgument("a reply of " + std::to_string(header.FrameBytes()) +
+                                " bytes, more than the " + std::to_string(max_frame_bytes) +
+                                " expected");
   }
   if (!s.ok()) return Status::Remote("the server sent a bad reply: " + s.message());
   buf.resize(header.FrameBytes());  // bounded: ParseHeader checked the lengths
@@ -567,19 +573,27 @@ Status FetchPublicCredential(const std::string& host, uint16_t port,
   std::string error;
   for (;;) {
     int fd = -1;
-    // Refused connections are expected while rank 0 is still starting.
+    // Refused connections are expected while rank 0 is still starting, and a
+    // connection dropped before the answer (a busy server) is tried again.
     if (ConnectOnce(host, port, deadline, &fd, &error)) {
       Reply reply;
       st = SendAll(fd, request, deadline);
-      if (st.ok()) st = ReceiveReply(fd, deadline, &reply);
+      // A credential is a few hundred bytes: a larger reply is not read.
+      if (st.ok()) st = ReceiveReply(fd, deadline, &reply, kHeaderBytes + 8 + (64 << 10));
       close(fd);
-      if (!st.ok()) return st.WithContext("store server " + endpoint + ": the job's credential");
-      if (reply.status != PLEXUS_OK) {
-        return Status::Remote("store server " + endpoint + " gives no credential: " +
-                              reply.message);
+      if (st.ok() && reply.status != PLEXUS_OK) {
+        // The server's words, quoted: it has proven nothing yet.
+        return Status::Remote("store server " + endpoint +
+                              " gives no credential: " + QuoteKey(reply.message));
       }
-      *credential = std::string(reply.payload.begin(), reply.payload.end());
-      return Status::Ok();
+      if (st.ok()) {
+        *credential = std::string(reply.payload.begin(), reply.payload.end());
+        return Status::Ok();
+      }
+      if (st.code() == PLEXUS_ERR_REMOTE && st.message().find("bad reply") != std::string::npos) {
+        return st.WithContext("store server " + endpoint + ": the job's credential");
+      }
+      error = st.message();
     }
     const auto now = Clock::now();
     if (now >= deadline) break;
