@@ -237,8 +237,11 @@ Communicator Communicator::from_env(const CommunicatorOptions& options) {
   const auto timeout = options.timeout.count() > 0 ? options.timeout : TimeoutFromEnv();
   std::shared_ptr<Job> job;
   Status st = GetJob(timeout, &job);
-  if (st.code() == PLEXUS_ERR_REMOTE || st.code() == PLEXUS_ERR_TIMEOUT) {
-    EndSlurmStepAfterExit("could not join the job");  // the others would wait for this rank
+  if (!st.ok() && st.code() != PLEXUS_ERR_INVALID_ARGUMENT &&
+      st.code() != PLEXUS_ERR_INVALID_USAGE) {
+    // The others would wait for this rank (or for rank 0's store) until they
+    // time out. (A wrong setting is every rank's, and all fail at once.)
+    EndSlurmStepAfterExit("could not join the job");
   }
   if (!st.ok()) Throw(st);
   std::string name = "plexus/" + std::to_string(job->next_comm++);

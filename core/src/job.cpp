@@ -96,8 +96,14 @@ Status GetJob(std::chrono::milliseconds timeout, std::shared_ptr<Job>* out) {
       options.public_credential = j->secret.public_credential;
       st = store::StartTcpStoreServer(l.master_addr, l.master_port, options, &j->server);
       if (!st.ok()) {
-        return st.WithContext("rank 0 could not host the rendezvous store at " + l.master_addr +
-                              ":" + std::to_string(l.master_port));
+        const bool slurm_port = l.source == "Slurm" && !std::getenv("MASTER_PORT") &&
+                                !std::getenv("PLEXUS_MASTER_PORT");
+        return st.WithContext(
+            "rank 0 could not host the rendezvous store at " + l.master_addr + ":" +
+            std::to_string(l.master_port) +
+            (slurm_port ? " (the port Plexus derives from the Slurm job and step ids; set "
+                          "MASTER_PORT to choose another)"
+                        : ""));
       }
     }
     // The store knows this process as rank l.rank from now on: what the roll

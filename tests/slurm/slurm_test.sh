@@ -42,6 +42,11 @@
 #                     uid named), one of its own with a payload of its choosing
 #                     (`munge -s`), one of its own made for another job; the right
 #                     one opens twice on a node; the job then finishes right.
+#   port-taken        2 nodes: another program listens on the port the step
+#                     would use (job 1, step 0: 20064) on node 0. Rank 0 cannot
+#                     host the store and says so, naming the port and MASTER_PORT;
+#                     the step ends within 15 s (PLEXUS_TIMEOUT=60: rank 1, which
+#                     waits on the squatter, is ended with the step).
 #   plexus-run        `srun -N 3 --ntasks-per-node 1 plexus-run -n 2
 #                     collectives_check`, nothing set: one launcher per node, its
 #                     place from Slurm, the secret from node 0's MUNGE
@@ -78,12 +83,15 @@ done
 export PLEXUS_BACKEND=$backend
 
 case $mode in
-  battery1 | battery3 | counts | sbatch | torch | kill | stop | concurrent | nosrun | plexus-run | munge) ;;
+  battery1 | battery3 | counts | sbatch | torch | kill | stop | concurrent | nosrun | plexus-run | munge | port-taken) ;;
   *) echo "unknown mode $mode" && exit 2 ;;
 esac
 
 nodes=1
-case $mode in battery3 | counts | sbatch | plexus-run) nodes=3 ;; kill | stop | munge | torch) nodes=2 ;; esac
+case $mode in
+  battery3 | counts | sbatch | plexus-run) nodes=3 ;;
+  kill | stop | munge | torch | port-taken) nodes=2 ;;
+esac
 [ "$mode" = sbatch ] && [ ! -x "$trainer" ] && netns_skip "plexus-trainer is not built (no LibTorch)"
 if [ "$mode" = torch ]; then
   [ -x "$source_dir/.venv/bin/python3" ] && [ -d "$build/plexus_torch/python/plexus_torch" ] ||
@@ -325,6 +333,25 @@ EOF
     sed 's/^/  | /' "$out/job" | tail -n 3
     check "the job finished, right, with strangers at its door: exit ${NETNS_RC[$job]}" \
       [ "${NETNS_RC[$job]}" = 0 ] && [ "$(grep -c '^tcp *ok' "$out/job")" = 1 ]
+    ;;
+
+  port-taken)
+    # The first job of a fresh cluster is job 1: its step 0 gets port 20064.
+    slurm_on_host 0 python3 -c '
+import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 20064)); s.listen(8); time.sleep(100)' &
+    sleep 1
+    start=$(date +%s)
+    PLEXUS_TIMEOUT=60 slurm_in_host0 100 srun -N 2 --ntasks-per-node 1 "$demo" --count 1024 \
+      --iters 2 >"$out/p" 2>&1
+    rc=$?
+    took=$(($(date +%s) - start))
+    sed 's/^/  | /' "$out/p" | tail -n 4
+    check "the step ended in ${took} s (limit 15, PLEXUS_TIMEOUT=60), exit $rc" \
+      [ $rc != 0 ] && [ "$took" -lt 15 ]
+    check "... rank 0 naming the port and MASTER_PORT" \
+      grep -q "rendezvous store at ${SLURM_NODES[0]}:20064 (the port Plexus derives from the Slurm job and step ids; set MASTER_PORT" "$out/p"
     ;;
 
   plexus-run)
