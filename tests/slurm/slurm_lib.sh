@@ -23,13 +23,6 @@ SLURM_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 SLURM_NODES=()   # node name of host k
 SLURM_DIR=""
-SLURM_MADE_RUN_MUNGE=0 # /run/munge was made here (the mount point of the nodes' munge socket)
-
-slurm_cleanup() {
-  netns_cleanup
-  [ "$SLURM_MADE_RUN_MUNGE" = 1 ] && rmdir /run/munge 2>/dev/null
-  return 0
-}
 
 slurm_show_logs() {
   local f
@@ -47,7 +40,6 @@ slurm_cluster_setup() {
       netns_skip "no $prog here (Slurm: scripts/install-slurm.sh installs slurm-wlm and munge)"
   done
   netns_setup "$n" || exit 1
-  trap slurm_cleanup EXIT
   SLURM_DIR=$NETNS_TMP/slurm
   mkdir -p "$SLURM_DIR/state" "$SLURM_DIR/munge" && chmod 700 "$SLURM_DIR/munge"
   for ((k = 0; k < n; ++k)); do
@@ -62,10 +54,10 @@ slurm_cluster_setup() {
 
   # munge: a key of our own, a daemon of our own on a socket of our own (seen
   # at the default path on the nodes: slurm_on_host).
-  if [ ! -d /run/munge ]; then
-    mkdir -p /run/munge || netns_skip "cannot make /run/munge"
-    SLURM_MADE_RUN_MUNGE=1
-  fi
+  # /run/munge is only a mount point here (MUNGE's own place, empty when no
+  # munged runs). It is left behind: tests running at once share it, and one
+  # that removed it would pull it from under the others (mount exits 32).
+  mkdir -p /run/munge || netns_skip "cannot make /run/munge"
   head -c 1024 /dev/urandom >"$SLURM_DIR/munge/munge.key" && chmod 400 "$SLURM_DIR/munge/munge.key"
   munged --force --foreground --socket="$SLURM_DIR/munge/munge.socket.2" \
     --key-file="$SLURM_DIR/munge/munge.key" --pid-file="$SLURM_DIR/munge/munged.pid" \

@@ -140,6 +140,7 @@ case $mode in
       "$battery" >"$out/n" 2>&1
     rc=$?
     check "PLEXUS_SLURM_MUNGE=0, no PLEXUS_TOKEN_FILE: refused (exit $rc)" [ $rc != 0 ]
+    grep -q "PLEXUS_TOKEN_FILE=~/.plexus-token srun" "$out/n" || sed "s/^/  | /" "$out/n" | tail -n 20
     check "... saying to set PLEXUS_TOKEN_FILE before srun" \
       grep -q "PLEXUS_TOKEN_FILE=~/.plexus-token srun" "$out/n"
     ;;
