@@ -90,8 +90,10 @@ std::vector<uint32_t> MembersOf(const std::vector<SplitEntry>& all, uint32_t col
 
 // Makes this rank's group from every rank's entry (ExchangeEntries). out is
 // left empty for a rank that joins none. Collective over the parent.
+// backend: the group's, or null for the parent's.
 Status MakeGroup(detail::CommState& p, const std::vector<SplitEntry>& all, const std::string& base,
-                 std::shared_ptr<detail::CommState>* out) {
+                 std::shared_ptr<Backend> backend, std::shared_ptr<detail::CommState>* out) {
+  if (!backend) backend = p.backend;
   const uint32_t color = all[p.rank].color;
   const bool joins = color != PLEXUS_SPLIT_NO_COLOR;
   std::shared_ptr<detail::CommState> g;
@@ -101,7 +103,7 @@ Status MakeGroup(detail::CommState& p, const std::vector<SplitEntry>& all, const
     const std::vector<uint32_t> members = MembersOf(all, color);
     g = std::make_shared<detail::CommState>();
     g->job = p.job;
-    g->backend = p.backend;
+    g->backend = backend;
     g->size = uint32_t(members.size());
     g->rank = uint32_t(std::find(members.begin(), members.end(), p.rank) - members.begin());
     for (uint32_t m : members) {
@@ -133,11 +135,11 @@ Status MakeGroup(detail::CommState& p, const std::vector<SplitEntry>& all, const
   }
   Status st;
   plexus_comm* comm = nullptr;
-  if (p.backend->HasCommSplit()) {
+  if (backend == p.backend && p.backend->HasCommSplit()) {
     // Every rank of the parent, in or out.
     st = p.backend->SplitComm(p.comm, color, all[p.rank].key, joins ? &config : nullptr, &comm);
   } else if (joins) {
-    st = p.backend->CreateComm(config, &comm);
+    st = backend->CreateComm(config, &comm);
   }
   if (g) g->comm = comm;  // ~CommState destroys it if what follows fails
 
@@ -178,7 +180,17 @@ const std::vector<uint32_t>& Communicator::job_ranks() const {
 }
 
 std::optional<Communicator> Communicator::split(uint32_t color, uint32_t key) {
+  return SplitOver(color, key, "");
+}
+
+std::optional<Communicator> Communicator::SplitOver(uint32_t color, uint32_t key,
+                                                    const std::string& backend_spec) {
   auto& s = state();
+  std::shared_ptr<Backend> backend;
+  if (!backend_spec.empty()) {
+    Status st = detail::OpenNamedBackend(backend_spec, *s.job, &backend);
+    if (!st.ok()) Throw(st.WithContext("the backend inside hosts, '" + backend_spec + "'"));
+  }
   const uint64_t n = s.groups_made++;
   const std::string base = s.name + "/split/" + std::to_string(n);
   const SplitEntry mine{color, key, HostIdentity(s.job->local_address), 0};
@@ -186,7 +198,7 @@ std::optional<Communicator> Communicator::split(uint32_t color, uint32_t key) {
   std::shared_ptr<detail::CommState> made;
   Status st = ExchangeEntries(s, *this, base, mine, &all);
   if (!st.ok()) Throw(st.WithContext("split of " + s.name));
-  st = MakeGroup(s, all, base, &made);
+  st = MakeGroup(s, all, base, std::move(backend), &made);
   return Made(st, std::move(made), s);
 }
 
@@ -225,7 +237,7 @@ std::optional<Communicator> Communicator::group(std::span<const uint32_t> ranks)
     }
     seen[r] = true;
   }
-  st = MakeGroup(s, all, base, &made);
+  st = MakeGroup(s, all, base, nullptr, &made);
   return Made(st, std::move(made), s);
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "hierarchy/two_level.hpp"
 #include "job.hpp"
 #include "plugins/backend_calls.hpp"
 
@@ -54,8 +55,16 @@ struct CommState {
   std::mutex orphans_mutex;
   std::vector<plexus_request*> orphans;
 
+  // Two-level collectives across hosts (hierarchy/two_level.hpp); null
+  // for a flat communicator. Uses only its own groups, not comm.
+  std::unique_ptr<TwoLevel> two_level;
+
   void AdoptOrphan(plexus_request* req);
   ~CommState();
 };
+
+// Opens the backend spec names (a name or path, as PLEXUS_BACKEND takes),
+// or the one already open in this process.
+Status OpenNamedBackend(const std::string& spec, const Job& job, std::shared_ptr<Backend>* out);
 
 }  // namespace plexus::detail

@@ -166,6 +166,11 @@ Status OpenAutomatic(const std::string& name, const Job& job, std::chrono::milli
 
 }  // namespace
 
+Status detail::OpenNamedBackend(const std::string& spec, const Job& job,
+                                std::shared_ptr<Backend>* out) {
+  return OpenBackend(spec, job, out);
+}
+
 Status AutoBackendChoice(const Bytes& chosen, std::string* name) {
   const std::string text(chosen.begin(), chosen.end());
   // Nothing read from the store is loaded as it stands: only a name rank 0
@@ -368,7 +373,15 @@ Communicator Communicator::Join(std::shared_ptr<Job> job, std::string name,
     state->backend->DestroyComm(std::exchange(state->comm, nullptr));
     Throw(st.WithContext("creating " + state->name));
   }
-  return Communicator(std::move(state));
+  Communicator comm(state);
+  // Two levels across hosts where the layout calls for it (PLEXUS_HIERARCHY).
+  st = detail::MakeTwoLevel(comm, job->local_address, l.local_rank, l.local_size,
+                            &state->two_level);
+  if (!st.ok()) Throw(st.WithContext("creating " + state->name), state->backend->name());
+  // (Its exchange is not one of the user's collectives: stall reports count
+  // from the user's first.)
+  state->collectives_posted = 0;
+  return comm;
 }
 
 Communicator::Communicator(std::shared_ptr<detail::CommState> state) : state_(std::move(state)) {}
@@ -472,6 +485,28 @@ Status Prepare(detail::CommState& s, const detail::PostingGuard& guard, const ch
   return st;
 }
 
+// What the backend would check of an allreduce that goes in two levels
+// instead (the groups' own checks would come too late, on another thread).
+Status CheckTwoLevelAllreduce(detail::CommState& s, const void* send, const void* recv,
+                              uint64_t count, DType dtype, ReduceOp op,
+                              const plexus_placement* where) {
+  Status st = s.backend->CheckSupported(PLEXUS_COLL_ALLREDUCE, Code(dtype), Code(op), where);
+  if (!st.ok()) return st;
+  if (!send || !recv) {
+    return Status::InvalidArgument(std::string("allreduce: ") + (send ? "recv" : "send") +
+                                   " is NULL with count " + std::to_string(count));
+  }
+  const uint64_t bytes = count * algos::DtypeSize(Code(dtype));
+  const auto* a = static_cast<const char*>(send);
+  const auto* b = static_cast<const char*>(recv);
+  if (a != b && a < b + bytes && b < a + bytes) {
+    return Status::InvalidArgument(
+        "allreduce: send and recv overlap without being the same buffer (in place is send == "
+        "recv)");
+  }
+  return Status::Ok();
+}
+
 Status CheckRank(uint32_t rank, uint32_t size, const char* what) {
   if (rank < size) return Status::Ok();
   return Status::InvalidArgument(std::string(what) + " " + std::to_string(rank) +
@@ -488,6 +523,14 @@ Work Communicator::allreduce(const void* send, void* recv, uint64_t count, DType
   detail::PostingGuard guard(s);
   Status st =
       Prepare(s, guard, "allreduce", PLEXUS_COLL_ALLREDUCE, count, dtype, Code(op), 0, 1, &posted);
+  if (st.ok() && s.two_level && (!where || where->memory_type == PLEXUS_MEMORY_HOST) &&
+      s.two_level->TakesAllreduce(count * algos::DtypeSize(Code(dtype)))) {
+    st = CheckTwoLevelAllreduce(s, send, recv, count, dtype, op, where);
+    if (!st.ok()) throw Error(st.code(), s.backend->name(), st.message());
+    posted.seq = ++s.collectives_posted;
+    return Work(state_, s.two_level->PostAllreduce(send, recv, count, dtype, op, s.size),
+                "allreduce", posted);
+  }
   if (st.ok()) {
     st = s.backend->Allreduce(s.comm, send, recv, count, Code(dtype), Code(op), where, &req);
   }
@@ -730,6 +773,7 @@ std::vector<uint64_t> Communicator::PackedDispls(std::span<const uint64_t> count
 
 void Communicator::abort() {
   auto& s = state();
+  if (s.two_level) s.two_level->Abort();
   Status st = s.backend->AbortComm(s.comm);
   if (!st.ok()) throw Error(st.code(), s.backend->name(), st.message());
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "comm_state.hpp"
+#include "host_op.hpp"
 #include "plexus/error.hpp"
 #include "slurm_step_end.hpp"
 #include "stall_report.hpp"
@@ -13,9 +14,14 @@ Work::Work(std::shared_ptr<detail::CommState> comm, plexus_request* request, con
            const detail::PostedOp& posted)
     : comm_(std::move(comm)), request_(request), what_(what), posted_(posted) {}
 
+Work::Work(std::shared_ptr<detail::CommState> comm, std::shared_ptr<detail::HostOp> op,
+           const char* what, const detail::PostedOp& posted)
+    : comm_(std::move(comm)), host_op_(std::move(op)), what_(what), posted_(posted) {}
+
 Work::Work(Work&& other) noexcept
     : comm_(std::move(other.comm_)),
       request_(std::exchange(other.request_, nullptr)),
+      host_op_(std::move(other.host_op_)),
       what_(other.what_),
       posted_(other.posted_) {}
 
@@ -68,7 +74,45 @@ void Work::Finish(int32_t code) {
   throw Error(st.code(), comm_->backend->name(), message);
 }
 
+// A host operation (two-level allreduce) runs on the communicator's own
+// thread, which keeps it alive when its Work is dropped; its sub-operations
+// time out by themselves and their errors say which rank stopped.
+void Work::FinishHostOp(int32_t code) {
+  std::shared_ptr<detail::HostOp> op = std::move(host_op_);
+  if (code == PLEXUS_OK) return;
+  comm_->failed = true;
+  if (code == PLEXUS_ERR_REMOTE || code == PLEXUS_ERR_TIMEOUT) {
+    EndSlurmStepAfterExit(std::string(what_) + " failed");
+  }
+  throw Error(code, comm_->backend->name(), op->Message());
+}
+
+bool Work::TestHostOp() {
+  const int32_t rc = host_op_->Test();
+  if (rc == PLEXUS_IN_PROGRESS) return false;
+  FinishHostOp(rc);
+  return true;
+}
+
+void Work::WaitHostOp(std::chrono::milliseconds timeout) {
+  const auto limit = timeout.count() < 0 ? comm_->timeout : timeout;
+  const bool full_wait = limit >= comm_->timeout;
+  // Each of its (at most three) parts waits up to the timeout and then says
+  // which rank it waited for; operations queued behind a failed one fail at
+  // once. A full wait waits for that message rather than say less.
+  int32_t rc = host_op_->Wait(full_wait ? 3 * limit + std::chrono::seconds(2) : limit);
+  if (rc == PLEXUS_IN_PROGRESS) {
+    if (full_wait) comm_->failed = true;
+    throw Error(PLEXUS_ERR_TIMEOUT, comm_->backend->name(),
+                std::string(what_) + " on rank " + std::to_string(comm_->rank) +
+                    " did not complete within " + std::to_string(limit.count()) +
+                    " ms (still pending; wait again or abort)");
+  }
+  FinishHostOp(rc);
+}
+
 bool Work::test() {
+  if (host_op_) return TestHostOp();
   if (!request_) return true;
   const int32_t rc = comm_->backend->Test(request_);
   if (rc == PLEXUS_IN_PROGRESS) return false;
@@ -77,6 +121,7 @@ bool Work::test() {
 }
 
 void Work::wait(std::chrono::milliseconds timeout) {
+  if (host_op_) return WaitHostOp(timeout);
   if (!request_) return;
   const auto limit = timeout.count() < 0 ? comm_->timeout : timeout;
   int32_t rc = comm_->backend->Wait(request_, limit.count());

@@ -48,6 +48,7 @@ struct CommunicatorOptions {
 struct Job;
 namespace detail {
 struct CommState;
+class TwoLevel;
 }
 
 class Communicator {
@@ -247,7 +248,13 @@ class Communicator {
   void abort();
 
  private:
+  friend class detail::TwoLevel;
   explicit Communicator(std::shared_ptr<detail::CommState> state);
+  // split() with the group on another backend (a name or path as
+  // PLEXUS_BACKEND takes; "" = this one's): the two-level scheme's groups
+  // inside hosts (PLEXUS_LOCAL_BACKEND).
+  std::optional<Communicator> SplitOver(uint32_t color, uint32_t key,
+                                        const std::string& backend_spec);
   // The rest of from_env and from_store once the job is known: loads the
   // backend and creates the backend communicator named name.
   static Communicator Join(std::shared_ptr<Job> job, std::string name,

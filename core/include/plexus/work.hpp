@@ -17,6 +17,7 @@ namespace plexus {
 
 namespace detail {
 struct CommState;
+class HostOp;
 // A posted collective, as the stall report describes it: its place in the
 // communicator's sequence (from 1; 0: not a collective) and its signature.
 struct PostedOp {
@@ -49,18 +50,25 @@ class Work {
   void wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(-1));
 
   // True once test() or wait() has seen the operation complete (either way).
-  bool completed() const { return request_ == nullptr; }
+  bool completed() const { return request_ == nullptr && host_op_ == nullptr; }
 
  private:
   friend class Communicator;
   Work(std::shared_ptr<detail::CommState> comm, plexus_request* request, const char* what,
        const detail::PostedOp& posted);
+  // An operation the host runs itself (a two-level allreduce).
+  Work(std::shared_ptr<detail::CommState> comm, std::shared_ptr<detail::HostOp> op,
+       const char* what, const detail::PostedOp& posted);
   void Finish(int32_t code);  // frees the request; throws on failure
+  void FinishHostOp(int32_t code);  // drops host_op_; throws on failure
+  bool TestHostOp();
+  void WaitHostOp(std::chrono::milliseconds timeout);
   // On a timeout of a collective: which ranks it waited for, from the store.
   std::string StallReport();
 
   std::shared_ptr<detail::CommState> comm_;
   plexus_request* request_ = nullptr;
+  std::shared_ptr<detail::HostOp> host_op_;  // instead of request_
   const char* what_ = "";
   detail::PostedOp posted_;  // posted_.seq == 0: not a collective
 };

@@ -1,0 +1,108 @@
+// detail::TwoLevel — a communicator's collectives in two levels: inside each
+// host on one backend (PLEXUS_LOCAL_BACKEND, default the job's), across
+// hosts on the job's backend. Backend-agnostic: it is made of groups of the
+// communicator and posts ordinary collectives on them.
+//
+// Allreduce of count elements, with P chunks (HostLayout::chunks, the lcm of
+// the hosts' rank counts) of B = ceil(count / P) elements, on a host of L
+// ranks where this rank is the j-th:
+//
+//   1. reduce-scatter inside the host, in P / L rounds: round k covers
+//      chunks kL .. kL+L-1 (contiguous), and this rank gets chunk kL + j
+//      summed over its host;
+//   2. allreduce of each owned chunk c across hosts, on the cross-host group
+//      of chunk c (on every host, the rank that owns c), all rounds posted
+//      at once: every rank of a host drives its own chunks, so all of a
+//      host's links and cores work;
+//   3. allgather inside the host, per round, in place.
+//
+// A round that runs past count is done in a scratch buffer padded to L * B
+// (the padding's results are dropped). AVG sums in both levels and the
+// chunk's owner divides by the communicator's size before the allgather.
+//
+// The reduction order, the same on every rank: each element is the
+// cross-host allreduce (the job backend's order over hosts, hosts in the
+// order of their lowest rank) of the per-host sums (the local backend's
+// reduce-scatter order over the host's ranks). Every rank of a host copies
+// its chunks from their one owner, and the owners of a chunk get the same
+// bits from their allreduce, so every rank ends with the same bits.
+//
+// Operations run in the order posted on one thread of the communicator's
+// own; a failure breaks it (later operations fail at once, naming the
+// first failure). Thread safety: Post* from the communicator's posting
+// thread(s), Abort from any thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hierarchy/host_layout.hpp"
+#include "host_op.hpp"
+#include "plexus/communicator.hpp"
+
+namespace plexus::detail {
+
+class TwoLevel {
+ public:
+  // Makes the host's group (on local_backend, "" for flat's own) and the
+  // cross-host groups over flat. Collective over every rank of flat, which
+  // must have taken the same layout. BLOCKS up to flat's timeout.
+  static Status Make(Communicator& flat, const HostLayout& layout,
+                     const std::string& local_backend, std::unique_ptr<TwoLevel>* out);
+  // Runs the operations still queued (each bounded by the timeout), then
+  // stops the thread.
+  ~TwoLevel();
+
+  // Whether an allreduce of this many bytes goes in two levels.
+  bool TakesAllreduce(uint64_t bytes) const;
+
+  // Queues an allreduce (checked by the caller); the returned op completes
+  // when every part has. world_size: for AVG's division.
+  std::shared_ptr<HostOp> PostAllreduce(const void* send, void* recv, uint64_t count, DType dtype,
+                                        ReduceOp op, uint32_t world_size);
+
+  // Aborts the groups; operations queued or running fail with ABORTED.
+  void Abort();
+
+  // "two-level over 3 hosts with 2, 2, 2 ranks (local ucx, cross-host tcp)".
+  const std::string& description() const { return description_; }
+
+ private:
+  struct Allreduce;
+  TwoLevel() = default;
+  void Run();
+  void RunAllreduce(const Allreduce& a);
+
+  HostLayout layout_;
+  std::optional<Communicator> local_;  // none on a host of one rank
+  // The cross-host groups of this rank's chunks, round by round.
+  std::vector<Communicator> cross_;
+  std::string description_;
+  std::chrono::milliseconds timeout_{0};
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stopping_ = false;
+  int32_t broken_code_ = 0;  // first failure: later operations fail at once
+  std::string broken_message_;
+  std::thread worker_;
+};
+
+// What the two-level scheme needs from a communicator, in order: whether it
+// is on (PLEXUS_HIERARCHY, checked alike on every rank) and for which
+// layout; then, when it pays, the groups. Collective over every rank of
+// flat. *out stays null for a flat communicator; the choice is logged at
+// INFO with its reason.
+Status MakeTwoLevel(Communicator& flat, const std::string& local_address, uint32_t launch_local_rank,
+                    uint32_t launch_local_size, std::unique_ptr<TwoLevel>* out);
+
+}  // namespace plexus::detail
