@@ -22,4 +22,11 @@ inline void Expect(bool ok, const std::string& what) {
   if (++failures <= 20) std::fprintf(stderr, "rank %u: FAILED %s\n", rank, what.c_str());
 }
 
+// FNV-1a of bytes, continuing from h: to compare results across ranks.
+inline uint64_t Fnv1a(const void* data, size_t bytes, uint64_t h) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
 }  // namespace plexus_check

@@ -1,7 +1,7 @@
 // Multi-rank correctness check of a backend through the public C++ API.
 // Launched by `meson test` under plexus-run at several world sizes:
 //
-//   plexus-run -n 3 collectives_check [--large-bytes N]
+//   plexus-run -n 3 collectives_check [--large-bytes N] [--same-bits]
 //
 // Every dtype x op x count (0, 1, a prime, >= 4 MiB) for allreduce, in and
 // out of place, with all ops of one dtype and count posted before any is
@@ -17,6 +17,13 @@
 // send/recv ring moves 4 MiB per message. Inputs are chosen so that
 // every reduction is exact in any order (small integers, and products of +-1
 // and 2), and results are compared bit for bit.
+//
+// --same-bits adds allreduces whose float sums are NOT exact (float32 and
+// float64, sum and avg, random values of many magnitudes): every rank's
+// result must be within rounding of the exact sum and have the same bits as
+// every other rank's (compared through an allgather of a hash), as DDP
+// replicas need (two-level allreduce, PLEXUS_HIERARCHY, promises it).
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -420,13 +427,66 @@ void CheckEmptyMessage(plexus::Communicator& comm) {
 
 }  // namespace
 
+// A value of rank r at element i: random sign, mantissa and magnitude
+// (10^-3 .. 10^3), so that float sums round differently in other orders.
+double Inexact(uint32_t r, uint64_t i) {
+  uint64_t h = (uint64_t(r) + 1) * 0x9E3779B97F4A7C15ull ^ (i + 1) * 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 31;
+  h *= 0x94D049BB133111EBull;
+  h ^= h >> 29;
+  const double unit = double(h >> 11) / double(1ull << 53) * 2 - 1;
+  static const double kScale[] = {1e-3, 1e-2, 0.1, 1, 10, 100, 1000};
+  return unit * kScale[h % 7];
+}
+
+template <class F>
+void CheckSameBits(plexus::Communicator& comm, DType t, uint64_t count, ReduceOp op) {
+  const std::string what = std::string("same bits: allreduce ") + plexus::ToString(t) + " " +
+                           plexus::ToString(op) + " of " + std::to_string(count);
+  const uint32_t n = comm.size();
+  std::vector<F> buf(count);
+  for (uint64_t i = 0; i < count; ++i) buf[i] = F(Inexact(comm.rank(), i));
+  uint64_t hash = 1469598103934665603ull;
+  try {
+    comm.allreduce(buf.data(), buf.data(), count, t, op).wait();
+    hash = plexus_check::Fnv1a(buf.data(), count * sizeof(F), hash);
+    std::vector<uint64_t> hashes(n);
+    comm.allgather(&hash, hashes.data(), 1, DType::UInt64).wait();
+    uint32_t differ = n;
+    for (uint32_t r = 0; r < n && differ == n; ++r) {
+      if (hashes[r] != hash) differ = r;
+    }
+    Expect(differ == n, what + ": rank " + std::to_string(differ) + "'s result has other bits");
+  } catch (const plexus::Error& e) {
+    Expect(false, what + ": " + e.what());
+    return;
+  }
+  // Within rounding of the exact sum: n roundings of float's epsilon each,
+  // relative to the sum of magnitudes.
+  const double eps = sizeof(F) == 4 ? 6e-8 : 1.2e-16;
+  int64_t bad = -1;
+  for (uint64_t i = 0; i < count && bad < 0; ++i) {
+    double exact = 0, magnitude = 0;
+    for (uint32_t r = 0; r < n; ++r) {
+      exact += double(F(Inexact(r, i)));
+      magnitude += std::abs(double(F(Inexact(r, i))));
+    }
+    if (op == ReduceOp::Avg) exact /= n, magnitude /= n;
+    if (std::abs(double(buf[i]) - exact) > 4 * n * eps * magnitude) bad = int64_t(i);
+  }
+  Expect(bad < 0, what + ": not the sum at element " + std::to_string(bad));
+}
+
 int main(int argc, char** argv) {
   uint64_t large_bytes = 4u << 20;
+  bool same_bits = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--large-bytes" && i + 1 < argc) {
       large_bytes = std::strtoull(argv[++i], nullptr, 10);
+    } else if (std::string(argv[i]) == "--same-bits") {
+      same_bits = true;
     } else {
-      std::fprintf(stderr, "usage: collectives_check [--large-bytes N]\n");
+      std::fprintf(stderr, "usage: collectives_check [--large-bytes N] [--same-bits]\n");
       return 2;
     }
   }
@@ -477,6 +537,14 @@ int main(int argc, char** argv) {
       ++index;
     }
     if (send_recv) CheckEmptyMessage(comm);
+    if (same_bits) {
+      for (uint64_t count : {uint64_t(1), uint64_t(1009), uint64_t(100003), large_bytes / 4 + 3}) {
+        for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+          CheckSameBits<float>(comm, DType::Float32, count, op);
+          CheckSameBits<double>(comm, DType::Float64, count, op);
+        }
+      }
+    }
     for (int i = 0; i < 10; ++i) comm.barrier().wait();
     std::printf("rank %u of %u (%s): %d checks passed, %d failed\n", comm.rank(), comm.size(),
                 comm.backend_name().c_str(), plexus_check::passes, plexus_check::failures);

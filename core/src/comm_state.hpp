@@ -47,6 +47,11 @@ struct CommState {
 
   // Collectives posted so far (a Work's sequence number, for stall reports).
   std::atomic<uint64_t> collectives_posted{0};
+  // Whether a failed collective reports, from the marks in the store, which
+  // ranks it waited for. Off in the groups of a two-level communicator,
+  // which reports against its own sequence instead (and at once: a grace
+  // spent here would delay the other ranks' verdicts).
+  bool stall_reports = true;
   // Set once an operation timed out or failed: teardown then waits only a
   // short grace for operations still running, not a whole timeout again.
   std::atomic<bool> failed{false};

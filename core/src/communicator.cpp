@@ -528,7 +528,7 @@ Work Communicator::allreduce(const void* send, void* recv, uint64_t count, DType
     st = CheckTwoLevelAllreduce(s, send, recv, count, dtype, op, where);
     if (!st.ok()) throw Error(st.code(), s.backend->name(), st.message());
     posted.seq = ++s.collectives_posted;
-    return Work(state_, s.two_level->PostAllreduce(send, recv, count, dtype, op, s.size),
+    return Work(state_, s.two_level->PostAllreduce(send, recv, count, dtype, op, posted),
                 "allreduce", posted);
   }
   if (st.ok()) {

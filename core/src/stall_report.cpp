@@ -62,6 +62,21 @@ std::string Nodes(CommState& comm, const std::vector<uint32_t>& ranks) {
   return RankNodes(*comm.job->store, ranks, kStoreCallLimit);
 }
 
+// Ranks as comm numbers them and, in a group (whose rank 1 may be the
+// job's rank 5), as the job does, then their nodes: "rank 0 (job rank 3,
+// node 1)".
+std::string Named(CommState& comm, const std::vector<uint32_t>& ranks) {
+  if (comm.size == comm.job->launch.size) return RankList(ranks) + Nodes(comm, ranks);
+  std::vector<uint32_t> job;
+  for (uint32_t r : ranks) job.push_back(comm.job_ranks[r]);
+  std::string nodes = comm.job->launch.size == comm.job->launch.local_size
+                          ? ""
+                          : RankNodes(*comm.job->store, job, kStoreCallLimit);
+  // RankNodes gives " (node 1)" or " (nodes 0, 1)": folded into one bracket.
+  if (nodes.size() > 3) nodes = ", " + nodes.substr(2, nodes.size() - 3);
+  return RankList(ranks) + " (job " + RankList(job) + nodes + ")";
+}
+
 bool CanTell(const CommState& comm, const PostedOp& op) {
   return comm.size > 1 && op.seq != 0 && comm.job && comm.job->has_rendezvous && comm.job->store;
 }
@@ -179,11 +194,12 @@ std::string Differ(const CommState& comm, const Fingerprint& mine,
 
 }  // namespace
 
-std::string MarkReached(CommState& comm, const PostedOp& op, const std::string& error) try {
+std::string MarkReached(CommState& comm, const PostedOp& op, const std::string& error,
+                        milliseconds window) try {
   if (!CanTell(comm, op)) return "";
   const Fingerprint mine = FingerprintOf(comm, op);
   if (!Mark(comm, mine)) return "";
-  const Marks m = Collect(comm, mine, kRelayedGrace);
+  const Marks m = Collect(comm, mine, window.count() > 0 ? window : kRelayedGrace);
   if (!m.ok) return "";
   if (!m.differing.empty()) {
     WriteLine(comm, mine, op);  // so that plexus-run says it too
@@ -201,7 +217,7 @@ std::string MarkReached(CommState& comm, const PostedOp& op, const std::string& 
     if (!named) unnamed.push_back(r);
   }
   if (unnamed.empty()) return "";
-  return RankList(m.missing) + Nodes(comm, m.missing) + (m.missing.size() == 1 ? " has" : " have") +
+  return Named(comm, m.missing) + (m.missing.size() == 1 ? " has" : " have") +
          " not reached " + DescribeFingerprint(mine) + " on " + comm.name +
          " (unreachable, frozen or dead?): the failure above may only have been passed on";
 } catch (const std::exception&) {
@@ -224,13 +240,13 @@ std::string ReportStall(CommState& comm, const PostedOp& op) try {
   // When ranks disagree that is the cause; a rank without a mark may then
   // simply have completed its version (a reduce's leaf sends and is done).
   if (!m.missing.empty() && m.differing.empty()) {
-    parts.push_back(RankList(m.missing) + Nodes(comm, m.missing) +
+    parts.push_back(Named(comm, m.missing) +
                     (m.missing.size() == 1 ? " has" : " have") + " not reached " + posted + " on " +
                     comm.name +
                     " or stopped making progress (frozen, dead, or busy outside Plexus)");
   }
   if (!m.behind.empty() && m.differing.empty()) {
-    parts.push_back(RankList(m.behind) + Nodes(comm, m.behind) +
+    parts.push_back(Named(comm, m.behind) +
                     (m.behind.size() == 1 ? " has" : " have") +
                     " failed in the collective before it, waiting too");
   }

@@ -16,6 +16,7 @@
 // plus a few store round trips.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -33,8 +34,10 @@ struct CommState;
 // e.g. a peer's failure relayed by the backend. Returns a sentence naming
 // ranks that posted a different collective, or else ranks that have not
 // reached it which `error` does not name already, if the marks say so within
-// a moment; else "". Never throws; BLOCKS up to about 1 s.
-std::string MarkReached(CommState& comm, const PostedOp& op, const std::string& error);
+// a moment (window; 0: the default, 300 ms); else "". Never throws; BLOCKS up
+// to about the window plus the store's round trips.
+std::string MarkReached(CommState& comm, const PostedOp& op, const std::string& error,
+                        std::chrono::milliseconds window = std::chrono::milliseconds(0));
 
 // Marks collective `op` as timed out on this rank and returns a sentence
 // naming the ranks that have not marked it and those that posted a different

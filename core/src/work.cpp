@@ -43,6 +43,7 @@ Work::~Work() {
 }
 
 std::string Work::StallReport() {
+  if (!comm_->stall_reports) return "";
   const std::string report = detail::ReportStall(*comm_, posted_);
   return report.empty() ? "" : ": " + report;
 }
@@ -68,7 +69,8 @@ void Work::Finish(int32_t code) {
   } else {
     // Marked so that ranks timing out here do not blame this one; a rank
     // that posted something else may be why this failed.
-    const std::string differ = detail::MarkReached(*comm_, posted_, message);
+    const std::string differ =
+        comm_->stall_reports ? detail::MarkReached(*comm_, posted_, message) : "";
     if (!differ.empty()) message += " (" + differ + ")";
   }
   throw Error(st.code(), comm_->backend->name(), message);

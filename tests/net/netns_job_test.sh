@@ -49,7 +49,8 @@
 #     tests/ddp's equivalence check on 3 x 2 ranks (6 ranks with DDP equal one
 #     process on the 6-fold batch, float64; parameters bit-identical on every
 #     rank after every step): every launcher exits 0, rank 0 says it passed,
-#     no rank says FAILED. Skipped (77) when DDP_CHECK is "none": LibTorch
+#     no rank says FAILED. With PLEXUS_HIERARCHY=on in the environment, rank 0
+#     must also say its allreduces go in two levels. Skipped (77) when DDP_CHECK is "none": LibTorch
 #     was not built.
 #   netns_job_test.sh trainer PLEXUS_RUN TRAINER [ARGS...]
 #     plexus-trainer (synthetic data, ARGS bound its steps) on NET_NODES (default
@@ -58,6 +59,25 @@
 #     the scaling table (NET_RATE=1gbit: a tbf rate limit at the bridge's ports;
 #     NET_DELAY_US=1000 with NET_DELAY_SWITCH: the delay switch, as in "delay").
 #     Skipped (77) when TRAINER is "none".
+#
+#   netns_job_test.sh hierarchy LOCAL PLEXUS_RUN PROG [ARGS...]
+#     The battery (give it --same-bits) on 3 x 2 ranks with
+#     PLEXUS_HIERARCHY=on and PLEXUS_LOCAL_BACKEND=LOCAL (tcp or ucx) under
+#     the tcp backend: every allreduce goes in two levels (rank 0 says so, with
+#     the backends of both), every check passes, float results have the same
+#     bits on every rank. LOCAL ucx is skipped when libplexus-ucx.so is not
+#     built (NET_UCX_PLUGIN).
+#   netns_job_test.sh hierarchy-uneven LOCAL PLEXUS_RUN PROG [ARGS...]
+#     The same on 3 + 2 + 1 ranks (hosts 0, 1, 2), started without plexus-run
+#     (it runs as many ranks on every host) through the PLEXUS_* variables:
+#     6 chunks, every check passes.
+#   netns_job_test.sh hierarchy-stop|hierarchy-kill PLEXUS_RUN NET_LOOP_RANK [ELEMENTS]
+#     net_loop_rank's allreduce loop on 3 x 2 ranks with PLEXUS_HIERARCHY=on;
+#     once it runs, rank 1 (node 0) is sent SIGSTOP (frozen: the others time
+#     out) or SIGKILL (gone: its connections break). Rank 0 waits for it
+#     inside the host, the others across hosts or behind ranks that do: every
+#     survivor must report an error naming rank 1 alone as not having reached
+#     the allreduce, within PLEXUS_TIMEOUT + 5 s; every launcher exits non-zero.
 #
 #   netns_job_test.sh ifname PLEXUS_RUN PROG [ARGS...]
 #     PLEXUS_SOCKET_IFNAME on one namespace host (lo, eth0 10.A.B.1, and
@@ -71,6 +91,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/netns_lib.sh"
 
 mode=${1:?mode}
+local_backend=""
+case $mode in hierarchy | hierarchy-uneven)
+  local_backend=${2:?local backend}
+  shift
+  ;;
+esac
 run=${2:?plexus-run}
 shift 2
 nodes=3
@@ -87,7 +113,11 @@ collectives-ucx)
   [ -f "${NET_UCX_PLUGIN:-}" ] ||
     netns_skip "libplexus-ucx.so is not built (${NET_UCX_PLUGIN:-no path given}): UCX not found, or -Ducx=disabled"
   ;;
-linkdown) run_opts=(--grace 20) ;;
+linkdown | hierarchy-stop | hierarchy-kill) run_opts=(--grace 20) ;;
+hierarchy | hierarchy-uneven)
+  [ "$local_backend" != ucx ] || [ -f "${NET_UCX_PLUGIN:-}" ] ||
+    netns_skip "libplexus-ucx.so is not built (${NET_UCX_PLUGIN:-no path given}): UCX not found, or -Ducx=disabled"
+  ;;
 blip) timeout_s=30 ;;
 loss) timeout_s=60 ;; # well above TCP's retransmission backoff under loss
 delay)
@@ -183,11 +213,90 @@ wait_progress() { # seconds iterations
   done
 }
 
+# Rank 0 says the allreduces go in two levels, on which backends.
+says_two_level() { # file chunks
+  check "grep -q 'allreduce two-level over 3 hosts with .* ranks (inside hosts $local_backend, across hosts tcp, $2 chunks), PLEXUS_HIERARCHY=on' '$1'" \
+    "rank 0 says every allreduce goes in two levels, inside hosts on $local_backend, across them on tcp, in $2 chunks"
+}
+
 node_env=()
 case $mode in
 collectives)
   prog=("$@")
   battery 240
+  ;;
+hierarchy)
+  prog=("$@")
+  node_env=(PLEXUS_HIERARCHY=on PLEXUS_LOCAL_BACKEND=$local_backend)
+  battery 240
+  says_two_level "$NETNS_TMP/err.0" 2
+  ;;
+hierarchy-uneven)
+  per_host=(3 2 1)
+  r=0
+  pids=()
+  for ((k = 0; k < nodes; ++k)); do
+    for ((l = 0; l < ${per_host[$k]}; ++l)); do
+      ip netns exec "${NETNS_HOSTS[$k]}" env PLEXUS_BACKEND=tcp PLEXUS_TIMEOUT=$timeout_s \
+        PLEXUS_LOG_LEVEL=info PLEXUS_RANK=$r PLEXUS_WORLD_SIZE=6 PLEXUS_LOCAL_RANK=$l \
+        PLEXUS_LOCAL_WORLD_SIZE=${per_host[$k]} PLEXUS_MASTER_ADDR="${NETNS_ADDRS[0]}" \
+        PLEXUS_MASTER_PORT=$port PLEXUS_TOKEN_FILE="$NETNS_TMP/token" PLEXUS_HIERARCHY=on \
+        PLEXUS_LOCAL_BACKEND=$local_backend "$@" >"$NETNS_TMP/out.r$r" 2>"$NETNS_TMP/err.r$r" &
+      pids[$r]=$!
+      NETNS_PIDS+=($!)
+      r=$((r + 1))
+    done
+  done
+  netns_wait 240 "${pids[@]}"
+  for ((r = 0; r < 6; ++r)); do
+    p=${pids[$r]}
+    echo "--- rank $r: exit ${NETNS_RC[$p]:-?} after ${NETNS_AT[$p]:-?} s"
+    sed 's/^/  out: /' "$NETNS_TMP/out.r$r" | tail -n 4
+    sed 's/^/  err: /' "$NETNS_TMP/err.r$r" | tail -n 4
+    check "[ '${NETNS_RC[$p]}' = 0 ]" "rank $r exited 0 (${NETNS_RC[$p]}, after ${NETNS_AT[$p]} s)"
+    check "grep -Eq '^rank $r of 6 \(tcp\): [1-9][0-9]* checks passed, 0 failed' '$NETNS_TMP/out.r$r'" \
+      "rank $r passed every check"
+  done
+  says_two_level "$NETNS_TMP/err.r0" 6
+  ;;
+hierarchy-stop | hierarchy-kill)
+  mkdir -p "$NETNS_TMP/loop"
+  prog=("$1" "$NETNS_TMP/loop" "${@:2}")
+  for ((k = 0; k < nodes; ++k)); do start_node $k PLEXUS_HIERARCHY=on; done
+  if ! wait_progress 60 3; then
+    netns_wait 1 "${launchers[@]}"
+    show
+    echo "FAIL: the allreduce loop did not get going within 60 s"
+    exit 1
+  fi
+  victim=$(ip netns pids "${NETNS_HOSTS[0]}" | while read -r p; do
+    tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'RANK=1' && echo $p; done | head -n 1)
+  [ -n "$victim" ] || { echo "FAIL: rank 1's process not found"; exit 1; }
+  before=$(progress)
+  cut=$(date +%s.%N)
+  sig=STOP
+  [ $mode = hierarchy-kill ] && sig=KILL
+  kill -$sig "$victim"
+  echo "SIG$sig to rank 1 (pid $victim, node 0) after $before allreduces"
+  limit=$((timeout_s + 20 + 15)) # PLEXUS_TIMEOUT + --grace + start-up and teardown
+  netns_wait $limit "${launchers[@]}"
+  [ $sig = STOP ] && kill -KILL "$victim" 2>/dev/null
+  show
+  names='ranks? ([0-9]+(, | and ))*[0-9]+( \([^)]*\))? ha(s|ve) not reached'
+  for r in 0 2 3 4 5; do
+    f=$NETNS_TMP/loop/rank$r.err
+    [ -f "$f" ] && echo "rank $r reported $(awk -v c="$cut" '{ printf "%.1f s after the signal:", $1 - c; $1 = ""; print }' "$f")"
+    list=$(grep -Eo "$names" "$f" 2>/dev/null | head -n 1 | sed -E 's/ ha(s|ve) not reached//')
+    check "[ '$list' = 'rank 1 (node 0)' ]" \
+      "rank $r reported an error naming rank 1 alone, and its node, as not having reached the allreduce (it says: '${list:-nothing}')"
+    check "[ -f '$f' ] && awk -v c=$cut -v l=$((timeout_s + 5)) '{ exit !(\$1 - c <= l) }' '$f'" \
+      "rank $r reported within PLEXUS_TIMEOUT + 5 s ($((timeout_s + 5)) s) of the signal"
+  done
+  for ((k = 0; k < nodes; ++k)); do
+    p=${launchers[$k]}
+    check "[ '${NETNS_RC[$p]}' != hung ] && [ '${NETNS_RC[$p]}' != 0 ]" \
+      "node $k's plexus-run exited non-zero (${NETNS_RC[$p]}) within $limit s (${NETNS_AT[$p]} s)"
+  done
   ;;
 collectives-ucx)
   prog=("$@")
@@ -330,7 +439,9 @@ ddp | trainer)
     done
     echo "tbf rate $NET_RATE at the bridge's ports p0..p$((nodes - 1))"
   fi
-  for ((k = 0; k < nodes; ++k)); do start_node $k OMP_NUM_THREADS=1; done
+  for ((k = 0; k < nodes; ++k)); do
+    start_node $k OMP_NUM_THREADS=1 ${PLEXUS_HIERARCHY:+PLEXUS_LOG_LEVEL=info}
+  done
   netns_wait 110 "${launchers[@]}"
   show
   for ((k = 0; k < nodes; ++k)); do
@@ -338,6 +449,10 @@ ddp | trainer)
     check "[ '${NETNS_RC[$p]}' = 0 ]" "node $k's plexus-run exited 0 (${NETNS_RC[$p]}, after ${NETNS_AT[$p]} s)"
   done
   check "! grep -q 'FAILED' '$NETNS_TMP'/out.* '$NETNS_TMP'/err.*" "no rank said FAILED"
+  if [ "${PLEXUS_HIERARCHY:-}" = on ]; then
+    check "grep -q 'allreduce two-level over $nodes hosts with' '$NETNS_TMP/err.0'" \
+      "rank 0 says the allreduces go in two levels (PLEXUS_HIERARCHY=on)"
+  fi
   if [ $mode = ddp ]; then
     check "grep -q '^\[0\] ddp_check equivalence passed on $((nodes * nproc)) rank(s)' '$NETNS_TMP/out.0'" \
       "rank 0: DDP on $((nodes * nproc)) ranks across $nodes hosts equals one process on the $((nodes * nproc))-fold batch"

@@ -15,6 +15,11 @@
 # host side joins one under every launcher) is hosted by rank 0 at host 0's
 # address; the job secret comes from a file (PLEXUS_TOKEN_FILE).
 #
+# NET_BACKEND=tcp NET_ENV="PLEXUS_HIERARCHY=on PLEXUS_LOCAL_BACKEND=mpi": the
+# same launch with the tcp backend across hosts and mpi inside them (the
+# two-level allreduce; every variable of NET_ENV is passed to the ranks);
+# rank 0 must then say so.
+#
 # Pass: mpirun exits 0; each of the 6 ranks reports its checks passed, none
 # failed (the battery compares results bit for bit, so they are those of the
 # single-host run); the agent started the daemons of hosts 1 and 2; mpirun's
@@ -31,6 +36,10 @@ shift 2
 nodes=3
 nproc=2
 port=29400
+backend=${NET_BACKEND:-mpi}
+read -ra net_env <<<"${NET_ENV:-}"
+net_x=()
+for v in "${net_env[@]}"; do net_x+=(-x "${v%%=*}"); done
 
 [ -x "$mpirun" ] || netns_skip "mpirun not found (install openmpi-bin)"
 [ -f "$plugin" ] || netns_skip "libplexus-mpi.so is not built ($plugin): no MPI found, or -Dmpi=disabled"
@@ -62,11 +71,11 @@ done
 
 start=$(date +%s)
 rc=0
-netns_in_host0 240 env PLEXUS_BACKEND=mpi PLEXUS_TIMEOUT=60 PLEXUS_MASTER_ADDR="${NETNS_ADDRS[0]}" \
-  PLEXUS_MASTER_PORT=$port PLEXUS_TOKEN_FILE="$NETNS_TMP/token" \
+netns_in_host0 240 env PLEXUS_BACKEND=$backend PLEXUS_TIMEOUT=60 PLEXUS_MASTER_ADDR="${NETNS_ADDRS[0]}" \
+  PLEXUS_MASTER_PORT=$port PLEXUS_TOKEN_FILE="$NETNS_TMP/token" PLEXUS_LOG_LEVEL=info "${net_env[@]}" \
   "$mpirun" "${opts[@]}" -np $((nodes * nproc)) --map-by slot --display-map \
   -x PLEXUS_BACKEND -x PLEXUS_TIMEOUT -x PLEXUS_MASTER_ADDR -x PLEXUS_MASTER_PORT -x PLEXUS_TOKEN_FILE \
-  "$@" >"$NETNS_TMP/out" 2>&1 || rc=$?
+  -x PLEXUS_LOG_LEVEL "${net_x[@]}" "$@" >"$NETNS_TMP/out" 2>&1 || rc=$?
 elapsed=$(($(date +%s) - start))
 echo "--- mpirun exited $rc after ${elapsed} s; its output:"
 grep -v '^ *$' "$NETNS_TMP/out" | tail -n 40 | sed 's/^/  /'
@@ -75,11 +84,15 @@ cut -c1-160 "$NETNS_TMP/agent.log" | sed 's/^/  /'
 
 check "[ $rc = 0 ]" "mpirun exited 0 ($rc, after $elapsed s)"
 for ((r = 0; r < nodes * nproc; ++r)); do
-  check "grep -Eq '^rank $r of $((nodes * nproc)) \(mpi\): [1-9][0-9]* checks passed, 0 failed' '$NETNS_TMP/out'" \
+  check "grep -Eq '^rank $r of $((nodes * nproc)) \($backend\): [1-9][0-9]* checks passed, 0 failed' '$NETNS_TMP/out'" \
     "rank $r (host $((r / nproc))) passed every check"
 done
 for ((k = 1; k < nodes; ++k)); do
   check "grep -q '^${NETNS_ADDRS[$k]} -> ${NETNS_HOSTS[$k]}: .*orted' '$NETNS_TMP/agent.log'" \
     "the agent started host $k's orted in ${NETNS_HOSTS[$k]}"
 done
+if grep -q 'PLEXUS_HIERARCHY=on' <<<"${NET_ENV:-}"; then
+  check "grep -q 'allreduce two-level over 3 hosts with 2, 2, 2 ranks (inside hosts mpi, across hosts $backend, 2 chunks)' '$NETNS_TMP/out'" \
+    "rank 0 says every allreduce goes in two levels, inside hosts on mpi, across them on $backend"
+fi
 exit $fail

@@ -4,7 +4,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "comm_state.hpp"
 #include "job.hpp"
+#include "stall_report.hpp"
 #include "plexus/algos/dtype.hpp"
 #include "plexus/log.hpp"
 
@@ -14,6 +16,12 @@ namespace {
 // Under auto, allreduces smaller than this stay flat: three latencies in a
 // row cost more than the bytes saved on the links.
 constexpr uint64_t kAutoMinBytes = 64 << 10;
+
+// How often a rank waiting in a part looks whether another failed.
+constexpr std::chrono::milliseconds kPoll{100};
+// How long a rank that stopped for another's failure looks for the others'
+// marks: every survivor stops within about kPoll of the first failure.
+constexpr std::chrono::milliseconds kStoppedWindow{1000};
 
 std::string Ranks(const std::vector<uint32_t>& ranks) {
   std::string s;
@@ -29,13 +37,15 @@ struct TwoLevel::Allreduce {
   uint64_t count;
   DType dtype;
   ReduceOp op;
-  uint32_t world_size;
+  PostedOp posted;
   std::shared_ptr<HostOp> done;
 };
 
 Status TwoLevel::Make(Communicator& flat, const HostLayout& layout,
                       const std::string& local_backend, std::unique_ptr<TwoLevel>* out) {
   std::unique_ptr<TwoLevel> t(new TwoLevel);
+  t->flat_ = &flat.state();
+  t->failures_key_ = t->flat_->name + "/two-level/failures";
   t->layout_ = layout;
   t->timeout_ = flat.timeout();
   const auto& host = layout.hosts[layout.my_host];
@@ -56,6 +66,8 @@ Status TwoLevel::Make(Communicator& flat, const HostLayout& layout,
     return Status(e.status(), "making the two-level groups of " + std::to_string(flat.size()) +
                                   " ranks: " + e.message());
   }
+  if (t->local_) t->local_->state().stall_reports = false;
+  for (Communicator& c : t->cross_) c.state().stall_reports = false;
   if (t->cross_.size() != layout.chunks / L) {
     return Status::Internal("two-level: this rank is in " + std::to_string(t->cross_.size()) +
                             " cross-host groups, not " + std::to_string(layout.chunks / L));
@@ -84,9 +96,10 @@ bool TwoLevel::TakesAllreduce(uint64_t bytes) const {
 }
 
 std::shared_ptr<HostOp> TwoLevel::PostAllreduce(const void* send, void* recv, uint64_t count,
-                                                DType dtype, ReduceOp op, uint32_t world_size) {
+                                                DType dtype, ReduceOp op,
+                                                const PostedOp& posted) {
   auto done = std::make_shared<HostOp>();
-  Allreduce a{send, recv, count, dtype, op, world_size, done};
+  Allreduce a{send, recv, count, dtype, op, posted, done};
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back([this, a] { RunAllreduce(a); });
@@ -103,8 +116,51 @@ void TwoLevel::Abort() {
       broken_message_ = "the communicator was aborted";
     }
   }
-  if (local_) local_->abort();
-  for (Communicator& c : cross_) c.abort();
+  AbortGroups();
+}
+
+void TwoLevel::AbortGroups() {
+  try {
+    if (local_) local_->abort();
+    for (Communicator& c : cross_) c.abort();
+  } catch (const Error&) {
+    // (an abort that fails leaves the operations to their timeout)
+  }
+}
+
+void TwoLevel::SayFailed() {
+  if (!flat_->job->has_rendezvous) return;
+  int64_t n = 0;
+  (void)flat_->job->store->Add(failures_key_, 1, &n, std::chrono::seconds(2));
+}
+
+bool TwoLevel::FailedElsewhere() {
+  if (!flat_->job->has_rendezvous) return false;
+  Bytes value;
+  return flat_->job->store->Get(failures_key_, &value, std::chrono::milliseconds(0)).ok();
+}
+
+void TwoLevel::WaitParts(std::vector<Work>& works) {
+  for (Work& w : works) {
+    // Short waits, so that a failure elsewhere is seen; a wait as long as the
+    // timeout once the part has run that long (its error names whom it waited for).
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    while (!w.completed()) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        w.wait();
+        break;
+      }
+      try {
+        w.wait(kPoll);
+      } catch (const Error& e) {
+        if (w.completed()) throw;  // the part's own failure
+      }
+      if (!w.completed() && FailedElsewhere()) {
+        AbortGroups();
+        throw PeerFailed{};
+      }
+    }
+  }
 }
 
 void TwoLevel::Run() {
@@ -121,11 +177,29 @@ void TwoLevel::Run() {
   }
 }
 
+void TwoLevel::Fail(const Allreduce& a, int32_t code, const char* part, const std::string& where,
+                    const std::string& what, const std::string& verdict) {
+  const std::string seq = "#" + std::to_string(a.posted.seq - 1);
+  std::string message = "allreduce " + seq + " (two-level) on rank " +
+                        std::to_string(flat_->rank) + (verdict.empty() ? "" : ": " + verdict) +
+                        "; it failed in " + part + (where.empty() ? "" : " (" + where + ")") +
+                        ": " + what;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (broken_code_ == 0) {
+      broken_code_ = code;
+      broken_message_ = "an earlier allreduce, " + seq + ", failed: " + message;
+    }
+  }
+  a.done->Complete(code, std::move(message));
+}
+
 void TwoLevel::RunAllreduce(const Allreduce& a) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (broken_code_ != 0) {
-      a.done->Complete(broken_code_, "allreduce (two-level) not run: " + broken_message_);
+      a.done->Complete(broken_code_, "allreduce #" + std::to_string(a.posted.seq - 1) +
+                                         " (two-level) not run: " + broken_message_);
       return;
     }
   }
@@ -165,7 +239,8 @@ void TwoLevel::RunAllreduce(const Allreduce& a) {
   try {
     // 1. Reduce-scatter inside the host (a host of one rank only copies).
     part = "part 1 of 3, reduce_scatter inside the host";
-    where = local_ ? "host ranks " + Ranks(local_->job_ranks()) : "";
+    where = local_ ? "its host's group, whose ranks 0.. are job ranks " + Ranks(local_->job_ranks())
+                   : "";
     std::vector<Work> works;
     for (Round& r : rounds) {
       const bool in_scratch = !r.scratch.empty();
@@ -176,49 +251,56 @@ void TwoLevel::RunAllreduce(const Allreduce& a) {
         std::memcpy(mine(r), from, B * es);
       }
     }
-    for (Work& w : works) w.wait();
+    WaitParts(works);
     works.clear();
 
     // 2. Allreduce of each owned chunk across hosts.
     part = "part 2 of 3, allreduce across hosts";
     for (size_t k = 0; k < rounds.size(); ++k) {
-      where = "chunk " + std::to_string(k * L + j) + "'s ranks " + Ranks(cross_[k].job_ranks());
+      where = "the group of chunk " + std::to_string(k * L + j) + ", whose ranks 0.. are job ranks " +
+              Ranks(cross_[k].job_ranks());
       works.push_back(cross_[k].allreduce(mine(rounds[k]), mine(rounds[k]), B, a.dtype, op));
     }
-    for (size_t k = 0; k < rounds.size(); ++k) {
-      where = "chunk " + std::to_string(k * L + j) + "'s ranks " + Ranks(cross_[k].job_ranks());
-      works[k].wait();
-    }
+    where = rounds.size() == 1 ? where : "the groups of chunks " + std::to_string(j) + ", " +
+                                              std::to_string(j + L) + ", ...";
+    WaitParts(works);
     works.clear();
     if (a.op == ReduceOp::Avg) {
       for (Round& r : rounds) {
-        algos::FinishAverage(mine(r), B, plexus_dtype_t(a.dtype), a.world_size);
+        algos::FinishAverage(mine(r), B, plexus_dtype_t(a.dtype), flat_->size);
       }
     }
 
     // 3. Allgather inside the host, in place.
     part = "part 3 of 3, allgather inside the host";
-    where = local_ ? "host ranks " + Ranks(local_->job_ranks()) : "";
+    where = local_ ? "its host's group, whose ranks 0.. are job ranks " + Ranks(local_->job_ranks())
+                   : "";
     if (local_) {
       for (Round& r : rounds) works.push_back(local_->allgather(mine(r), r.base, B, a.dtype));
-      for (Work& w : works) w.wait();
+      WaitParts(works);
     }
     for (Round& r : rounds) {
       if (!r.scratch.empty() && r.valid) {
         std::memcpy(recv + r.begin * es, r.scratch.data(), r.valid * es);
       }
     }
+  } catch (const PeerFailed&) {
+    Fail(a, PLEXUS_ERR_REMOTE, part, where,
+         "stopped: another rank failed in it (the groups here were aborted)",
+         MarkReached(*flat_, a.posted, "", kStoppedWindow));
+    return;
   } catch (const Error& e) {
-    std::string message = std::string("allreduce (two-level, ") + part +
-                          (where.empty() ? "" : ", " + where) + " [job ranks]): " + e.what();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (broken_code_ == 0) {
-        broken_code_ = e.status();
-        broken_message_ = "an earlier allreduce failed: " + message;
-      }
+    // The rank at fault, told at the level of the whole communicator (the
+    // part's own report names ranks of its group, and a rank of this host
+    // stuck in part 1 looks, from across hosts, like the one at fault).
+    SayFailed();
+    std::string verdict;
+    if (e.status() == PLEXUS_ERR_TIMEOUT) {
+      verdict = ReportStall(*flat_, a.posted);
+    } else if (e.status() == PLEXUS_ERR_REMOTE || e.status() == PLEXUS_ERR_ABORTED) {
+      verdict = MarkReached(*flat_, a.posted, "", kStoppedWindow);
     }
-    a.done->Complete(e.status(), std::move(message));
+    Fail(a, e.status(), part, where, e.what(), verdict);
     return;
   } catch (const std::exception& e) {
     a.done->Complete(PLEXUS_ERR_INTERNAL, std::string("allreduce (two-level): ") + e.what());

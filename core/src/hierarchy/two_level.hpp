@@ -50,6 +50,8 @@
 
 namespace plexus::detail {
 
+struct CommState;
+
 class TwoLevel {
  public:
   // Makes the host's group (on local_backend, "" for flat's own) and the
@@ -65,9 +67,10 @@ class TwoLevel {
   bool TakesAllreduce(uint64_t bytes) const;
 
   // Queues an allreduce (checked by the caller); the returned op completes
-  // when every part has. world_size: for AVG's division.
+  // when every part has. posted: the allreduce as the communicator counted
+  // it (a failure is reported against it, naming the rank at fault).
   std::shared_ptr<HostOp> PostAllreduce(const void* send, void* recv, uint64_t count, DType dtype,
-                                        ReduceOp op, uint32_t world_size);
+                                        ReduceOp op, const PostedOp& posted);
 
   // Aborts the groups; operations queued or running fail with ABORTED.
   void Abort();
@@ -80,13 +83,33 @@ class TwoLevel {
   TwoLevel() = default;
   void Run();
   void RunAllreduce(const Allreduce& a);
+  // Waits for the parts in works, looking every kPoll for a failure of this
+  // operation on another rank (failures_key_); then aborts the groups here
+  // and throws PeerFailed. Throws a part's own error.
+  void WaitParts(std::vector<Work>& works);
+  struct PeerFailed {};
+  // Tells the other ranks this one failed in a two-level operation.
+  void SayFailed();
+  // Completes a's op with code and a message that says where it failed.
+  void Fail(const Allreduce& a, int32_t code, const char* part, const std::string& where,
+            const std::string& what, const std::string& verdict);
+  bool FailedElsewhere();
+  void AbortGroups();
 
+  // The communicator this serves (which owns this object): its size, and
+  // its stall reports, which name the rank at fault across both levels.
+  CommState* flat_ = nullptr;
   HostLayout layout_;
   std::optional<Communicator> local_;  // none on a host of one rank
   // The cross-host groups of this rank's chunks, round by round.
   std::vector<Communicator> cross_;
   std::string description_;
   std::chrono::milliseconds timeout_{0};
+  // Counts the ranks that failed in a two-level operation of this
+  // communicator: a rank waiting in one part for a rank of its group that
+  // failed in another part would otherwise wait until that rank exits (its
+  // verdict then came too late to tell the rank at fault from the slow).
+  std::string failures_key_;
 
   std::mutex mu_;
   std::condition_variable cv_;
