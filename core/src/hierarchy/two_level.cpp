@@ -13,9 +13,18 @@
 namespace plexus::detail {
 namespace {
 
-// Under auto, allreduces smaller than this stay flat: three latencies in a
-// row cost more than the bytes saved on the links.
-constexpr uint64_t kAutoMinBytes = 64 << 10;
+// Under auto, allreduces smaller than this stay flat: three operations in a
+// row (and a thread's hand-over) cost more than the bytes saved on the
+// links. Measured on 3 namespace hosts x 2 ranks of a 2-core machine (tcp
+// across, ucx inside; plexus-bench --blocking): two-level 2.75 ms at 1 MiB
+// against flat 2.22, 10.97 at 4 MiB against 11.69, 43.2 at 16 MiB against
+// 50.7; with tcp inside too it did not pay below 16 MiB there.
+constexpr uint64_t kAutoMinBytes = 4 << 20;
+
+// An allreduce is cut into pieces of about this many bytes (at most
+// kMaxPieces), which go through the three parts as a pipeline.
+constexpr uint64_t kPieceBytes = 2 << 20;
+constexpr uint64_t kMaxPieces = 8;
 
 // How often a rank waiting in a part looks whether another failed.
 constexpr std::chrono::milliseconds kPoll{100};
@@ -140,8 +149,11 @@ bool TwoLevel::FailedElsewhere() {
   return flat_->job->store->Get(failures_key_, &value, std::chrono::milliseconds(0)).ok();
 }
 
-void TwoLevel::WaitParts(std::vector<Work>& works) {
-  for (Work& w : works) {
+void TwoLevel::WaitParts(std::vector<Part>& parts, const char** part, std::string* where) {
+  for (Part& p : parts) {
+    *part = p.part;
+    *where = p.where;
+    Work& w = p.work;
     // Short waits, so that a failure elsewhere is seen; a wait as long as the
     // timeout once the part has run that long (its error names whom it waited for).
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
@@ -194,6 +206,51 @@ void TwoLevel::Fail(const Allreduce& a, int32_t code, const char* part, const st
   a.done->Complete(code, std::move(message));
 }
 
+// A piece of an allreduce: elements [begin, begin + count) of it, cut into
+// P chunks of B elements, in rounds of L chunks (see the header).
+struct TwoLevel::Piece {
+  // Round k covers the piece's elements [k L B, (k+1) L B); one that runs
+  // past the piece's count is done in a zeroed scratch buffer of L B.
+  struct Round {
+    uint64_t begin;  // first element, from the piece's
+    uint64_t valid;  // elements of the round within the piece
+    std::vector<char> scratch;
+    char* base;  // the round's first element: in recv, or in scratch
+  };
+  uint64_t begin = 0, count = 0, B = 0;
+  std::vector<Round> rounds;
+};
+
+void TwoLevel::Plan(const Allreduce& a, std::vector<Piece>* pieces) const {
+  const uint64_t L = layout_.hosts[layout_.my_host].size(), P = layout_.chunks;
+  const size_t es = algos::DtypeSize(plexus_dtype_t(a.dtype));
+  const auto* send = static_cast<const char*>(a.send);
+  auto* recv = static_cast<char*>(a.recv);
+  // Pieces of a multiple of P elements (so that only the last needs scratch).
+  const uint64_t n = std::clamp<uint64_t>(a.count * es / kPieceBytes, 1, kMaxPieces);
+  const uint64_t per = ((a.count + n - 1) / n + P - 1) / P * P;
+  for (uint64_t begin = 0; begin < a.count; begin += per) {
+    Piece& piece = pieces->emplace_back();
+    piece.begin = begin;
+    piece.count = std::min(per, a.count - begin);
+    piece.B = (piece.count + P - 1) / P;
+    const uint64_t B = piece.B;
+    piece.rounds.resize(P / L);
+    for (uint64_t k = 0; k < piece.rounds.size(); ++k) {
+      Piece::Round& r = piece.rounds[k];
+      r.begin = k * L * B;
+      r.valid = std::min(piece.count, r.begin + L * B) - std::min(piece.count, r.begin);
+      if (r.valid == L * B) {
+        r.base = recv + (begin + r.begin) * es;
+      } else {
+        r.scratch.assign(L * B * es, 0);
+        if (r.valid) std::memcpy(r.scratch.data(), send + (begin + r.begin) * es, r.valid * es);
+        r.base = r.scratch.data();
+      }
+    }
+  }
+}
+
 void TwoLevel::RunAllreduce(const Allreduce& a) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -203,88 +260,78 @@ void TwoLevel::RunAllreduce(const Allreduce& a) {
       return;
     }
   }
-  const auto& host = layout_.hosts[layout_.my_host];
-  const uint64_t L = host.size(), j = layout_.my_index, P = layout_.chunks;
-  const uint64_t B = (a.count + P - 1) / P;
+  const uint64_t L = layout_.hosts[layout_.my_host].size(), j = layout_.my_index;
   const size_t es = algos::DtypeSize(plexus_dtype_t(a.dtype));
   const ReduceOp op = a.op == ReduceOp::Avg ? ReduceOp::Sum : a.op;
   const auto* send = static_cast<const char*>(a.send);
   auto* recv = static_cast<char*>(a.recv);
+  std::vector<Piece> pieces;
+  Plan(a, &pieces);
+  auto mine = [&](const Piece& p, const Piece::Round& r) { return r.base + j * p.B * es; };
+  const std::string host_group =
+      local_ ? "its host's group, whose ranks 0.. are job ranks " + Ranks(local_->job_ranks()) : "";
 
-  // Round k covers elements [k L B, (k+1) L B); one that runs past count is
-  // done in a zeroed scratch buffer of L B elements.
-  struct Round {
-    uint64_t begin;  // first element
-    uint64_t valid;  // elements of the round within count
-    std::vector<char> scratch;
-    char* base;  // the round's first element: in recv, or in scratch
-  };
-  std::vector<Round> rounds(P / L);
-  for (uint64_t k = 0; k < rounds.size(); ++k) {
-    Round& r = rounds[k];
-    r.begin = k * L * B;
-    r.valid = std::min(a.count, r.begin + L * B) - std::min(a.count, r.begin);
-    if (r.valid == L * B) {
-      r.base = recv + r.begin * es;
-    } else {
-      r.scratch.assign(L * B * es, 0);
-      if (r.valid) std::memcpy(r.scratch.data(), send + r.begin * es, r.valid * es);
-      r.base = r.scratch.data();
+  // 1. Reduce-scatter inside the host (a host of one rank only copies).
+  auto reduce_scatter = [&](Piece& p, std::vector<Part>& parts) {
+    for (Piece::Round& r : p.rounds) {
+      const void* from = r.scratch.empty() ? send + (p.begin + r.begin) * es : r.base;
+      if (local_) {
+        parts.push_back({local_->reduce_scatter(from, mine(p, r), p.B, a.dtype, op),
+                         "part 1 of 3, reduce_scatter inside the host", host_group});
+      } else if (from != mine(p, r)) {
+        std::memcpy(mine(p, r), from, p.B * es);
+      }
     }
-  }
-  auto mine = [&](Round& r) { return r.base + j * B * es; };
+  };
+  // 2. Allreduce of each owned chunk across hosts.
+  auto across = [&](Piece& p, std::vector<Part>& parts) {
+    for (size_t k = 0; k < p.rounds.size(); ++k) {
+      parts.push_back({cross_[k].allreduce(mine(p, p.rounds[k]), mine(p, p.rounds[k]), p.B,
+                                           a.dtype, op),
+                       "part 2 of 3, allreduce across hosts",
+                       "the group of chunk " + std::to_string(k * L + j) +
+                           ", whose ranks 0.. are job ranks " + Ranks(cross_[k].job_ranks())});
+    }
+  };
+  // 3. Allgather inside the host, in place (after AVG's division, by the
+  // chunk's owner).
+  auto allgather = [&](Piece& p, std::vector<Part>& parts) {
+    for (Piece::Round& r : p.rounds) {
+      if (a.op == ReduceOp::Avg) {
+        algos::FinishAverage(mine(p, r), p.B, plexus_dtype_t(a.dtype), flat_->size);
+      }
+      if (local_) {
+        parts.push_back({local_->allgather(mine(p, r), r.base, p.B, a.dtype),
+                         "part 3 of 3, allgather inside the host", host_group});
+      }
+    }
+  };
 
+  // The pieces go through the three parts as a pipeline: at step t, piece t
+  // is reduce-scattered while piece t-1 goes across hosts and piece t-2 is
+  // gathered, posted in that order on every rank (so the host's group sees
+  // its operations in one order everywhere).
   const char* part = "";
   std::string where;
+  std::vector<Part> parts;
   try {
-    // 1. Reduce-scatter inside the host (a host of one rank only copies).
-    part = "part 1 of 3, reduce_scatter inside the host";
-    where = local_ ? "its host's group, whose ranks 0.. are job ranks " + Ranks(local_->job_ranks())
-                   : "";
-    std::vector<Work> works;
-    for (Round& r : rounds) {
-      const bool in_scratch = !r.scratch.empty();
-      const void* from = in_scratch ? r.base : send + r.begin * es;
-      if (local_) {
-        works.push_back(local_->reduce_scatter(from, mine(r), B, a.dtype, op));
-      } else if (from != mine(r)) {
-        std::memcpy(mine(r), from, B * es);
-      }
-    }
-    WaitParts(works);
-    works.clear();
-
-    // 2. Allreduce of each owned chunk across hosts.
-    part = "part 2 of 3, allreduce across hosts";
-    for (size_t k = 0; k < rounds.size(); ++k) {
-      where = "the group of chunk " + std::to_string(k * L + j) + ", whose ranks 0.. are job ranks " +
-              Ranks(cross_[k].job_ranks());
-      works.push_back(cross_[k].allreduce(mine(rounds[k]), mine(rounds[k]), B, a.dtype, op));
-    }
-    where = rounds.size() == 1 ? where : "the groups of chunks " + std::to_string(j) + ", " +
-                                              std::to_string(j + L) + ", ...";
-    WaitParts(works);
-    works.clear();
-    if (a.op == ReduceOp::Avg) {
-      for (Round& r : rounds) {
-        algos::FinishAverage(mine(r), B, plexus_dtype_t(a.dtype), flat_->size);
-      }
-    }
-
-    // 3. Allgather inside the host, in place.
-    part = "part 3 of 3, allgather inside the host";
-    where = local_ ? "its host's group, whose ranks 0.. are job ranks " + Ranks(local_->job_ranks())
-                   : "";
-    if (local_) {
-      for (Round& r : rounds) works.push_back(local_->allgather(mine(r), r.base, B, a.dtype));
-      WaitParts(works);
-    }
-    for (Round& r : rounds) {
-      if (!r.scratch.empty() && r.valid) {
-        std::memcpy(recv + r.begin * es, r.scratch.data(), r.valid * es);
+    const size_t n = pieces.size();
+    for (size_t t = 0; t < n + 2; ++t) {
+      if (t < n) reduce_scatter(pieces[t], parts);
+      if (t >= 1 && t <= n) across(pieces[t - 1], parts);
+      if (t >= 2) allgather(pieces[t - 2], parts);
+      WaitParts(parts, &part, &where);
+      parts.clear();
+      if (t < 2) continue;
+      for (Piece::Round& r : pieces[t - 2].rounds) {
+        if (!r.scratch.empty() && r.valid) {
+          std::memcpy(recv + (pieces[t - 2].begin + r.begin) * es, r.scratch.data(),
+                      r.valid * es);
+        }
       }
     }
   } catch (const PeerFailed&) {
+    Drain(parts);
     Fail(a, PLEXUS_ERR_REMOTE, part, where,
          "stopped: another rank failed in it (the groups here were aborted)",
          MarkReached(*flat_, a.posted, "", kStoppedWindow));
@@ -300,13 +347,29 @@ void TwoLevel::RunAllreduce(const Allreduce& a) {
     } else if (e.status() == PLEXUS_ERR_REMOTE || e.status() == PLEXUS_ERR_ABORTED) {
       verdict = MarkReached(*flat_, a.posted, "", kStoppedWindow);
     }
+    Drain(parts);
     Fail(a, e.status(), part, where, e.what(), verdict);
     return;
   } catch (const std::exception& e) {
+    Drain(parts);
     a.done->Complete(PLEXUS_ERR_INTERNAL, std::string("allreduce (two-level): ") + e.what());
     return;
   }
   a.done->Complete(PLEXUS_OK, "");
+}
+
+// After a failure: the parts still running may write into the pieces'
+// scratch and the user's buffers, so they are ended (the groups aborted: the
+// communicator is broken anyway) and waited for before either goes.
+void TwoLevel::Drain(std::vector<Part>& parts) {
+  AbortGroups();
+  for (Part& p : parts) {
+    try {
+      p.work.wait();
+    } catch (const Error&) {
+    }
+  }
+  parts.clear();
 }
 
 Status MakeTwoLevel(Communicator& flat, const std::string& local_address,
@@ -352,7 +415,7 @@ Status MakeTwoLevel(Communicator& flat, const std::string& local_address,
                 HierarchySettingName(setting) +
                 (setting == HierarchySetting::kOn
                      ? " (every size)"
-                     : " (from " + std::to_string(kAutoMinBytes >> 10) + " KiB; smaller: flat)"));
+                     : " (from " + std::to_string(kAutoMinBytes >> 20) + " MiB; smaller: flat)"));
   }
   return Status::Ok();
 }

@@ -20,6 +20,10 @@
 // (the padding's results are dropped). AVG sums in both levels and the
 // chunk's owner divides by the communicator's size before the allgather.
 //
+// A large allreduce is cut into pieces (about 2 MiB each, at most 8), each
+// done as above, as a pipeline: while one piece goes across hosts, the next
+// is reduce-scattered and the one before gathered.
+//
 // The reduction order, the same on every rank: each element is the
 // cross-host allreduce (the job backend's order over hosts, hosts in the
 // order of their lowest rank) of the per-host sums (the local backend's
@@ -80,13 +84,25 @@ class TwoLevel {
 
  private:
   struct Allreduce;
+  struct Piece;
+  // A posted part of an operation, and what to call it in an error.
+  struct Part {
+    Work work;
+    const char* part;
+    std::string where;
+  };
   TwoLevel() = default;
   void Run();
+  // Cuts a into pieces (scratch for the last one's tail, copied in).
+  void Plan(const Allreduce& a, std::vector<Piece>* pieces) const;
   void RunAllreduce(const Allreduce& a);
-  // Waits for the parts in works, looking every kPoll for a failure of this
-  // operation on another rank (failures_key_); then aborts the groups here
-  // and throws PeerFailed. Throws a part's own error.
-  void WaitParts(std::vector<Work>& works);
+  // Waits for parts in order (*part and *where name the one waited for),
+  // looking every kPoll for a failure of this operation on another rank
+  // (failures_key_); then aborts the groups here and throws PeerFailed.
+  // Throws a part's own error.
+  void WaitParts(std::vector<Part>& parts, const char** part, std::string* where);
+  // After a failure: aborts the groups and waits for the parts still running.
+  void Drain(std::vector<Part>& parts);
   struct PeerFailed {};
   // Tells the other ranks this one failed in a two-level operation.
   void SayFailed();
