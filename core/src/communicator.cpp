@@ -424,6 +424,17 @@ bool Communicator::supports(plexus_collective_t coll) const {
   return coll < 32 && (capabilities().collectives >> coll & 1u);
 }
 
+const char* Communicator::allreduce_scheme(uint64_t count, DType dtype) const {
+  const auto& s = state();
+  const bool two = s.two_level && s.two_level->TakesAllreduce(count * ElementSize(dtype));
+  return two ? "two-level" : "flat";
+}
+
+std::string Communicator::hierarchy() const {
+  const auto& s = state();
+  return s.two_level ? s.two_level->description() : "";
+}
+
 void Communicator::CheckSpan(bool ok, const char* what) {
   if (!ok) throw Error(PLEXUS_ERR_INVALID_ARGUMENT, "plexus", what);
 }

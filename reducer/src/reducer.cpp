@@ -654,7 +654,8 @@ ReducerStats Reducer::stats() const {
   const Impl& m = *impl_;
   ReducerStats s;
   for (const Bucket& b : m.buckets) {
-    s.buckets.push_back({b.count * ElementSize(b.dtype), b.dtype, b.size_limit, b.parameters});
+    s.buckets.push_back({b.count * ElementSize(b.dtype), b.dtype, b.size_limit, b.parameters,
+                         m.comm.allreduce_scheme(b.count, b.dtype)});
   }
   s.has_rebuilt_bucket = m.rebuilt;
   s.iterations = m.iterations;

@@ -415,6 +415,16 @@ int Train(const TrainerOptions& opt) {
           r.epoch, epochs, r.train_loss, r.test_loss, 100 * r.test_accuracy, r.step_ms_median,
           r.samples_per_s, r.forward_ms, r.backward_ms, r.comm_not_hidden_ms, hidden, r.comm_ms,
           r.optimizer_ms);
+      static bool buckets_told = false;
+      if (!buckets_told && !comm.hierarchy().empty()) {
+        // Which buckets went in two levels (PLEXUS_HIERARCHY), once.
+        buckets_told = true;
+        int two = 0, flat = 0;
+        for (const auto& b : ddp.logging_data().reducer.buckets) {
+          (b.comm_scheme == "two-level" ? two : flat) += 1;
+        }
+        std::printf("buckets: %d two-level, %d flat; %s\n", two, flat, comm.hierarchy().c_str());
+      }
       std::fflush(stdout);
       if (!opt.checkpoint.empty()) SaveCheckpoint(opt.checkpoint, model, *optimizer, progress);
     }

@@ -452,6 +452,10 @@ ddp | trainer)
   if [ "${PLEXUS_HIERARCHY:-}" = on ]; then
     check "grep -q 'allreduce two-level over $nodes hosts with' '$NETNS_TMP/err.0'" \
       "rank 0 says the allreduces go in two levels (PLEXUS_HIERARCHY=on)"
+    if [ $mode = trainer ]; then
+      check "grep -Eq '^\[0\] buckets: [1-9][0-9]* two-level, 0 flat; two-level over' '$NETNS_TMP/out.0'" \
+        "the trainer says every bucket went in two levels"
+    fi
   fi
   if [ $mode = ddp ]; then
     check "grep -q '^\[0\] ddp_check equivalence passed on $((nodes * nproc)) rank(s)' '$NETNS_TMP/out.0'" \

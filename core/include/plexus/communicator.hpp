@@ -86,6 +86,14 @@ class Communicator {
   const plexus_capabilities& capabilities() const;
   std::chrono::milliseconds timeout() const;
   bool supports(plexus_collective_t coll) const;
+  // How an allreduce of count elements of dtype in host memory goes: "flat"
+  // (the backend's own algorithm) or "two-level" (PLEXUS_HIERARCHY: inside
+  // each host, then across hosts). The same on every rank.
+  const char* allreduce_scheme(uint64_t count, DType dtype) const;
+  // The two-level layout, as rank 0 logs it ("two-level over 3 hosts with 2,
+  // 2, 2 ranks (inside hosts ucx, across hosts tcp, 2 chunks)"), or "" when
+  // every collective is flat.
+  std::string hierarchy() const;
 
   // Untyped forms: counts are elements of dtype. Host memory unless a
   // placement is given.

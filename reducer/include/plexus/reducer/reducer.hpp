@@ -102,6 +102,8 @@ struct BucketInfo {
   DType dtype = DType::Float32;
   uint64_t size_limit = 0;
   std::vector<size_t> parameters;
+  // How its allreduce goes: "flat" or "two-level" (Communicator::allreduce_scheme).
+  std::string comm_scheme = "flat";
 };
 
 // Times of one synchronised iteration, in microseconds (DDPLoggingData's names).
