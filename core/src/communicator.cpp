@@ -375,11 +375,15 @@ Communicator Communicator::Join(std::shared_ptr<Job> job, std::string name,
   }
   Communicator comm(state);
   // Two levels across hosts where the layout calls for it (PLEXUS_HIERARCHY).
+  // Its exchange and groups are not the user's collectives: PLEXUS_DEBUG's
+  // checks and the stall reports' count start with the user's first (and
+  // the groups, whose operations the host posts alike everywhere, go
+  // unchecked).
+  const bool debug_detail = std::exchange(state->debug_detail, false);
   st = detail::MakeTwoLevel(comm, job->local_address, l.local_rank, l.local_size,
                             &state->two_level);
+  state->debug_detail = debug_detail;
   if (!st.ok()) Throw(st.WithContext("creating " + state->name), state->backend->name());
-  // (Its exchange is not one of the user's collectives: stall reports count
-  // from the user's first.)
   state->collectives_posted = 0;
   return comm;
 }
