@@ -430,7 +430,7 @@ bool Communicator::supports(plexus_collective_t coll) const {
 
 const char* Communicator::allreduce_scheme(uint64_t count, DType dtype) const {
   const auto& s = state();
-  const bool two = s.two_level && s.two_level->TakesAllreduce(count * ElementSize(dtype));
+  const bool two = s.two_level && s.two_level->Takes(count * ElementSize(dtype));
   return two ? "two-level" : "flat";
 }
 
@@ -539,7 +539,7 @@ Work Communicator::allreduce(const void* send, void* recv, uint64_t count, DType
   Status st =
       Prepare(s, guard, "allreduce", PLEXUS_COLL_ALLREDUCE, count, dtype, Code(op), 0, 1, &posted);
   if (st.ok() && s.two_level && (!where || where->memory_type == PLEXUS_MEMORY_HOST) &&
-      s.two_level->TakesAllreduce(count * algos::DtypeSize(Code(dtype)))) {
+      s.two_level->Takes(count * algos::DtypeSize(Code(dtype)))) {
     st = CheckTwoLevelAllreduce(s, send, recv, count, dtype, op, where);
     if (!st.ok()) throw Error(st.code(), s.backend->name(), st.message());
     posted.seq = ++s.collectives_posted;
@@ -561,6 +561,15 @@ Work Communicator::broadcast(void* buf, uint64_t count, DType dtype, uint32_t ro
   Status st = CheckRank(root, s.size, "broadcast root");
   if (st.ok()) {
     st = Prepare(s, guard, "broadcast", PLEXUS_COLL_BROADCAST, count, dtype, 0, root, 1, &posted);
+  }
+  if (st.ok() && s.two_level && (!where || where->memory_type == PLEXUS_MEMORY_HOST) &&
+      s.two_level->Takes(count * algos::DtypeSize(Code(dtype)))) {
+    st = s.backend->CheckSupported(PLEXUS_COLL_BROADCAST, Code(dtype), 0, where);
+    if (st.ok() && !buf) st = Status::InvalidArgument("broadcast: buf is NULL");
+    if (!st.ok()) throw Error(st.code(), s.backend->name(), st.message());
+    posted.seq = ++s.collectives_posted;
+    return Work(state_, s.two_level->PostBroadcast(buf, count, dtype, root, posted), "broadcast",
+                posted);
   }
   if (st.ok()) st = s.backend->Broadcast(s.comm, buf, count, Code(dtype), root, where, &req);
   return Start(st, req, "broadcast", &posted);

@@ -7,6 +7,7 @@
 #include "comm_state.hpp"
 #include "job.hpp"
 #include "stall_report.hpp"
+#include "store/store_protocol.hpp"
 #include "plexus/algos/dtype.hpp"
 #include "plexus/log.hpp"
 
@@ -40,12 +41,16 @@ std::string Ranks(const std::vector<uint32_t>& ranks) {
 
 }  // namespace
 
-struct TwoLevel::Allreduce {
+// An operation queued for the thread: allreduce or broadcast (recv is the
+// buffer, send is recv; op unused).
+struct TwoLevel::Op {
+  const char* what;
   const void* send;
   void* recv;
   uint64_t count;
   DType dtype;
   ReduceOp op;
+  uint32_t root;
   PostedOp posted;
   std::shared_ptr<HostOp> done;
 };
@@ -99,7 +104,7 @@ TwoLevel::~TwoLevel() {
   if (worker_.joinable()) worker_.join();
 }
 
-bool TwoLevel::TakesAllreduce(uint64_t bytes) const {
+bool TwoLevel::Takes(uint64_t bytes) const {
   if (bytes == 0) return false;
   return layout_.setting == HierarchySetting::kOn || bytes >= kAutoMinBytes;
 }
@@ -108,10 +113,22 @@ std::shared_ptr<HostOp> TwoLevel::PostAllreduce(const void* send, void* recv, ui
                                                 DType dtype, ReduceOp op,
                                                 const PostedOp& posted) {
   auto done = std::make_shared<HostOp>();
-  Allreduce a{send, recv, count, dtype, op, posted, done};
+  Op a{"allreduce", send, recv, count, dtype, op, 0, posted, done};
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back([this, a] { RunAllreduce(a); });
+  }
+  cv_.notify_one();
+  return done;
+}
+
+std::shared_ptr<HostOp> TwoLevel::PostBroadcast(void* buf, uint64_t count, DType dtype,
+                                                uint32_t root, const PostedOp& posted) {
+  auto done = std::make_shared<HostOp>();
+  Op a{"broadcast", buf, buf, count, dtype, ReduceOp::Sum, root, posted, done};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back([this, a] { RunBroadcast(a); });
   }
   cv_.notify_one();
   return done;
@@ -189,10 +206,10 @@ void TwoLevel::Run() {
   }
 }
 
-void TwoLevel::Fail(const Allreduce& a, int32_t code, const char* part, const std::string& where,
+void TwoLevel::Fail(const Op& a, int32_t code, const char* part, const std::string& where,
                     const std::string& what, const std::string& verdict) {
   const std::string seq = "#" + std::to_string(a.posted.seq - 1);
-  std::string message = "allreduce " + seq + " (two-level) on rank " +
+  std::string message = std::string(a.what) + " " + seq + " (two-level) on rank " +
                         std::to_string(flat_->rank) + (verdict.empty() ? "" : ": " + verdict) +
                         "; it failed in " + part + (where.empty() ? "" : " (" + where + ")") +
                         ": " + what;
@@ -200,7 +217,7 @@ void TwoLevel::Fail(const Allreduce& a, int32_t code, const char* part, const st
     std::lock_guard<std::mutex> lock(mu_);
     if (broken_code_ == 0) {
       broken_code_ = code;
-      broken_message_ = "an earlier allreduce, " + seq + ", failed: " + message;
+      broken_message_ = std::string("an earlier ") + a.what + ", " + seq + ", failed: " + message;
     }
   }
   a.done->Complete(code, std::move(message));
@@ -221,7 +238,7 @@ struct TwoLevel::Piece {
   std::vector<Round> rounds;
 };
 
-void TwoLevel::Plan(const Allreduce& a, std::vector<Piece>* pieces) const {
+void TwoLevel::Plan(const Op& a, std::vector<Piece>* pieces) const {
   const uint64_t L = layout_.hosts[layout_.my_host].size(), P = layout_.chunks;
   const size_t es = algos::DtypeSize(plexus_dtype_t(a.dtype));
   const auto* send = static_cast<const char*>(a.send);
@@ -251,15 +268,8 @@ void TwoLevel::Plan(const Allreduce& a, std::vector<Piece>* pieces) const {
   }
 }
 
-void TwoLevel::RunAllreduce(const Allreduce& a) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (broken_code_ != 0) {
-      a.done->Complete(broken_code_, "allreduce #" + std::to_string(a.posted.seq - 1) +
-                                         " (two-level) not run: " + broken_message_);
-      return;
-    }
-  }
+void TwoLevel::RunAllreduce(const Op& a) {
+  if (Broken(a)) return;
   const uint64_t L = layout_.hosts[layout_.my_host].size(), j = layout_.my_index;
   const size_t es = algos::DtypeSize(plexus_dtype_t(a.dtype));
   const ReduceOp op = a.op == ReduceOp::Avg ? ReduceOp::Sum : a.op;
@@ -311,24 +321,87 @@ void TwoLevel::RunAllreduce(const Allreduce& a) {
   // is reduce-scattered while piece t-1 goes across hosts and piece t-2 is
   // gathered, posted in that order on every rank (so the host's group sees
   // its operations in one order everywhere).
+  const size_t n = pieces.size();
+  auto post = [&](size_t t, std::vector<Part>& parts) {
+    if (t < n) reduce_scatter(pieces[t], parts);
+    if (t >= 1 && t <= n) across(pieces[t - 1], parts);
+    if (t >= 2) allgather(pieces[t - 2], parts);
+  };
+  auto after = [&](size_t t) {
+    if (t < 2) return;
+    for (Piece::Round& r : pieces[t - 2].rounds) {
+      if (!r.scratch.empty() && r.valid) {
+        std::memcpy(recv + (pieces[t - 2].begin + r.begin) * es, r.scratch.data(), r.valid * es);
+      }
+    }
+  };
+  RunSteps(a, n + 2, post, after);
+}
+
+// Broadcast from root r (host h_r, its j_r-th rank): the cross-host group of
+// chunk j_r holds r and, on every host, its (j_r mod L)-th rank; that group
+// broadcasts from r (its rank h_r), then each of them broadcasts inside its
+// host. In pieces, as a pipeline: piece t goes across hosts while piece
+// t-1 is broadcast inside them.
+void TwoLevel::RunBroadcast(const Op& a) {
+  if (Broken(a)) return;
+  const uint64_t L = layout_.hosts[layout_.my_host].size(), j = layout_.my_index;
+  uint32_t root_host = 0, root_index = 0;
+  for (uint32_t h = 0; h < layout_.hosts.size(); ++h) {
+    const auto& ranks = layout_.hosts[h];
+    const auto at = std::find(ranks.begin(), ranks.end(), a.root);
+    if (at != ranks.end()) root_host = h, root_index = uint32_t(at - ranks.begin());
+  }
+  const uint64_t sender = root_index % L;  // this host's rank that gets it across
+  Communicator* cross = sender == j ? &cross_[(root_index - j) / L] : nullptr;
+  const size_t es = algos::DtypeSize(plexus_dtype_t(a.dtype));
+  auto* buf = static_cast<char*>(a.recv);
+  const uint64_t n = std::clamp<uint64_t>(a.count * es / kPieceBytes, 1, kMaxPieces);
+  const uint64_t per = (a.count + n - 1) / n;
+  auto piece = [&](size_t t, uint64_t* begin, uint64_t* count) {
+    *begin = t * per;
+    *count = std::min(per, a.count - std::min(a.count, *begin));
+  };
+  const std::string host_group =
+      local_ ? "its host's group, whose ranks 0.. are job ranks " + Ranks(local_->job_ranks()) : "";
+  auto post = [&](size_t t, std::vector<Part>& parts) {
+    uint64_t begin, count;
+    if (t < n && cross) {
+      piece(t, &begin, &count);
+      parts.push_back({cross->broadcast(buf + begin * es, count, a.dtype, root_host),
+                       "part 1 of 2, broadcast across hosts",
+                       "the group of chunk " + std::to_string(root_index) +
+                           ", whose ranks 0.. are job ranks " + Ranks(cross->job_ranks())});
+    }
+    if (t >= 1 && local_) {
+      piece(t - 1, &begin, &count);
+      parts.push_back({local_->broadcast(buf + begin * es, count, a.dtype, uint32_t(sender)),
+                       "part 2 of 2, broadcast inside the host", host_group});
+    }
+  };
+  RunSteps(a, n + 1, post, [](size_t) {});
+}
+
+bool TwoLevel::Broken(const Op& a) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (broken_code_ == 0) return false;
+  a.done->Complete(broken_code_, std::string(a.what) + " #" + std::to_string(a.posted.seq - 1) +
+                                     " (two-level) not run: " + broken_message_);
+  return true;
+}
+
+void TwoLevel::RunSteps(const Op& a, size_t steps,
+                        const std::function<void(size_t, std::vector<Part>&)>& post,
+                        const std::function<void(size_t)>& after) {
   const char* part = "";
   std::string where;
   std::vector<Part> parts;
   try {
-    const size_t n = pieces.size();
-    for (size_t t = 0; t < n + 2; ++t) {
-      if (t < n) reduce_scatter(pieces[t], parts);
-      if (t >= 1 && t <= n) across(pieces[t - 1], parts);
-      if (t >= 2) allgather(pieces[t - 2], parts);
+    for (size_t t = 0; t < steps; ++t) {
+      post(t, parts);
       WaitParts(parts, &part, &where);
       parts.clear();
-      if (t < 2) continue;
-      for (Piece::Round& r : pieces[t - 2].rounds) {
-        if (!r.scratch.empty() && r.valid) {
-          std::memcpy(recv + (pieces[t - 2].begin + r.begin) * es, r.scratch.data(),
-                      r.valid * es);
-        }
-      }
+      after(t);
     }
   } catch (const PeerFailed&) {
     Drain(parts);
@@ -352,7 +425,7 @@ void TwoLevel::RunAllreduce(const Allreduce& a) {
     return;
   } catch (const std::exception& e) {
     Drain(parts);
-    a.done->Complete(PLEXUS_ERR_INTERNAL, std::string("allreduce (two-level): ") + e.what());
+    a.done->Complete(PLEXUS_ERR_INTERNAL, std::string(a.what) + " (two-level): " + e.what());
     return;
   }
   a.done->Complete(PLEXUS_OK, "");
@@ -372,6 +445,55 @@ void TwoLevel::Drain(std::vector<Part>& parts) {
   parts.clear();
 }
 
+// Every rank's entry. Through the store where there is one, in O(size)
+// requests: each rank writes its own, rank 0 reads them all and writes them
+// back as one value (under its own key, which no other process may write),
+// which each rank reads. Otherwise (plain mpirun) through the backend's
+// allgather, or, without one, nothing: *all stays empty on every rank.
+Status TwoLevel::ExchangeLayout(Communicator& flat, const LayoutEntry& mine,
+                                std::vector<LayoutEntry>* all) {
+  CommState& s = flat.state();
+  if (!s.job->has_rendezvous) {
+    if (!flat.supports(PLEXUS_COLL_ALLGATHER)) return Status::Ok();
+    all->resize(s.size);
+    try {
+      flat.allgather(&mine, all->data(), sizeof mine, DType::UInt8).wait();
+    } catch (const Error& e) {
+      return Status(e.status(), e.message());
+    }
+    return Status::Ok();
+  }
+  RendezvousStore& store = *s.job->store;
+  const std::string base = s.name + "/layout";
+  const auto* p = reinterpret_cast<const uint8_t*>(&mine);
+  Status st = store.Set(store::RankKey(s.job_ranks[s.rank], base + "/entry"),
+                        Bytes(p, p + sizeof mine), s.timeout);
+  const std::string all_key = store::RankKey(s.job_ranks[0], base + "/all");
+  Bytes blob;
+  if (st.ok() && s.rank == 0) {
+    for (uint32_t r = 0; st.ok() && r < s.size; ++r) {
+      Bytes entry;
+      st = store.Get(store::RankKey(s.job_ranks[r], base + "/entry"), &entry, s.timeout);
+      if (st.ok() && entry.size() != sizeof(LayoutEntry)) {
+        st = Status::Remote("rank " + std::to_string(r) + " told " +
+                            std::to_string(entry.size()) + " bytes, not a layout entry");
+      }
+      blob.insert(blob.end(), entry.begin(), entry.end());
+    }
+    if (st.ok()) st = store.Set(all_key, blob, s.timeout);
+  } else if (st.ok()) {
+    st = store.Get(all_key, &blob, s.timeout);
+    if (st.ok() && blob.size() != sizeof(LayoutEntry) * s.size) {
+      st = Status::Remote("rank 0 told " + std::to_string(blob.size()) + " bytes of layout, not " +
+                          std::to_string(sizeof(LayoutEntry) * s.size));
+    }
+  }
+  if (!st.ok()) return st;
+  all->resize(s.size);
+  std::memcpy(all->data(), blob.data(), blob.size());
+  return Status::Ok();
+}
+
 Status MakeTwoLevel(Communicator& flat, const std::string& local_address,
                     uint32_t launch_local_rank, uint32_t launch_local_size,
                     std::unique_ptr<TwoLevel>* out) {
@@ -387,14 +509,12 @@ Status MakeTwoLevel(Communicator& flat, const std::string& local_address,
   mine.launch_local_rank = launch_local_rank;
   mine.launch_local_size = launch_local_size;
   mine.setting = uint32_t(setting);
-  // Every rank exchanges its entry, even with PLEXUS_HIERARCHY=off: the
+  // Every rank tells its entry, even with PLEXUS_HIERARCHY=off: the
   // settings must be compared (ranks that disagree would hang in the groups).
-  std::vector<LayoutEntry> all(flat.size());
-  try {
-    flat.allgather(&mine, all.data(), sizeof mine, DType::UInt8).wait();
-  } catch (const Error& e) {
-    return Status(e.status(), "exchanging where each rank runs: " + e.message());
-  }
+  std::vector<LayoutEntry> all;
+  st = TwoLevel::ExchangeLayout(flat, mine, &all);
+  if (!st.ok()) return st.WithContext("exchanging where each rank runs");
+  if (all.empty()) return Status::Ok();  // no way to tell: flat
   HostLayout layout;
   st = DecideLayout(all, flat.rank(), &layout);
   if (!st.ok()) return st;
@@ -411,7 +531,7 @@ Status MakeTwoLevel(Communicator& flat, const std::string& local_address,
   if (!st.ok()) return st;
   if (flat.rank() == 0) {
     LogLine(PLEXUS_LOG_INFO, "plexus",
-            who + ": allreduce " + (*out)->description() + ", PLEXUS_HIERARCHY=" +
+            who + ": allreduce and broadcast " + (*out)->description() + ", PLEXUS_HIERARCHY=" +
                 HierarchySettingName(setting) +
                 (setting == HierarchySetting::kOn
                      ? " (every size)"

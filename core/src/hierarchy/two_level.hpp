@@ -3,6 +3,9 @@
 // hosts on the job's backend. Backend-agnostic: it is made of groups of the
 // communicator and posts ordinary collectives on them.
 //
+// Broadcast: across hosts in the cross-host group that holds the root, then
+// inside each host from the rank of that group (no reduction, so no order).
+//
 // Allreduce of count elements, with P chunks (HostLayout::chunks, the lcm of
 // the hosts' rank counts) of B = ceil(count / P) elements, on a host of L
 // ranks where this rank is the j-th:
@@ -58,6 +61,10 @@ struct CommState;
 
 class TwoLevel {
  public:
+  // Every rank's layout entry (see MakeTwoLevel).
+  static Status ExchangeLayout(Communicator& flat, const LayoutEntry& mine,
+                               std::vector<LayoutEntry>* all);
+
   // Makes the host's group (on local_backend, "" for flat's own) and the
   // cross-host groups over flat. Collective over every rank of flat, which
   // must have taken the same layout. BLOCKS up to flat's timeout.
@@ -67,14 +74,19 @@ class TwoLevel {
   // stops the thread.
   ~TwoLevel();
 
-  // Whether an allreduce of this many bytes goes in two levels.
-  bool TakesAllreduce(uint64_t bytes) const;
+  // Whether an allreduce or broadcast of this many bytes goes in two levels.
+  bool Takes(uint64_t bytes) const;
 
   // Queues an allreduce (checked by the caller); the returned op completes
   // when every part has. posted: the allreduce as the communicator counted
   // it (a failure is reported against it, naming the rank at fault).
   std::shared_ptr<HostOp> PostAllreduce(const void* send, void* recv, uint64_t count, DType dtype,
                                         ReduceOp op, const PostedOp& posted);
+
+  // Queues a broadcast (checked by the caller) of buf from root (a rank of
+  // the communicator).
+  std::shared_ptr<HostOp> PostBroadcast(void* buf, uint64_t count, DType dtype, uint32_t root,
+                                        const PostedOp& posted);
 
   // Aborts the groups; operations queued or running fail with ABORTED.
   void Abort();
@@ -83,7 +95,7 @@ class TwoLevel {
   const std::string& description() const { return description_; }
 
  private:
-  struct Allreduce;
+  struct Op;
   struct Piece;
   // A posted part of an operation, and what to call it in an error.
   struct Part {
@@ -94,8 +106,16 @@ class TwoLevel {
   TwoLevel() = default;
   void Run();
   // Cuts a into pieces (scratch for the last one's tail, copied in).
-  void Plan(const Allreduce& a, std::vector<Piece>* pieces) const;
-  void RunAllreduce(const Allreduce& a);
+  void Plan(const Op& a, std::vector<Piece>* pieces) const;
+  void RunAllreduce(const Op& a);
+  void RunBroadcast(const Op& a);
+  // Completes a's op at once if an earlier one broke the communicator.
+  bool Broken(const Op& a);
+  // Steps 0..steps-1: post(t) posts step t's parts, which are waited for,
+  // then after(t) runs. A failure completes a's op with the verdict.
+  void RunSteps(const Op& a, size_t steps,
+                const std::function<void(size_t, std::vector<Part>&)>& post,
+                const std::function<void(size_t)>& after);
   // Waits for parts in order (*part and *where name the one waited for),
   // looking every kPoll for a failure of this operation on another rank
   // (failures_key_); then aborts the groups here and throws PeerFailed.
@@ -107,7 +127,7 @@ class TwoLevel {
   // Tells the other ranks this one failed in a two-level operation.
   void SayFailed();
   // Completes a's op with code and a message that says where it failed.
-  void Fail(const Allreduce& a, int32_t code, const char* part, const std::string& where,
+  void Fail(const Op& a, int32_t code, const char* part, const std::string& where,
             const std::string& what, const std::string& verdict);
   bool FailedElsewhere();
   void AbortGroups();
