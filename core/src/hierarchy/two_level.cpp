@@ -24,8 +24,8 @@ constexpr uint64_t kAutoMinBytes = 4 << 20;
 
 // An allreduce is cut into pieces of about this many bytes (at most
 // kMaxPieces), which go through the three parts as a pipeline.
-constexpr uint64_t kPieceBytes = 2 << 20;
-constexpr uint64_t kMaxPieces = 8;
+constexpr uint64_t kPieceBytes = 4 << 20;
+constexpr uint64_t kMaxPieces = 4;
 
 // How often a rank waiting in a part looks whether another failed.
 constexpr std::chrono::milliseconds kPoll{100};

@@ -23,7 +23,7 @@
 // (the padding's results are dropped). AVG sums in both levels and the
 // chunk's owner divides by the communicator's size before the allgather.
 //
-// A large allreduce is cut into pieces (about 2 MiB each, at most 8), each
+// A large allreduce is cut into pieces (about 4 MiB each, at most 4), each
 // done as above, as a pipeline: while one piece goes across hosts, the next
 // is reduce-scattered and the one before gathered.
 //
