@@ -380,8 +380,8 @@ Communicator Communicator::Join(std::shared_ptr<Job> job, std::string name,
   // the groups, whose operations the host posts alike everywhere, go
   // unchecked).
   const bool debug_detail = std::exchange(state->debug_detail, false);
-  st = detail::MakeTwoLevel(comm, job->local_address, l.local_rank, l.local_size,
-                            &state->two_level);
+  st =
+      detail::MakeTwoLevel(comm, job->local_address, l.local_rank, l.local_size, &state->two_level);
   state->debug_detail = debug_detail;
   if (!st.ok()) Throw(st.WithContext("creating " + state->name), state->backend->name());
   state->collectives_posted = 0;

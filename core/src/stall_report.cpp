@@ -217,8 +217,8 @@ std::string MarkReached(CommState& comm, const PostedOp& op, const std::string& 
     if (!named) unnamed.push_back(r);
   }
   if (unnamed.empty()) return "";
-  return Named(comm, m.missing) + (m.missing.size() == 1 ? " has" : " have") +
-         " not reached " + DescribeFingerprint(mine) + " on " + comm.name +
+  return Named(comm, m.missing) + (m.missing.size() == 1 ? " has" : " have") + " not reached " +
+         DescribeFingerprint(mine) + " on " + comm.name +
          " (unreachable, frozen or dead?): the failure above may only have been passed on";
 } catch (const std::exception&) {
   return "";
@@ -240,14 +240,12 @@ std::string ReportStall(CommState& comm, const PostedOp& op) try {
   // When ranks disagree that is the cause; a rank without a mark may then
   // simply have completed its version (a reduce's leaf sends and is done).
   if (!m.missing.empty() && m.differing.empty()) {
-    parts.push_back(Named(comm, m.missing) +
-                    (m.missing.size() == 1 ? " has" : " have") + " not reached " + posted + " on " +
-                    comm.name +
+    parts.push_back(Named(comm, m.missing) + (m.missing.size() == 1 ? " has" : " have") +
+                    " not reached " + posted + " on " + comm.name +
                     " or stopped making progress (frozen, dead, or busy outside Plexus)");
   }
   if (!m.behind.empty() && m.differing.empty()) {
-    parts.push_back(Named(comm, m.behind) +
-                    (m.behind.size() == 1 ? " has" : " have") +
+    parts.push_back(Named(comm, m.behind) + (m.behind.size() == 1 ? " has" : " have") +
                     " failed in the collective before it, waiting too");
   }
   if (parts.empty()) {

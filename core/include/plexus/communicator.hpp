@@ -49,7 +49,7 @@ struct Job;
 namespace detail {
 struct CommState;
 class TwoLevel;
-}
+}  // namespace detail
 
 class Communicator {
  public:

@@ -59,7 +59,7 @@ class Work {
   // An operation the host runs itself (a two-level allreduce).
   Work(std::shared_ptr<detail::CommState> comm, std::shared_ptr<detail::HostOp> op,
        const char* what, const detail::PostedOp& posted);
-  void Finish(int32_t code);  // frees the request; throws on failure
+  void Finish(int32_t code);        // frees the request; throws on failure
   void FinishHostOp(int32_t code);  // drops host_op_; throws on failure
   bool TestHostOp();
   void WaitHostOp(std::chrono::milliseconds timeout);

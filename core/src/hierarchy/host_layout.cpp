@@ -94,9 +94,9 @@ Status DecideLayout(const std::vector<LayoutEntry>& all, uint32_t my_rank, HostL
     lcm = std::min<uint64_t>(std::lcm(lcm, uint64_t(h.size())), uint64_t(kMaxChunks) + 1);
   }
   l.chunks = uint32_t(lcm);
-  const std::string shape =
-      std::to_string(l.hosts.size()) + " host" + (l.hosts.size() == 1 ? "" : "s") + " with " +
-      counts + " rank" + (all.size() == 1 ? "" : "s");
+  const std::string shape = std::to_string(l.hosts.size()) + " host" +
+                            (l.hosts.size() == 1 ? "" : "s") + " with " + counts + " rank" +
+                            (all.size() == 1 ? "" : "s");
 
   // What the launcher says about each host must match the addresses.
   std::string disagreement;
@@ -113,8 +113,7 @@ Status DecideLayout(const std::vector<LayoutEntry>& all, uint32_t my_rank, HostL
       disagreement = "rank " + std::to_string(r) + "'s launcher says it is local rank " +
                      std::to_string(e.launch_local_rank) + " of " +
                      std::to_string(e.launch_local_size) + " on its host, but ranks " +
-                     RankList(h) + " (" + std::to_string(h.size()) +
-                     ") have its host's address";
+                     RankList(h) + " (" + std::to_string(h.size()) + ") have its host's address";
       break;
     }
     if (!disagreement.empty()) break;
@@ -124,9 +123,10 @@ Status DecideLayout(const std::vector<LayoutEntry>& all, uint32_t my_rank, HostL
     l.reason = "PLEXUS_HIERARCHY=off";
   } else if (!disagreement.empty()) {
     if (l.setting == HierarchySetting::kOn) {
-      return Status::InvalidUsage("PLEXUS_HIERARCHY=on, but the ranks disagree on which host each "
-                                  "runs on: " +
-                                  disagreement);
+      return Status::InvalidUsage(
+          "PLEXUS_HIERARCHY=on, but the ranks disagree on which host each "
+          "runs on: " +
+          disagreement);
     }
     l.reason = "the launcher and the addresses disagree (" + disagreement + ")";
   } else if (l.hosts.size() == 1) {

@@ -6,10 +6,10 @@
 
 #include "comm_state.hpp"
 #include "job.hpp"
-#include "stall_report.hpp"
-#include "store/store_protocol.hpp"
 #include "plexus/algos/dtype.hpp"
 #include "plexus/log.hpp"
+#include "stall_report.hpp"
+#include "store/store_protocol.hpp"
 
 namespace plexus::detail {
 namespace {
@@ -88,8 +88,8 @@ Status TwoLevel::Make(Communicator& flat, const HostLayout& layout,
   }
   t->description_ = "two-level over " + layout.reason + " (inside hosts " +
                     (t->local_ ? t->local_->backend_name() : flat.backend_name()) +
-                    ", across hosts " + flat.backend_name() + ", " +
-                    std::to_string(layout.chunks) + " chunks)";
+                    ", across hosts " + flat.backend_name() + ", " + std::to_string(layout.chunks) +
+                    " chunks)";
   t->worker_ = std::thread([p = t.get()] { p->Run(); });
   *out = std::move(t);
   return Status::Ok();
@@ -110,8 +110,7 @@ bool TwoLevel::Takes(uint64_t bytes) const {
 }
 
 std::shared_ptr<HostOp> TwoLevel::PostAllreduce(const void* send, void* recv, uint64_t count,
-                                                DType dtype, ReduceOp op,
-                                                const PostedOp& posted) {
+                                                DType dtype, ReduceOp op, const PostedOp& posted) {
   auto done = std::make_shared<HostOp>();
   Op a{"allreduce", send, recv, count, dtype, op, 0, posted, done};
   {
@@ -296,11 +295,11 @@ void TwoLevel::RunAllreduce(const Op& a) {
   // 2. Allreduce of each owned chunk across hosts.
   auto across = [&](Piece& p, std::vector<Part>& parts) {
     for (size_t k = 0; k < p.rounds.size(); ++k) {
-      parts.push_back({cross_[k].allreduce(mine(p, p.rounds[k]), mine(p, p.rounds[k]), p.B,
-                                           a.dtype, op),
-                       "part 2 of 3, allreduce across hosts",
-                       "the group of chunk " + std::to_string(k * L + j) +
-                           ", whose ranks 0.. are job ranks " + Ranks(cross_[k].job_ranks())});
+      parts.push_back(
+          {cross_[k].allreduce(mine(p, p.rounds[k]), mine(p, p.rounds[k]), p.B, a.dtype, op),
+           "part 2 of 3, allreduce across hosts",
+           "the group of chunk " + std::to_string(k * L + j) + ", whose ranks 0.. are job ranks " +
+               Ranks(cross_[k].job_ranks())});
     }
   };
   // 3. Allgather inside the host, in place (after AVG's division, by the
@@ -475,8 +474,8 @@ Status TwoLevel::ExchangeLayout(Communicator& flat, const LayoutEntry& mine,
       Bytes entry;
       st = store.Get(store::RankKey(s.job_ranks[r], base + "/entry"), &entry, s.timeout);
       if (st.ok() && entry.size() != sizeof(LayoutEntry)) {
-        st = Status::Remote("rank " + std::to_string(r) + " told " +
-                            std::to_string(entry.size()) + " bytes, not a layout entry");
+        st = Status::Remote("rank " + std::to_string(r) + " told " + std::to_string(entry.size()) +
+                            " bytes, not a layout entry");
       }
       blob.insert(blob.end(), entry.begin(), entry.end());
     }
@@ -531,8 +530,8 @@ Status MakeTwoLevel(Communicator& flat, const std::string& local_address,
   if (!st.ok()) return st;
   if (flat.rank() == 0) {
     LogLine(PLEXUS_LOG_INFO, "plexus",
-            who + ": allreduce and broadcast " + (*out)->description() + ", PLEXUS_HIERARCHY=" +
-                HierarchySettingName(setting) +
+            who + ": allreduce and broadcast " + (*out)->description() +
+                ", PLEXUS_HIERARCHY=" + HierarchySettingName(setting) +
                 (setting == HierarchySetting::kOn
                      ? " (every size)"
                      : " (from " + std::to_string(kAutoMinBytes >> 20) + " MiB; smaller: flat)"));

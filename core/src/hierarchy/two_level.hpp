@@ -68,8 +68,8 @@ class TwoLevel {
   // Makes the host's group (on local_backend, "" for flat's own) and the
   // cross-host groups over flat. Collective over every rank of flat, which
   // must have taken the same layout. BLOCKS up to flat's timeout.
-  static Status Make(Communicator& flat, const HostLayout& layout,
-                     const std::string& local_backend, std::unique_ptr<TwoLevel>* out);
+  static Status Make(Communicator& flat, const HostLayout& layout, const std::string& local_backend,
+                     std::unique_ptr<TwoLevel>* out);
   // Runs the operations still queued (each bounded by the timeout), then
   // stops the thread.
   ~TwoLevel();
@@ -161,7 +161,8 @@ class TwoLevel {
 // layout; then, when it pays, the groups. Collective over every rank of
 // flat. *out stays null for a flat communicator; the choice is logged at
 // INFO with its reason.
-Status MakeTwoLevel(Communicator& flat, const std::string& local_address, uint32_t launch_local_rank,
-                    uint32_t launch_local_size, std::unique_ptr<TwoLevel>* out);
+Status MakeTwoLevel(Communicator& flat, const std::string& local_address,
+                    uint32_t launch_local_rank, uint32_t launch_local_size,
+                    std::unique_ptr<TwoLevel>* out);
 
 }  // namespace plexus::detail
