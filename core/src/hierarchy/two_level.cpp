@@ -59,7 +59,7 @@ Status TwoLevel::Make(Communicator& flat, const HostLayout& layout,
                       const std::string& local_backend, std::unique_ptr<TwoLevel>* out) {
   std::unique_ptr<TwoLevel> t(new TwoLevel);
   t->flat_ = &flat.state();
-  t->failures_key_ = t->flat_->name + "/two-level/failures";
+  t->failed_key_ = t->flat_->name + "/two-level/failed";
   t->layout_ = layout;
   t->timeout_ = flat.timeout();
   const auto& host = layout.hosts[layout.my_host];
@@ -80,6 +80,15 @@ Status TwoLevel::Make(Communicator& flat, const HostLayout& layout,
     return Status(e.status(), "making the two-level groups of " + std::to_string(flat.size()) +
                                   " ranks: " + e.message());
   }
+  std::vector<uint32_t> watched;
+  if (t->local_) watched = t->local_->job_ranks();
+  for (Communicator& c : t->cross_) {
+    watched.insert(watched.end(), c.job_ranks().begin(), c.job_ranks().end());
+  }
+  std::sort(watched.begin(), watched.end());
+  watched.erase(std::unique(watched.begin(), watched.end()), watched.end());
+  std::erase(watched, t->flat_->job_ranks[t->flat_->rank]);
+  t->watched_ = std::move(watched);
   if (t->local_) t->local_->state().stall_reports = false;
   for (Communicator& c : t->cross_) c.state().stall_reports = false;
   if (t->cross_.size() != layout.chunks / L) {
@@ -155,14 +164,19 @@ void TwoLevel::AbortGroups() {
 
 void TwoLevel::SayFailed() {
   if (!flat_->job->has_rendezvous) return;
-  int64_t n = 0;
-  (void)flat_->job->store->Add(failures_key_, 1, &n, std::chrono::seconds(2));
+  (void)flat_->job->store->Set(store::RankKey(flat_->job_ranks[flat_->rank], failed_key_), Bytes{1},
+                               std::chrono::seconds(2));
 }
 
 bool TwoLevel::FailedElsewhere() {
   if (!flat_->job->has_rendezvous) return false;
-  Bytes value;
-  return flat_->job->store->Get(failures_key_, &value, std::chrono::milliseconds(0)).ok();
+  for (uint32_t r : watched_) {
+    Bytes value;
+    const Status st = flat_->job->store->Get(store::RankKey(r, failed_key_), &value,
+                                             std::chrono::milliseconds(0));
+    if (st.ok()) return true;
+  }
+  return false;
 }
 
 void TwoLevel::WaitParts(std::vector<Part>& parts, const char** part, std::string* where) {
@@ -403,6 +417,7 @@ void TwoLevel::RunSteps(const Op& a, size_t steps,
       after(t);
     }
   } catch (const PeerFailed&) {
+    SayFailed();  // for the ranks of its other groups, which may wait for it
     Drain(parts);
     Fail(a, PLEXUS_ERR_REMOTE, part, where,
          "stopped: another rank failed in it (the groups here were aborted)",

@@ -117,8 +117,8 @@ class TwoLevel {
                 const std::function<void(size_t, std::vector<Part>&)>& post,
                 const std::function<void(size_t)>& after);
   // Waits for parts in order (*part and *where name the one waited for),
-  // looking every kPoll for a failure of this operation on another rank
-  // (failures_key_); then aborts the groups here and throws PeerFailed.
+  // looking every kPoll for a failure of this operation on a rank of its
+  // groups (failed_key_); then aborts the groups here and throws PeerFailed.
   // Throws a part's own error.
   void WaitParts(std::vector<Part>& parts, const char** part, std::string* where);
   // After a failure: aborts the groups and waits for the parts still running.
@@ -141,12 +141,15 @@ class TwoLevel {
   std::vector<Communicator> cross_;
   std::string description_;
   std::chrono::milliseconds timeout_{0};
-  // Counts the ranks that failed in a two-level operation of this
-  // communicator: a rank waiting in one part for a rank of its group that
-  // failed in another part would otherwise wait until that rank exits (its
-  // verdict then came too late to tell the rank at fault from the slow).
-  std::string failures_key_;
-
+  // "<communicator>/two-level/failed", under each rank's own store keys
+  // (which only that rank may write, so no other process can stop the job
+  // this way): set by a rank once a two-level operation failed or stopped
+  // there. A rank waiting in one part for a rank of its group that failed
+  // in another part would otherwise wait until that rank exits (and its
+  // verdict come too late to tell the rank at fault from the slow ones).
+  std::string failed_key_;
+  // The job ranks of this rank's groups (but itself), whose marks it watches.
+  std::vector<uint32_t> watched_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
