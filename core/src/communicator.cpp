@@ -585,6 +585,19 @@ Work Communicator::reduce(const void* send, void* recv, uint64_t count, DType dt
   if (st.ok()) {
     st = Prepare(s, guard, "reduce", PLEXUS_COLL_REDUCE, count, dtype, Code(op), root, 1, &posted);
   }
+  if (st.ok() && s.two_level && (!where || where->memory_type == PLEXUS_MEMORY_HOST) &&
+      s.two_level->Takes(count * algos::DtypeSize(Code(dtype)))) {
+    st = s.backend->CheckSupported(PLEXUS_COLL_REDUCE, Code(dtype), Code(op), where);
+    if (st.ok() && s.rank == root) {
+      st = CheckTwoLevelAllreduce(s, send, recv, count, dtype, op, where);
+    } else if (st.ok() && !send) {
+      st = Status::InvalidArgument("reduce: send is NULL with count " + std::to_string(count));
+    }
+    if (!st.ok()) throw Error(st.code(), s.backend->name(), st.message());
+    posted.seq = ++s.collectives_posted;
+    return Work(state_, s.two_level->PostReduce(send, recv, count, dtype, op, root, posted),
+                "reduce", posted);
+  }
   if (st.ok()) {
     st = s.backend->Reduce(s.comm, send, recv, count, Code(dtype), Code(op), root, where, &req);
   }

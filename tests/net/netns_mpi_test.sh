@@ -92,7 +92,7 @@ for ((k = 1; k < nodes; ++k)); do
     "the agent started host $k's orted in ${NETNS_HOSTS[$k]}"
 done
 if grep -q 'PLEXUS_HIERARCHY=on' <<<"${NET_ENV:-}"; then
-  check "grep -q 'allreduce and broadcast two-level over 3 hosts with 2, 2, 2 ranks (inside hosts mpi, across hosts $backend, 2 chunks)' '$NETNS_TMP/out'" \
+  check "grep -q 'allreduce, reduce and broadcast two-level over 3 hosts with 2, 2, 2 ranks (inside hosts mpi, across hosts $backend, 2 chunks)' '$NETNS_TMP/out'" \
     "rank 0 says every allreduce goes in two levels, inside hosts on mpi, across them on $backend"
 fi
 exit $fail

@@ -41,10 +41,12 @@ std::string Ranks(const std::vector<uint32_t>& ranks) {
 
 }  // namespace
 
-// An operation queued for the thread: allreduce or broadcast (recv is the
-// buffer, send is recv; op unused).
+// An operation queued for the thread: allreduce, reduce (to root; recv may
+// be NULL elsewhere) or broadcast (recv is the buffer, send is recv; op
+// unused).
 struct TwoLevel::Op {
   const char* what;
+  bool to_root;  // reduce
   const void* send;
   void* recv;
   uint64_t count;
@@ -121,7 +123,20 @@ bool TwoLevel::Takes(uint64_t bytes) const {
 std::shared_ptr<HostOp> TwoLevel::PostAllreduce(const void* send, void* recv, uint64_t count,
                                                 DType dtype, ReduceOp op, const PostedOp& posted) {
   auto done = std::make_shared<HostOp>();
-  Op a{"allreduce", send, recv, count, dtype, op, 0, posted, done};
+  Op a{"allreduce", false, send, recv, count, dtype, op, 0, posted, done};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back([this, a] { RunAllreduce(a); });
+  }
+  cv_.notify_one();
+  return done;
+}
+
+std::shared_ptr<HostOp> TwoLevel::PostReduce(const void* send, void* recv, uint64_t count,
+                                             DType dtype, ReduceOp op, uint32_t root,
+                                             const PostedOp& posted) {
+  auto done = std::make_shared<HostOp>();
+  Op a{"reduce", true, send, recv, count, dtype, op, root, posted, done};
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back([this, a] { RunAllreduce(a); });
@@ -133,7 +148,7 @@ std::shared_ptr<HostOp> TwoLevel::PostAllreduce(const void* send, void* recv, ui
 std::shared_ptr<HostOp> TwoLevel::PostBroadcast(void* buf, uint64_t count, DType dtype,
                                                 uint32_t root, const PostedOp& posted) {
   auto done = std::make_shared<HostOp>();
-  Op a{"broadcast", buf, buf, count, dtype, ReduceOp::Sum, root, posted, done};
+  Op a{"broadcast", false, buf, buf, count, dtype, ReduceOp::Sum, root, posted, done};
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back([this, a] { RunBroadcast(a); });
@@ -281,11 +296,27 @@ void TwoLevel::Plan(const Op& a, std::vector<Piece>* pieces) const {
   }
 }
 
-void TwoLevel::RunAllreduce(const Op& a) {
-  if (Broken(a)) return;
+// Reduce (a.to_root) goes the same way, but across hosts each chunk is
+// reduced to the root's host (its rank there owns the chunk), only that host
+// gathers, and ranks other than the root work in a scratch copy of the
+// vector (their recv is not theirs to write).
+void TwoLevel::RunAllreduce(const Op& given) {
+  if (Broken(given)) return;
+  Op a = given;
   const uint64_t L = layout_.hosts[layout_.my_host].size(), j = layout_.my_index;
   const size_t es = algos::DtypeSize(plexus_dtype_t(a.dtype));
   const ReduceOp op = a.op == ReduceOp::Avg ? ReduceOp::Sum : a.op;
+  uint32_t root_host = 0;
+  for (uint32_t h = 0; h < layout_.hosts.size(); ++h) {
+    const auto& ranks = layout_.hosts[h];
+    if (std::find(ranks.begin(), ranks.end(), a.root) != ranks.end()) root_host = h;
+  }
+  const bool gathers = !a.to_root || root_host == layout_.my_host;
+  std::vector<char> whole;
+  if (a.to_root && flat_->rank != a.root) {
+    whole.resize(a.count * es);
+    a.recv = whole.data();
+  }
   const auto* send = static_cast<const char*>(a.send);
   auto* recv = static_cast<char*>(a.recv);
   std::vector<Piece> pieces;
@@ -306,12 +337,15 @@ void TwoLevel::RunAllreduce(const Op& a) {
       }
     }
   };
-  // 2. Allreduce of each owned chunk across hosts.
+  // 2. Allreduce (reduce) of each owned chunk across hosts.
   auto across = [&](Piece& p, std::vector<Part>& parts) {
     for (size_t k = 0; k < p.rounds.size(); ++k) {
+      char* chunk = mine(p, p.rounds[k]);
       parts.push_back(
-          {cross_[k].allreduce(mine(p, p.rounds[k]), mine(p, p.rounds[k]), p.B, a.dtype, op),
-           "part 2 of 3, allreduce across hosts",
+          {a.to_root
+               ? cross_[k].reduce(chunk, gathers ? chunk : nullptr, p.B, a.dtype, op, root_host)
+               : cross_[k].allreduce(chunk, chunk, p.B, a.dtype, op),
+           a.to_root ? "part 2 of 3, reduce across hosts" : "part 2 of 3, allreduce across hosts",
            "the group of chunk " + std::to_string(k * L + j) + ", whose ranks 0.. are job ranks " +
                Ranks(cross_[k].job_ranks())});
     }
@@ -319,6 +353,7 @@ void TwoLevel::RunAllreduce(const Op& a) {
   // 3. Allgather inside the host, in place (after AVG's division, by the
   // chunk's owner).
   auto allgather = [&](Piece& p, std::vector<Part>& parts) {
+    if (!gathers) return;
     for (Piece::Round& r : p.rounds) {
       if (a.op == ReduceOp::Avg) {
         algos::FinishAverage(mine(p, r), p.B, plexus_dtype_t(a.dtype), flat_->size);
@@ -545,7 +580,7 @@ Status MakeTwoLevel(Communicator& flat, const std::string& local_address,
   if (!st.ok()) return st;
   if (flat.rank() == 0) {
     LogLine(PLEXUS_LOG_INFO, "plexus",
-            who + ": allreduce and broadcast " + (*out)->description() +
+            who + ": allreduce, reduce and broadcast " + (*out)->description() +
                 ", PLEXUS_HIERARCHY=" + HierarchySettingName(setting) +
                 (setting == HierarchySetting::kOn
                      ? " (every size)"

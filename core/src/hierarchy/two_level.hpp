@@ -3,6 +3,9 @@
 // hosts on the job's backend. Backend-agnostic: it is made of groups of the
 // communicator and posts ordinary collectives on them.
 //
+// Reduce: as allreduce, but part 2 reduces each chunk to the root's host and
+// only that host gathers (in the order allreduce takes).
+//
 // Broadcast: across hosts in the cross-host group that holds the root, then
 // inside each host from the rank of that group (no reduction, so no order).
 //
@@ -82,6 +85,11 @@ class TwoLevel {
   // it (a failure is reported against it, naming the rank at fault).
   std::shared_ptr<HostOp> PostAllreduce(const void* send, void* recv, uint64_t count, DType dtype,
                                         ReduceOp op, const PostedOp& posted);
+
+  // Queues a reduce (checked by the caller) to root (a rank of the
+  // communicator); recv is written on root only.
+  std::shared_ptr<HostOp> PostReduce(const void* send, void* recv, uint64_t count, DType dtype,
+                                     ReduceOp op, uint32_t root, const PostedOp& posted);
 
   // Queues a broadcast (checked by the caller) of buf from root (a rank of
   // the communicator).
