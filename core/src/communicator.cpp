@@ -13,6 +13,7 @@
 #include "comm_state.hpp"
 #include "fingerprint_check.hpp"
 #include "plexus/algos/dtype.hpp"
+#include "plexus/kit/call.hpp"
 #include "plexus/log.hpp"
 #include "plugins/plugin_loader.hpp"
 #include "slurm_step_end.hpp"
@@ -500,25 +501,25 @@ Status Prepare(detail::CommState& s, const detail::PostingGuard& guard, const ch
   return st;
 }
 
-// What the backend would check of an allreduce that goes in two levels
-// instead (the groups' own checks would come too late, on another thread).
-Status CheckTwoLevelAllreduce(detail::CommState& s, const void* send, const void* recv,
-                              uint64_t count, DType dtype, ReduceOp op,
-                              const plexus_placement* where) {
-  Status st = s.backend->CheckSupported(PLEXUS_COLL_ALLREDUCE, Code(dtype), Code(op), where);
+// Whether a collective whose largest buffer is bytes goes in two levels
+// (host memory only).
+bool GoesTwoLevel(const detail::CommState& s, uint64_t bytes, const plexus_placement* where) {
+  return s.two_level && (!where || where->memory_type == PLEXUS_MEMORY_HOST) &&
+         s.two_level->Takes(bytes);
+}
+
+// Posts call in two levels: first what the backend would have checked had
+// it gone flat (its capabilities, then the ABI's rules for the arguments,
+// the kit's CheckCall, which every backend built on the kit applies); the
+// groups' own checks would come too late, on the two-level thread.
+Status PostTwoLevel(detail::CommState& s, const kit::Call& call, detail::PostedOp* posted,
+                    std::shared_ptr<detail::HostOp>* op) {
+  Status st = s.backend->CheckSupported(call.coll, call.dtype, call.op, call.placement);
   if (!st.ok()) return st;
-  if (!send || !recv) {
-    return Status::InvalidArgument(std::string("allreduce: ") + (send ? "recv" : "send") +
-                                   " is NULL with count " + std::to_string(count));
-  }
-  const uint64_t bytes = count * algos::DtypeSize(Code(dtype));
-  const auto* a = static_cast<const char*>(send);
-  const auto* b = static_cast<const char*>(recv);
-  if (a != b && a < b + bytes && b < a + bytes) {
-    return Status::InvalidArgument(
-        "allreduce: send and recv overlap without being the same buffer (in place is send == "
-        "recv)");
-  }
+  const algos::Status rules = kit::CheckCall(call, kit::CommShape{s.rank, s.size});
+  if (!rules.ok()) return Status(rules.code, rules.message);
+  posted->seq = ++s.collectives_posted;
+  *op = s.two_level->Post(call, *posted);
   return Status::Ok();
 }
 
@@ -538,13 +539,12 @@ Work Communicator::allreduce(const void* send, void* recv, uint64_t count, DType
   detail::PostingGuard guard(s);
   Status st =
       Prepare(s, guard, "allreduce", PLEXUS_COLL_ALLREDUCE, count, dtype, Code(op), 0, 1, &posted);
-  if (st.ok() && s.two_level && (!where || where->memory_type == PLEXUS_MEMORY_HOST) &&
-      s.two_level->Takes(count * algos::DtypeSize(Code(dtype)))) {
-    st = CheckTwoLevelAllreduce(s, send, recv, count, dtype, op, where);
+  if (st.ok() && GoesTwoLevel(s, count * algos::DtypeSize(Code(dtype)), where)) {
+    std::shared_ptr<detail::HostOp> two;
+    kit::Call call{PLEXUS_COLL_ALLREDUCE, send, recv, count, Code(dtype), Code(op), 0, where};
+    st = PostTwoLevel(s, call, &posted, &two);
     if (!st.ok()) throw Error(st.code(), s.backend->name(), st.message());
-    posted.seq = ++s.collectives_posted;
-    return Work(state_, s.two_level->PostAllreduce(send, recv, count, dtype, op, posted),
-                "allreduce", posted);
+    return Work(state_, std::move(two), "allreduce", posted);
   }
   if (st.ok()) {
     st = s.backend->Allreduce(s.comm, send, recv, count, Code(dtype), Code(op), where, &req);
@@ -562,14 +562,12 @@ Work Communicator::broadcast(void* buf, uint64_t count, DType dtype, uint32_t ro
   if (st.ok()) {
     st = Prepare(s, guard, "broadcast", PLEXUS_COLL_BROADCAST, count, dtype, 0, root, 1, &posted);
   }
-  if (st.ok() && s.two_level && (!where || where->memory_type == PLEXUS_MEMORY_HOST) &&
-      s.two_level->Takes(count * algos::DtypeSize(Code(dtype)))) {
-    st = s.backend->CheckSupported(PLEXUS_COLL_BROADCAST, Code(dtype), 0, where);
-    if (st.ok() && !buf) st = Status::InvalidArgument("broadcast: buf is NULL");
+  if (st.ok() && GoesTwoLevel(s, count * algos::DtypeSize(Code(dtype)), where)) {
+    std::shared_ptr<detail::HostOp> two;
+    kit::Call call{PLEXUS_COLL_BROADCAST, nullptr, buf, count, Code(dtype), 0, root, where};
+    st = PostTwoLevel(s, call, &posted, &two);
     if (!st.ok()) throw Error(st.code(), s.backend->name(), st.message());
-    posted.seq = ++s.collectives_posted;
-    return Work(state_, s.two_level->PostBroadcast(buf, count, dtype, root, posted), "broadcast",
-                posted);
+    return Work(state_, std::move(two), "broadcast", posted);
   }
   if (st.ok()) st = s.backend->Broadcast(s.comm, buf, count, Code(dtype), root, where, &req);
   return Start(st, req, "broadcast", &posted);
@@ -585,18 +583,12 @@ Work Communicator::reduce(const void* send, void* recv, uint64_t count, DType dt
   if (st.ok()) {
     st = Prepare(s, guard, "reduce", PLEXUS_COLL_REDUCE, count, dtype, Code(op), root, 1, &posted);
   }
-  if (st.ok() && s.two_level && (!where || where->memory_type == PLEXUS_MEMORY_HOST) &&
-      s.two_level->Takes(count * algos::DtypeSize(Code(dtype)))) {
-    st = s.backend->CheckSupported(PLEXUS_COLL_REDUCE, Code(dtype), Code(op), where);
-    if (st.ok() && s.rank == root) {
-      st = CheckTwoLevelAllreduce(s, send, recv, count, dtype, op, where);
-    } else if (st.ok() && !send) {
-      st = Status::InvalidArgument("reduce: send is NULL with count " + std::to_string(count));
-    }
+  if (st.ok() && GoesTwoLevel(s, count * algos::DtypeSize(Code(dtype)), where)) {
+    std::shared_ptr<detail::HostOp> two;
+    kit::Call call{PLEXUS_COLL_REDUCE, send, recv, count, Code(dtype), Code(op), root, where};
+    st = PostTwoLevel(s, call, &posted, &two);
     if (!st.ok()) throw Error(st.code(), s.backend->name(), st.message());
-    posted.seq = ++s.collectives_posted;
-    return Work(state_, s.two_level->PostReduce(send, recv, count, dtype, op, root, posted),
-                "reduce", posted);
+    return Work(state_, std::move(two), "reduce", posted);
   }
   if (st.ok()) {
     st = s.backend->Reduce(s.comm, send, recv, count, Code(dtype), Code(op), root, where, &req);
@@ -612,6 +604,13 @@ Work Communicator::allgather(const void* send, void* recv, uint64_t count, DType
   detail::PostingGuard guard(s);
   Status st =
       Prepare(s, guard, "allgather", PLEXUS_COLL_ALLGATHER, count, dtype, 0, 0, s.size, &posted);
+  if (st.ok() && GoesTwoLevel(s, count * s.size * algos::DtypeSize(Code(dtype)), where)) {
+    std::shared_ptr<detail::HostOp> two;
+    kit::Call call{PLEXUS_COLL_ALLGATHER, send, recv, count, Code(dtype), 0, 0, where};
+    st = PostTwoLevel(s, call, &posted, &two);
+    if (!st.ok()) throw Error(st.code(), s.backend->name(), st.message());
+    return Work(state_, std::move(two), "allgather", posted);
+  }
   if (st.ok()) st = s.backend->Allgather(s.comm, send, recv, count, Code(dtype), where, &req);
   return Start(st, req, "allgather", &posted);
 }
@@ -624,6 +623,13 @@ Work Communicator::reduce_scatter(const void* send, void* recv, uint64_t count, 
   detail::PostingGuard guard(s);
   Status st = Prepare(s, guard, "reduce_scatter", PLEXUS_COLL_REDUCE_SCATTER, count, dtype,
                       Code(op), 0, s.size, &posted);
+  if (st.ok() && GoesTwoLevel(s, count * s.size * algos::DtypeSize(Code(dtype)), where)) {
+    std::shared_ptr<detail::HostOp> two;
+    kit::Call call{PLEXUS_COLL_REDUCE_SCATTER, send, recv, count, Code(dtype), Code(op), 0, where};
+    st = PostTwoLevel(s, call, &posted, &two);
+    if (!st.ok()) throw Error(st.code(), s.backend->name(), st.message());
+    return Work(state_, std::move(two), "reduce_scatter", posted);
+  }
   if (st.ok()) {
     st = s.backend->ReduceScatter(s.comm, send, recv, count, Code(dtype), Code(op), where, &req);
   }

@@ -215,8 +215,8 @@ wait_progress() { # seconds iterations
 
 # Rank 0 says the allreduces go in two levels, on which backends.
 says_two_level() { # file chunks
-  check "grep -q 'allreduce, reduce and broadcast two-level over 3 hosts with .* ranks (inside hosts $local_backend, across hosts tcp, $2 chunks), PLEXUS_HIERARCHY=on' '$1'" \
-    "rank 0 says every allreduce goes in two levels, inside hosts on $local_backend, across them on tcp, in $2 chunks"
+  check "grep -q 'allreduce, reduce, broadcast, reduce_scatter and allgather two-level over 3 hosts with .* ranks (inside hosts $local_backend, across hosts tcp, $2 chunks), PLEXUS_HIERARCHY=on' '$1'" \
+    "rank 0 says those collectives go in two levels, inside hosts on $local_backend, across them on tcp, in $2 chunks"
 }
 
 node_env=()
@@ -450,7 +450,7 @@ ddp | trainer)
   done
   check "! grep -q 'FAILED' '$NETNS_TMP'/out.* '$NETNS_TMP'/err.*" "no rank said FAILED"
   if [ "${PLEXUS_HIERARCHY:-}" = on ]; then
-    check "grep -q 'allreduce, reduce and broadcast two-level over $nodes hosts with' '$NETNS_TMP/err.0'" \
+    check "grep -q 'allreduce, reduce, broadcast, reduce_scatter and allgather two-level over $nodes hosts with' '$NETNS_TMP/err.0'" \
       "rank 0 says the allreduces go in two levels (PLEXUS_HIERARCHY=on)"
     if [ $mode = trainer ]; then
       check "grep -Eq '^\[0\] buckets: [1-9][0-9]* two-level, 0 flat; two-level over' '$NETNS_TMP/out.0'" \

@@ -143,8 +143,9 @@ netns_wait() {
 # about 1 launch of 10 and mpirun waited for it forever (8 hangs in 85
 # launches; none in 90 with a name per host).
 NETNS_MPIRUN_OPTS=()
-netns_mpirun_setup() {
-  local slots=$1 k agent=$NETNS_TMP/netns-rsh hostfile=$NETNS_TMP/hostfile
+netns_mpirun_setup() { # SLOTS: one number for every host, or one per host ("3 2 1")
+  local -a slots=($1)
+  local k agent=$NETNS_TMP/netns-rsh hostfile=$NETNS_TMP/hostfile
   command -v unshare >/dev/null || netns_skip "no unshare(1) (util-linux) to give each host its name"
   : >"$hostfile"
   {
@@ -153,7 +154,7 @@ netns_mpirun_setup() {
     echo 'case $host in'
     for ((k = 0; k < ${#NETNS_HOSTS[@]}; ++k)); do
       echo "${NETNS_ADDRS[$k]}) ns=${NETNS_HOSTS[$k]} ;;"
-      echo "${NETNS_ADDRS[$k]} slots=$slots" >>"$hostfile"
+      echo "${NETNS_ADDRS[$k]} slots=${slots[$k]:-${slots[0]}}" >>"$hostfile"
     done
     echo '*) echo "netns-rsh: unknown host $host" >&2; exit 255 ;;'
     echo 'esac'

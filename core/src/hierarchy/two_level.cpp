@@ -41,20 +41,15 @@ std::string Ranks(const std::vector<uint32_t>& ranks) {
 
 }  // namespace
 
-// An operation queued for the thread: allreduce, reduce (to root; recv may
-// be NULL elsewhere) or broadcast (recv is the buffer, send is recv; op
-// unused).
+// An operation queued for the thread.
 struct TwoLevel::Op {
-  const char* what;
-  bool to_root;  // reduce
-  const void* send;
-  void* recv;
-  uint64_t count;
-  DType dtype;
-  ReduceOp op;
-  uint32_t root;
+  kit::Call call;  // (reduce: recvbuf may be NULL but on the root)
   PostedOp posted;
   std::shared_ptr<HostOp> done;
+  const char* what() const { return algos::CollectiveName(call.coll); }
+  DType dtype() const { return DType(call.dtype); }
+  // AVG sums in both levels; the owner of a chunk divides at the end.
+  ReduceOp sum_op() const { return call.op == PLEXUS_OP_AVG ? ReduceOp::Sum : ReduceOp(call.op); }
 };
 
 Status TwoLevel::Make(Communicator& flat, const HostLayout& layout,
@@ -120,38 +115,31 @@ bool TwoLevel::Takes(uint64_t bytes) const {
   return layout_.setting == HierarchySetting::kOn || bytes >= kAutoMinBytes;
 }
 
-std::shared_ptr<HostOp> TwoLevel::PostAllreduce(const void* send, void* recv, uint64_t count,
-                                                DType dtype, ReduceOp op, const PostedOp& posted) {
+std::shared_ptr<HostOp> TwoLevel::Post(const kit::Call& call, const PostedOp& posted) {
   auto done = std::make_shared<HostOp>();
-  Op a{"allreduce", false, send, recv, count, dtype, op, 0, posted, done};
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back([this, a] { RunAllreduce(a); });
+  void (TwoLevel::*run)(const Op&) = nullptr;
+  switch (call.coll) {
+    case PLEXUS_COLL_ALLREDUCE:
+    case PLEXUS_COLL_REDUCE:
+      run = &TwoLevel::RunAllreduce;
+      break;
+    case PLEXUS_COLL_BROADCAST:
+      run = &TwoLevel::RunBroadcast;
+      break;
+    case PLEXUS_COLL_REDUCE_SCATTER:
+      run = &TwoLevel::RunReduceScatter;
+      break;
+    case PLEXUS_COLL_ALLGATHER:
+      run = &TwoLevel::RunAllgather;
+      break;
+    default:
+      done->Complete(PLEXUS_ERR_INTERNAL,
+                     std::string("two-level: no scheme for ") + algos::CollectiveName(call.coll));
+      return done;
   }
-  cv_.notify_one();
-  return done;
-}
-
-std::shared_ptr<HostOp> TwoLevel::PostReduce(const void* send, void* recv, uint64_t count,
-                                             DType dtype, ReduceOp op, uint32_t root,
-                                             const PostedOp& posted) {
-  auto done = std::make_shared<HostOp>();
-  Op a{"reduce", true, send, recv, count, dtype, op, root, posted, done};
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back([this, a] { RunAllreduce(a); });
-  }
-  cv_.notify_one();
-  return done;
-}
-
-std::shared_ptr<HostOp> TwoLevel::PostBroadcast(void* buf, uint64_t count, DType dtype,
-                                                uint32_t root, const PostedOp& posted) {
-  auto done = std::make_shared<HostOp>();
-  Op a{"broadcast", false, buf, buf, count, dtype, ReduceOp::Sum, root, posted, done};
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back([this, a] { RunBroadcast(a); });
+    queue_.push_back([this, run, a = Op{call, posted, done}] { (this->*run)(a); });
   }
   cv_.notify_one();
   return done;
@@ -237,7 +225,7 @@ void TwoLevel::Run() {
 void TwoLevel::Fail(const Op& a, int32_t code, const char* part, const std::string& where,
                     const std::string& what, const std::string& verdict) {
   const std::string seq = "#" + std::to_string(a.posted.seq - 1);
-  std::string message = std::string(a.what) + " " + seq + " (two-level) on rank " +
+  std::string message = std::string(a.what()) + " " + seq + " (two-level) on rank " +
                         std::to_string(flat_->rank) + (verdict.empty() ? "" : ": " + verdict) +
                         "; it failed in " + part + (where.empty() ? "" : " (" + where + ")") +
                         ": " + what;
@@ -245,11 +233,34 @@ void TwoLevel::Fail(const Op& a, int32_t code, const char* part, const std::stri
     std::lock_guard<std::mutex> lock(mu_);
     if (broken_code_ == 0) {
       broken_code_ = code;
-      broken_message_ = std::string("an earlier ") + a.what + ", " + seq + ", failed: " + message;
+      broken_message_ = std::string("an earlier ") + a.what() + ", " + seq + ", failed: " + message;
     }
   }
   a.done->Complete(code, std::move(message));
 }
+
+namespace {
+
+// How many pieces an operation of this many bytes (its largest buffer) is
+// cut into: about kPieceBytes each, at most kMaxPieces.
+uint64_t PieceCount(uint64_t bytes) {
+  return std::clamp<uint64_t>(bytes / kPieceBytes, 1, kMaxPieces);
+}
+
+// The host that holds rank, and rank's index there.
+void Place(const HostLayout& layout, uint32_t rank, uint32_t* host, uint32_t* index) {
+  for (uint32_t h = 0; h < layout.hosts.size(); ++h) {
+    const auto& ranks = layout.hosts[h];
+    const auto at = std::find(ranks.begin(), ranks.end(), rank);
+    if (at != ranks.end()) {
+      *host = h;
+      *index = uint32_t(at - ranks.begin());
+      return;
+    }
+  }
+}
+
+}  // namespace
 
 // A piece of an allreduce: elements [begin, begin + count) of it, cut into
 // P chunks of B elements, in rounds of L chunks (see the header).
@@ -268,16 +279,17 @@ struct TwoLevel::Piece {
 
 void TwoLevel::Plan(const Op& a, std::vector<Piece>* pieces) const {
   const uint64_t L = layout_.hosts[layout_.my_host].size(), P = layout_.chunks;
-  const size_t es = algos::DtypeSize(plexus_dtype_t(a.dtype));
-  const auto* send = static_cast<const char*>(a.send);
-  auto* recv = static_cast<char*>(a.recv);
+  const uint64_t count = a.call.count;
+  const size_t es = algos::DtypeSize(a.call.dtype);
+  const auto* send = static_cast<const char*>(a.call.sendbuf);
+  auto* recv = static_cast<char*>(a.call.recvbuf);
   // Pieces of a multiple of P elements (so that only the last needs scratch).
-  const uint64_t n = std::clamp<uint64_t>(a.count * es / kPieceBytes, 1, kMaxPieces);
-  const uint64_t per = ((a.count + n - 1) / n + P - 1) / P * P;
-  for (uint64_t begin = 0; begin < a.count; begin += per) {
+  const uint64_t n = PieceCount(count * es);
+  const uint64_t per = ((count + n - 1) / n + P - 1) / P * P;
+  for (uint64_t begin = 0; begin < count; begin += per) {
     Piece& piece = pieces->emplace_back();
     piece.begin = begin;
-    piece.count = std::min(per, a.count - begin);
+    piece.count = std::min(per, count - begin);
     piece.B = (piece.count + P - 1) / P;
     const uint64_t B = piece.B;
     piece.rounds.resize(P / L);
@@ -296,42 +308,39 @@ void TwoLevel::Plan(const Op& a, std::vector<Piece>* pieces) const {
   }
 }
 
-// Reduce (a.to_root) goes the same way, but across hosts each chunk is
-// reduced to the root's host (its rank there owns the chunk), only that host
-// gathers, and ranks other than the root work in a scratch copy of the
-// vector (their recv is not theirs to write).
+// Reduce goes the same way, but across hosts each chunk is reduced to the
+// root's host (its rank there owns the chunk), only that host gathers, and
+// ranks other than the root work in a scratch copy of the vector (their
+// recv is not theirs to write).
 void TwoLevel::RunAllreduce(const Op& given) {
   if (Broken(given)) return;
   Op a = given;
-  const uint64_t L = layout_.hosts[layout_.my_host].size(), j = layout_.my_index;
-  const size_t es = algos::DtypeSize(plexus_dtype_t(a.dtype));
-  const ReduceOp op = a.op == ReduceOp::Avg ? ReduceOp::Sum : a.op;
-  uint32_t root_host = 0;
-  for (uint32_t h = 0; h < layout_.hosts.size(); ++h) {
-    const auto& ranks = layout_.hosts[h];
-    if (std::find(ranks.begin(), ranks.end(), a.root) != ranks.end()) root_host = h;
-  }
-  const bool gathers = !a.to_root || root_host == layout_.my_host;
+  const bool to_root = a.call.coll == PLEXUS_COLL_REDUCE;
+  const uint64_t j = layout_.my_index;
+  const size_t es = algos::DtypeSize(a.call.dtype);
+  const DType dtype = a.dtype();
+  const ReduceOp op = a.sum_op();
+  uint32_t root_host = 0, root_index = 0;
+  if (to_root) Place(layout_, a.call.root, &root_host, &root_index);
+  const bool gathers = !to_root || root_host == layout_.my_host;
   std::vector<char> whole;
-  if (a.to_root && flat_->rank != a.root) {
-    whole.resize(a.count * es);
-    a.recv = whole.data();
+  if (to_root && flat_->rank != a.call.root) {
+    whole.resize(a.call.count * es);
+    a.call.recvbuf = whole.data();
   }
-  const auto* send = static_cast<const char*>(a.send);
-  auto* recv = static_cast<char*>(a.recv);
+  const auto* send = static_cast<const char*>(a.call.sendbuf);
+  auto* recv = static_cast<char*>(a.call.recvbuf);
   std::vector<Piece> pieces;
   Plan(a, &pieces);
   auto mine = [&](const Piece& p, const Piece::Round& r) { return r.base + j * p.B * es; };
-  const std::string host_group =
-      local_ ? "its host's group, whose ranks 0.. are job ranks " + Ranks(local_->job_ranks()) : "";
 
   // 1. Reduce-scatter inside the host (a host of one rank only copies).
   auto reduce_scatter = [&](Piece& p, std::vector<Part>& parts) {
     for (Piece::Round& r : p.rounds) {
       const void* from = r.scratch.empty() ? send + (p.begin + r.begin) * es : r.base;
       if (local_) {
-        parts.push_back({local_->reduce_scatter(from, mine(p, r), p.B, a.dtype, op),
-                         "part 1 of 3, reduce_scatter inside the host", host_group});
+        parts.push_back({local_->reduce_scatter(from, mine(p, r), p.B, dtype, op),
+                         "part 1 of 3, reduce_scatter inside the host", HostGroup()});
       } else if (from != mine(p, r)) {
         std::memcpy(mine(p, r), from, p.B * es);
       }
@@ -342,12 +351,10 @@ void TwoLevel::RunAllreduce(const Op& given) {
     for (size_t k = 0; k < p.rounds.size(); ++k) {
       char* chunk = mine(p, p.rounds[k]);
       parts.push_back(
-          {a.to_root
-               ? cross_[k].reduce(chunk, gathers ? chunk : nullptr, p.B, a.dtype, op, root_host)
-               : cross_[k].allreduce(chunk, chunk, p.B, a.dtype, op),
-           a.to_root ? "part 2 of 3, reduce across hosts" : "part 2 of 3, allreduce across hosts",
-           "the group of chunk " + std::to_string(k * L + j) + ", whose ranks 0.. are job ranks " +
-               Ranks(cross_[k].job_ranks())});
+          {to_root ? cross_[k].reduce(chunk, gathers ? chunk : nullptr, p.B, dtype, op, root_host)
+                   : cross_[k].allreduce(chunk, chunk, p.B, dtype, op),
+           to_root ? "part 2 of 3, reduce across hosts" : "part 2 of 3, allreduce across hosts",
+           CrossGroup(k)});
     }
   };
   // 3. Allgather inside the host, in place (after AVG's division, by the
@@ -355,12 +362,12 @@ void TwoLevel::RunAllreduce(const Op& given) {
   auto allgather = [&](Piece& p, std::vector<Part>& parts) {
     if (!gathers) return;
     for (Piece::Round& r : p.rounds) {
-      if (a.op == ReduceOp::Avg) {
-        algos::FinishAverage(mine(p, r), p.B, plexus_dtype_t(a.dtype), flat_->size);
+      if (a.call.op == PLEXUS_OP_AVG) {
+        algos::FinishAverage(mine(p, r), p.B, a.call.dtype, flat_->size);
       }
       if (local_) {
-        parts.push_back({local_->allgather(mine(p, r), r.base, p.B, a.dtype),
-                         "part 3 of 3, allgather inside the host", host_group});
+        parts.push_back({local_->allgather(mine(p, r), r.base, p.B, dtype),
+                         "part 3 of 3, allgather inside the host", HostGroup()});
       }
     }
   };
@@ -395,45 +402,215 @@ void TwoLevel::RunBroadcast(const Op& a) {
   if (Broken(a)) return;
   const uint64_t L = layout_.hosts[layout_.my_host].size(), j = layout_.my_index;
   uint32_t root_host = 0, root_index = 0;
-  for (uint32_t h = 0; h < layout_.hosts.size(); ++h) {
-    const auto& ranks = layout_.hosts[h];
-    const auto at = std::find(ranks.begin(), ranks.end(), a.root);
-    if (at != ranks.end()) root_host = h, root_index = uint32_t(at - ranks.begin());
-  }
+  Place(layout_, a.call.root, &root_host, &root_index);
   const uint64_t sender = root_index % L;  // this host's rank that gets it across
-  Communicator* cross = sender == j ? &cross_[(root_index - j) / L] : nullptr;
-  const size_t es = algos::DtypeSize(plexus_dtype_t(a.dtype));
-  auto* buf = static_cast<char*>(a.recv);
-  const uint64_t n = std::clamp<uint64_t>(a.count * es / kPieceBytes, 1, kMaxPieces);
-  const uint64_t per = (a.count + n - 1) / n;
-  auto piece = [&](size_t t, uint64_t* begin, uint64_t* count) {
+  const size_t k_root = (root_index - j) / L;
+  Communicator* cross = sender == j ? &cross_[k_root] : nullptr;
+  const size_t es = algos::DtypeSize(a.call.dtype);
+  const uint64_t count = a.call.count;
+  auto* buf = static_cast<char*>(a.call.recvbuf);
+  const uint64_t n = PieceCount(count * es);
+  const uint64_t per = (count + n - 1) / n;
+  auto piece = [&](size_t t, uint64_t* begin, uint64_t* size) {
     *begin = t * per;
-    *count = std::min(per, a.count - std::min(a.count, *begin));
+    *size = std::min(per, count - std::min(count, *begin));
   };
-  const std::string host_group =
-      local_ ? "its host's group, whose ranks 0.. are job ranks " + Ranks(local_->job_ranks()) : "";
   auto post = [&](size_t t, std::vector<Part>& parts) {
-    uint64_t begin, count;
+    uint64_t begin, size;
     if (t < n && cross) {
-      piece(t, &begin, &count);
-      parts.push_back({cross->broadcast(buf + begin * es, count, a.dtype, root_host),
-                       "part 1 of 2, broadcast across hosts",
-                       "the group of chunk " + std::to_string(root_index) +
-                           ", whose ranks 0.. are job ranks " + Ranks(cross->job_ranks())});
+      piece(t, &begin, &size);
+      parts.push_back({cross->broadcast(buf + begin * es, size, a.dtype(), root_host),
+                       "part 1 of 2, broadcast across hosts", CrossGroup(k_root)});
     }
     if (t >= 1 && local_) {
-      piece(t - 1, &begin, &count);
-      parts.push_back({local_->broadcast(buf + begin * es, count, a.dtype, uint32_t(sender)),
-                       "part 2 of 2, broadcast inside the host", host_group});
+      piece(t - 1, &begin, &size);
+      parts.push_back({local_->broadcast(buf + begin * es, size, a.dtype(), uint32_t(sender)),
+                       "part 2 of 2, broadcast inside the host", HostGroup()});
     }
   };
   RunSteps(a, n + 1, post, [](size_t) {});
 }
 
+// A piece of a reduce_scatter or allgather: elements [begin, begin + count)
+// of every rank's block. On host g (L_g ranks) each block's part of the
+// piece is cut into P / L_g sub-pieces of s_g = ceil(count L_g / P) elements;
+// chunk c of host g is sub-piece c / L_g of the block of its rank c mod L_g.
+// packed holds chunk c of host g at element (c H + g) s, s = max s_g (the
+// rest of each slot is padding), so that round k of the host's rounds of L
+// chunks is the contiguous range from k L H s.
+struct TwoLevel::Blocks {
+  uint64_t begin = 0, count = 0, s = 0;
+  std::vector<char> packed;  // P H s elements
+  // For each of this rank's chunks, round by round: reduce_scatter, the
+  // chunk of every host summed over this host (H s each) and then the
+  // result (s each, after them); allgather, this rank's sub-piece (s each).
+  std::vector<char> own;
+};
+
+void TwoLevel::ChunkOf(const Blocks& p, uint32_t g, uint64_t c, uint32_t* rank, uint64_t* offset,
+                       uint64_t* valid) const {
+  const auto& host = layout_.hosts[g];
+  const uint64_t Lg = host.size(), P = layout_.chunks;
+  const uint64_t sg = (p.count * Lg + P - 1) / P, q = c / Lg;
+  *rank = host[c % Lg];
+  *offset = p.begin + std::min(p.count, q * sg);
+  *valid = std::min(p.count, (q + 1) * sg) - std::min(p.count, q * sg);
+}
+
+void TwoLevel::CutBlocks(const Op& a, std::vector<Blocks>* pieces) const {
+  const uint64_t P = layout_.chunks, count = a.call.count;
+  uint64_t Lmax = 0;
+  for (const auto& h : layout_.hosts) Lmax = std::max<uint64_t>(Lmax, h.size());
+  const uint64_t n = PieceCount(count * flat_->size * algos::DtypeSize(a.call.dtype));
+  const uint64_t per = (count + n - 1) / n;
+  for (uint64_t begin = 0; begin < count; begin += per) {
+    Blocks& p = pieces->emplace_back();
+    p.begin = begin;
+    p.count = std::min(per, count - begin);
+    p.s = (p.count * Lmax + P - 1) / P;
+  }
+}
+
+// Reduce_scatter, in pieces as a pipeline: at step t, piece t is packed and
+// reduce-scattered inside the host while piece t-1 is reduce-scattered
+// across hosts; then piece t-1's result goes to recv.
+void TwoLevel::RunReduceScatter(const Op& a) {
+  if (Broken(a)) return;
+  const uint64_t L = layout_.hosts[layout_.my_host].size(), j = layout_.my_index;
+  const uint64_t H = layout_.hosts.size(), P = layout_.chunks, rounds = P / L;
+  const size_t es = algos::DtypeSize(a.call.dtype);
+  const uint64_t count = a.call.count;
+  const auto* send = static_cast<const char*>(a.call.sendbuf);
+  auto* recv = static_cast<char*>(a.call.recvbuf);
+  std::vector<Blocks> pieces;
+  CutBlocks(a, &pieces);
+  // Round k's sums (this rank's chunk of every host), and its result.
+  auto sums = [&](Blocks& p, uint64_t k) {
+    return local_ ? p.own.data() + k * H * p.s * es : p.packed.data() + k * H * p.s * es;
+  };
+  auto result = [&](Blocks& p, uint64_t k) { return p.own.data() + (rounds * H + k) * p.s * es; };
+
+  auto inside = [&](Blocks& p, std::vector<Part>& parts) {
+    p.packed.assign(P * H * p.s * es, 0);
+    p.own.assign(rounds * (H + 1) * p.s * es, 0);
+    for (uint64_t c = 0; c < P; ++c) {
+      for (uint32_t g = 0; g < H; ++g) {
+        uint32_t rank;
+        uint64_t offset, valid;
+        ChunkOf(p, g, c, &rank, &offset, &valid);
+        std::memcpy(p.packed.data() + (c * H + g) * p.s * es, send + (rank * count + offset) * es,
+                    valid * es);
+      }
+    }
+    if (!local_) return;
+    for (uint64_t k = 0; k < rounds; ++k) {
+      parts.push_back({local_->reduce_scatter(p.packed.data() + k * L * H * p.s * es, sums(p, k),
+                                              H * p.s, a.dtype(), a.sum_op()),
+                       "part 1 of 2, reduce_scatter inside the host", HostGroup()});
+    }
+  };
+  auto across = [&](Blocks& p, std::vector<Part>& parts) {
+    for (uint64_t k = 0; k < rounds; ++k) {
+      parts.push_back(
+          {cross_[k].reduce_scatter(sums(p, k), result(p, k), p.s, a.dtype(), a.sum_op()),
+           "part 2 of 2, reduce_scatter across hosts", CrossGroup(k)});
+    }
+  };
+  auto done = [&](Blocks& p) {
+    for (uint64_t k = 0; k < rounds; ++k) {
+      uint32_t rank;
+      uint64_t offset, valid;
+      ChunkOf(p, layout_.my_host, k * L + j, &rank, &offset, &valid);
+      if (a.call.op == PLEXUS_OP_AVG) {
+        algos::FinishAverage(result(p, k), valid, a.call.dtype, flat_->size);
+      }
+      std::memcpy(recv + offset * es, result(p, k), valid * es);
+    }
+    p.packed = {};
+    p.own = {};
+  };
+  const size_t n = pieces.size();
+  auto post = [&](size_t t, std::vector<Part>& parts) {
+    if (t < n) inside(pieces[t], parts);
+    if (t >= 1) across(pieces[t - 1], parts);
+  };
+  RunSteps(a, n + 1, post, [&](size_t t) {
+    if (t >= 1) done(pieces[t - 1]);
+  });
+}
+
+// Allgather, the mirror: at step t, this rank's sub-pieces of piece t go
+// across hosts while piece t-1 is gathered inside the host (in place, round
+// by round); then piece t-1's blocks are copied to recv.
+void TwoLevel::RunAllgather(const Op& a) {
+  if (Broken(a)) return;
+  const uint64_t L = layout_.hosts[layout_.my_host].size(), j = layout_.my_index;
+  const uint64_t H = layout_.hosts.size(), P = layout_.chunks, rounds = P / L;
+  const size_t es = algos::DtypeSize(a.call.dtype);
+  const uint64_t count = a.call.count;
+  const auto* send = static_cast<const char*>(a.call.sendbuf);
+  auto* recv = static_cast<char*>(a.call.recvbuf);
+  std::vector<Blocks> pieces;
+  CutBlocks(a, &pieces);
+  auto chunk = [&](Blocks& p, uint64_t c) { return p.packed.data() + c * H * p.s * es; };
+
+  auto across = [&](Blocks& p, std::vector<Part>& parts) {
+    p.packed.assign(P * H * p.s * es, 0);
+    p.own.assign(rounds * p.s * es, 0);
+    for (uint64_t k = 0; k < rounds; ++k) {
+      uint32_t rank;
+      uint64_t offset, valid;
+      ChunkOf(p, layout_.my_host, k * L + j, &rank, &offset, &valid);
+      char* mine = p.own.data() + k * p.s * es;
+      std::memcpy(mine, send + offset * es, valid * es);
+      parts.push_back({cross_[k].allgather(mine, chunk(p, k * L + j), p.s, a.dtype()),
+                       "part 1 of 2, allgather across hosts", CrossGroup(k)});
+    }
+  };
+  auto inside = [&](Blocks& p, std::vector<Part>& parts) {
+    if (!local_) return;
+    for (uint64_t k = 0; k < rounds; ++k) {
+      parts.push_back({local_->allgather(chunk(p, k * L + j), chunk(p, k * L), H * p.s, a.dtype()),
+                       "part 2 of 2, allgather inside the host", HostGroup()});
+    }
+  };
+  auto done = [&](Blocks& p) {
+    for (uint64_t c = 0; c < P; ++c) {
+      for (uint32_t g = 0; g < H; ++g) {
+        uint32_t rank;
+        uint64_t offset, valid;
+        ChunkOf(p, g, c, &rank, &offset, &valid);
+        std::memcpy(recv + (rank * count + offset) * es, chunk(p, c) + g * p.s * es, valid * es);
+      }
+    }
+    p.packed = {};
+    p.own = {};
+  };
+  const size_t n = pieces.size();
+  auto post = [&](size_t t, std::vector<Part>& parts) {
+    if (t < n) across(pieces[t], parts);
+    if (t >= 1) inside(pieces[t - 1], parts);
+  };
+  RunSteps(a, n + 1, post, [&](size_t t) {
+    if (t >= 1) done(pieces[t - 1]);
+  });
+}
+
+std::string TwoLevel::HostGroup() const {
+  return local_ ? "its host's group, whose ranks 0.. are job ranks " + Ranks(local_->job_ranks())
+                : "";
+}
+
+std::string TwoLevel::CrossGroup(size_t k) const {
+  return "the group of chunk " +
+         std::to_string(k * layout_.hosts[layout_.my_host].size() + layout_.my_index) +
+         ", whose ranks 0.. are job ranks " + Ranks(cross_[k].job_ranks());
+}
+
 bool TwoLevel::Broken(const Op& a) {
   std::lock_guard<std::mutex> lock(mu_);
   if (broken_code_ == 0) return false;
-  a.done->Complete(broken_code_, std::string(a.what) + " #" + std::to_string(a.posted.seq - 1) +
+  a.done->Complete(broken_code_, std::string(a.what()) + " #" + std::to_string(a.posted.seq - 1) +
                                      " (two-level) not run: " + broken_message_);
   return true;
 }
@@ -474,7 +651,7 @@ void TwoLevel::RunSteps(const Op& a, size_t steps,
     return;
   } catch (const std::exception& e) {
     Drain(parts);
-    a.done->Complete(PLEXUS_ERR_INTERNAL, std::string(a.what) + " (two-level): " + e.what());
+    a.done->Complete(PLEXUS_ERR_INTERNAL, std::string(a.what()) + " (two-level): " + e.what());
     return;
   }
   a.done->Complete(PLEXUS_OK, "");
@@ -567,10 +744,23 @@ Status MakeTwoLevel(Communicator& flat, const std::string& local_address,
   HostLayout layout;
   st = DecideLayout(all, flat.rank(), &layout);
   if (!st.ok()) return st;
+  // The parts are these collectives of the groups (the cross-host ones on
+  // flat's backend): a backend without one stays flat (alike on every rank).
+  bool lacks = false;  // (under on, said as a warning)
+  for (plexus_collective_t c : {PLEXUS_COLL_ALLREDUCE, PLEXUS_COLL_REDUCE, PLEXUS_COLL_BROADCAST,
+                                PLEXUS_COLL_REDUCE_SCATTER, PLEXUS_COLL_ALLGATHER}) {
+    if (layout.two_level && !flat.supports(c)) {
+      layout.two_level = false;
+      lacks = true;
+      layout.reason = "backend '" + flat.backend_name() + "' has no " + algos::CollectiveName(c) +
+                      ", which the two-level scheme is made of";
+    }
+  }
   const std::string who = "communicator of " + std::to_string(flat.size()) + " ranks";
   if (!layout.two_level) {
     if (flat.rank() == 0 && setting != HierarchySetting::kOff) {
-      LogLine(PLEXUS_LOG_INFO, "plexus",
+      LogLine(lacks && setting == HierarchySetting::kOn ? PLEXUS_LOG_WARN : PLEXUS_LOG_INFO,
+              "plexus",
               who + ": collectives flat (PLEXUS_HIERARCHY=" + HierarchySettingName(setting) +
                   "): " + layout.reason);
     }
@@ -580,8 +770,8 @@ Status MakeTwoLevel(Communicator& flat, const std::string& local_address,
   if (!st.ok()) return st;
   if (flat.rank() == 0) {
     LogLine(PLEXUS_LOG_INFO, "plexus",
-            who + ": allreduce, reduce and broadcast " + (*out)->description() +
-                ", PLEXUS_HIERARCHY=" + HierarchySettingName(setting) +
+            who + ": allreduce, reduce, broadcast, reduce_scatter and allgather " +
+                (*out)->description() + ", PLEXUS_HIERARCHY=" + HierarchySettingName(setting) +
                 (setting == HierarchySetting::kOn
                      ? " (every size)"
                      : " (from " + std::to_string(kAutoMinBytes >> 20) + " MiB; smaller: flat)"));

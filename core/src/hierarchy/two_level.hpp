@@ -9,6 +9,20 @@
 // Broadcast: across hosts in the cross-host group that holds the root, then
 // inside each host from the rank of that group (no reduction, so no order).
 //
+// Reduce_scatter and allgather: on a host of L ranks, each rank's block is
+// cut into P / L sub-pieces, and chunk c of the host is sub-piece c / L of
+// the block of its (c mod L)-th rank, the rank that owns chunk c (as in
+// allreduce). Chunks are packed chunk by chunk, host by host, each padded
+// to the largest host's sub-piece size. Reduce_scatter: reduce-scatter
+// inside the host, in rounds of L chunks (each rank gets, for each chunk it
+// owns, that chunk of every host summed over its own host), then
+// reduce-scatter across hosts in each chunk's group (each owner gets its
+// own sub-piece, summed over the hosts: the order of allreduce). Allgather,
+// the mirror: allgather of each owned sub-piece across hosts, then
+// allgather inside the host, round by round, then each block copied to its
+// place. Both cut a large operation into pieces (a range of every block)
+// and pipeline them, as allreduce does.
+//
 // Allreduce of count elements, with P chunks (HostLayout::chunks, the lcm of
 // the hosts' rank counts) of B = ceil(count / P) elements, on a host of L
 // ranks where this rank is the j-th:
@@ -57,6 +71,7 @@
 #include "hierarchy/host_layout.hpp"
 #include "host_op.hpp"
 #include "plexus/communicator.hpp"
+#include "plexus/kit/call.hpp"
 
 namespace plexus::detail {
 
@@ -77,24 +92,17 @@ class TwoLevel {
   // stops the thread.
   ~TwoLevel();
 
-  // Whether an allreduce or broadcast of this many bytes goes in two levels.
+  // Whether a collective of this many bytes (its largest buffer) goes in
+  // two levels.
   bool Takes(uint64_t bytes) const;
 
-  // Queues an allreduce (checked by the caller); the returned op completes
-  // when every part has. posted: the allreduce as the communicator counted
-  // it (a failure is reported against it, naming the rank at fault).
-  std::shared_ptr<HostOp> PostAllreduce(const void* send, void* recv, uint64_t count, DType dtype,
-                                        ReduceOp op, const PostedOp& posted);
-
-  // Queues a reduce (checked by the caller) to root (a rank of the
-  // communicator); recv is written on root only.
-  std::shared_ptr<HostOp> PostReduce(const void* send, void* recv, uint64_t count, DType dtype,
-                                     ReduceOp op, uint32_t root, const PostedOp& posted);
-
-  // Queues a broadcast (checked by the caller) of buf from root (a rank of
-  // the communicator).
-  std::shared_ptr<HostOp> PostBroadcast(void* buf, uint64_t count, DType dtype, uint32_t root,
-                                        const PostedOp& posted);
+  // Queues call, an allreduce, reduce, broadcast, reduce_scatter or
+  // allgather of host memory that the caller checked as the backend would
+  // have (the groups check it again, too late to tell the caller). Its
+  // buffers are BORROWED until the returned op completes, when every part
+  // has. posted: the collective as the communicator counted it (a failure is
+  // reported against it, naming the rank at fault).
+  std::shared_ptr<HostOp> Post(const kit::Call& call, const PostedOp& posted);
 
   // Aborts the groups; operations queued or running fail with ABORTED.
   void Abort();
@@ -105,6 +113,7 @@ class TwoLevel {
  private:
   struct Op;
   struct Piece;
+  struct Blocks;
   // A posted part of an operation, and what to call it in an error.
   struct Part {
     Work work;
@@ -117,6 +126,15 @@ class TwoLevel {
   void Plan(const Op& a, std::vector<Piece>* pieces) const;
   void RunAllreduce(const Op& a);
   void RunBroadcast(const Op& a);
+  // Where chunk c of host g lies in piece p (see RunReduceScatter).
+  void ChunkOf(const Blocks& p, uint32_t g, uint64_t c, uint32_t* rank, uint64_t* offset,
+               uint64_t* valid) const;
+  void CutBlocks(const Op& a, std::vector<Blocks>* pieces) const;
+  void RunReduceScatter(const Op& a);
+  void RunAllgather(const Op& a);
+  // The groups, as an error names them.
+  std::string HostGroup() const;
+  std::string CrossGroup(size_t k) const;  // the group of this rank's k-th chunk
   // Completes a's op at once if an earlier one broke the communicator.
   bool Broken(const Op& a);
   // Steps 0..steps-1: post(t) posts step t's parts, which are waited for,
