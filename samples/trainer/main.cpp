@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -102,6 +103,16 @@ Eval Evaluate(torch::nn::Sequential& model, const DataSplits& data, plexus::Comm
   }
   AllreduceSums(comm, sums, device);
   return {sums[0] / sums[2], sums[1] / sums[2]};
+}
+
+// How many times a launcher started this job's ranks again after a failure:
+// PLEXUS_RESTART_COUNT (plexus-run), or torchrun's TORCHELASTIC_RESTART_COUNT.
+int RestartCount() {
+  for (const char* name : {"PLEXUS_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"}) {
+    const char* v = std::getenv(name);
+    if (v && *v) return std::atoi(v);
+  }
+  return 0;
 }
 
 // Checkpoints: DIR/epoch-N.model.pt and DIR/epoch-N.optimizer.pt, then
@@ -252,8 +263,15 @@ int Train(const TrainerOptions& opt) {
     optimizer = std::make_unique<torch::optim::SGD>(
         model->parameters(), torch::optim::SGDOptions(opt.lr).momentum(opt.momentum));
   }
+  // Started again after a failure (plexus-run or torchrun --max-restarts,
+  // which count the starts) with a checkpoint saved: go on from it, as
+  // --resume would. Every rank sees the same directory, so all decide alike.
+  const int restart = RestartCount();
+  const bool resume =
+      opt.resume || (restart > 0 && !opt.checkpoint.empty() && opt.device == "cpu" &&
+                     std::filesystem::exists(std::filesystem::path(opt.checkpoint) / "state.ptf"));
   Progress progress;
-  if (opt.resume) progress = LoadCheckpoint(opt.checkpoint, model, *optimizer);
+  if (resume) progress = LoadCheckpoint(opt.checkpoint, model, *optimizer);
 
   // 2. DDP: checks the model across ranks and broadcasts rank 0's weights.
   plexus::ddp::DistributedDataParallel ddp(
@@ -293,10 +311,11 @@ int Train(const TrainerOptions& opt) {
         static_cast<long long>(parameters), parameters * 4 / 1e6, comm.backend_name().c_str(),
         comm.size(), opt.batch_size, opt.optimizer.c_str(), opt.lr, threads, data.name.c_str(),
         static_cast<long long>(data.train_x.size(0)), static_cast<long long>(data.test_x.size(0)));
-    if (opt.resume) {
-      std::printf("plexus-trainer: resumed from %s after epoch %d (step %lld)\n",
+    if (resume) {
+      std::printf("plexus-trainer: resumed from %s after epoch %d (step %lld)%s\n",
                   opt.checkpoint.c_str(), progress.epochs_done,
-                  static_cast<long long>(progress.global_step));
+                  static_cast<long long>(progress.global_step),
+                  opt.resume ? "" : (", restart " + std::to_string(restart)).c_str());
     }
     if (device.is_cuda()) std::printf("plexus-trainer: model and batches on cuda:LOCAL_RANK\n");
     std::fflush(stdout);

@@ -68,7 +68,10 @@ Output and state:
   --checkpoint DIR        rank 0 saves model, optimizer and progress there at
                           the end of every epoch
   --resume                continue from --checkpoint DIR (every rank reads
-                          it: DIR must be visible to all ranks)
+                          it: DIR must be visible to all ranks); started
+                          again by a launcher (PLEXUS_RESTART_COUNT or
+                          TORCHELASTIC_RESTART_COUNT above 0) with a
+                          checkpoint there, it resumes without being asked
   --init FILE             initial weights from a tensor file (names as in
                           named_parameters) instead of --seed's
   --save-weights FILE     final weights to a tensor file (rank 0)

@@ -68,7 +68,7 @@ struct Options {
   bool nnodes_given = false;
   bool node_rank_given = false;
   bool master_port_given = false;
-  bool from_slurm = false;  // --nnodes and the rest taken from an srun step
+  bool from_slurm = false;                     // --nnodes and the rest taken from an srun step
   int master_port = 0;                         // 0: whatever the OS picks
   bool local_nodes = false;                    // --local-nodes: every node on this host
   std::chrono::milliseconds node_timeout{-1};  // -1: PLEXUS_TIMEOUT + 5 s
@@ -76,6 +76,7 @@ struct Options {
   bool prefix_output = true;
   std::chrono::milliseconds grace{3000};
   std::chrono::milliseconds timeout{0};
+  int max_restarts = 0;  // --max-restarts
   std::vector<std::string> argv;
 };
 
@@ -152,6 +153,11 @@ void PrintHelp() {
       "                          (default 3)\n"
       "      --timeout SECONDS   stop the whole job after this long and exit 124\n"
       "                          (default 0: no limit)\n"
+      "      --max-restarts N    when a rank fails (exits non-zero, is killed, or stops\n"
+      "                          making progress), stop the others and start every\n"
+      "                          rank again, up to N times (default 0), with a fresh\n"
+      "                          store; PLEXUS_RESTART_COUNT says which start it is.\n"
+      "                          One host only so far (--max_restarts too)\n"
       "  -h, --help              print this help and exit\n"
       "  -V, --version           print the version and exit\n"
       "\n"
@@ -451,6 +457,7 @@ Options ParseArgs(int argc, char** argv) {
     kMakeToken,
     kLocalNodes,
     kNodeTimeout,
+    kMaxRestarts,
   };
   static const option kLongOptions[] = {
       {"nproc", required_argument, nullptr, 'n'},
@@ -471,6 +478,8 @@ Options ParseArgs(int argc, char** argv) {
       {"make-token", required_argument, nullptr, kMakeToken},
       {"local-nodes", no_argument, nullptr, kLocalNodes},
       {"node-timeout", required_argument, nullptr, kNodeTimeout},
+      {"max-restarts", required_argument, nullptr, kMaxRestarts},
+      {"max_restarts", required_argument, nullptr, kMaxRestarts},
       {"help", no_argument, nullptr, 'h'},
       {"version", no_argument, nullptr, 'V'},
       {nullptr, 0, nullptr, 0},
@@ -533,6 +542,9 @@ Options ParseArgs(int argc, char** argv) {
           UsageError("--node-timeout must be more than 0 seconds");
         }
         break;
+      case kMaxRestarts:
+        opts.max_restarts = static_cast<int>(ParseInt(name.c_str(), optarg, 0, 1000));
+        break;
       case 'h':
         PrintHelp();
         std::exit(kExitOk);
@@ -550,6 +562,11 @@ Options ParseArgs(int argc, char** argv) {
   }
   if (opts.nproc == 0) UsageError("missing -n N (the number of ranks)");
   if (!opts.nnodes_given) ApplySlurmStep(&opts);
+  if (opts.max_restarts > 0 && opts.nnodes > 1) {
+    UsageError(
+        "--max-restarts works on one host only so far: across hosts the nodes would "
+        "first have to agree on each restart (run without it, or with --nnodes 1)");
+  }
   if (opts.node_rank >= opts.nnodes) {
     UsageError("--node-rank " + std::to_string(opts.node_rank) + " is not below --nnodes " +
                std::to_string(opts.nnodes));
@@ -632,86 +649,21 @@ std::chrono::milliseconds JoinTimeout() {
   return std::chrono::seconds(300);
 }
 
-int Main(int argc, char** argv) {
-  EnsureStandardFds();
-  Options opts = ParseArgs(argc, argv);
+// How a start of the ranks ended, where it failed here.
+struct StartFailure {
+  bool here = false;  // the ranks here were stopped for a cause of this node's own
+  FailureKind kind = FailureKind::kLauncher;
+  std::string line;  // what failed, as the other nodes would be told
+};
 
-  JobInfo job;
-  job.world_size = opts.nnodes * opts.nproc;
-  job.local_world_size = opts.nproc;
-  job.node_rank = opts.node_rank;
-  job.master_addr = opts.master_addr;
-  job.store_hosted = opts.host_store;
-  // A token given by the caller (an outer launcher, a multi-host script) is
-  // the job's secret; otherwise every job gets a fresh one.
-  const char* given_token = std::getenv("PLEXUS_TOKEN");
-  const char* token_file_var = std::getenv("PLEXUS_TOKEN_FILE");
+// One start of the ranks (plexus-run starts them again under
+// --max-restarts): hosts a store of its own (node 0), joins the other nodes,
+// runs the ranks to their end. Returns plexus-run's exit code; *failure
+// says what failed here.
+int RunStart(const Options& opts, const JobInfo& given_job, const std::string& public_credential,
+             StartFailure* failure) {
+  JobInfo job = given_job;
   const bool multi = opts.nnodes > 1;
-  std::string public_credential;  // node 0 under srun with MUNGE: what its store hands out
-  if (!opts.token_file.empty() || (multi && (given_token == nullptr || *given_token == '\0') &&
-                                   token_file_var != nullptr && *token_file_var != '\0')) {
-    // Across hosts every node needs the same secret, which is why a file
-    // (or PLEXUS_TOKEN) is required there; on one host a fresh one would do,
-    // but --token-file is honoured all the same.
-    const bool option = !opts.token_file.empty();
-    std::string error;
-    if (!ReadTokenFile(option ? opts.token_file : token_file_var,
-                       option ? "--token-file" : "PLEXUS_TOKEN_FILE", &job.token, &error)) {
-      std::fprintf(stderr, "plexus-run: %s\n", error.c_str());
-      return kExitUsage;
-    }
-    ::setenv("PLEXUS_TOKEN", job.token.c_str(), 1);  // for our store server and client
-  } else if (given_token != nullptr && *given_token != '\0') {
-    job.token = given_token;
-  } else if (multi && opts.from_slurm && store::MungeWanted(nullptr)) {
-    // Under srun, as for ranks srun starts (core/src/job_secret.hpp, case 4):
-    // node 0 makes the secret and its store hands it out in a MUNGE
-    // credential only this user can open; the other nodes fetch it.
-    Status st = Status::Ok();
-    const std::string binding = store::SlurmStepBinding(
-        "plexus-run store " + opts.master_addr + ":" + std::to_string(opts.master_port));
-    if (opts.node_rank == 0) {
-      std::string error;
-      if (!store::MakeJobToken(&job.token, &error)) st = Status::System(error);
-      if (st.ok()) st = store::MungeEncodeSecret(binding, job.token, &public_credential);
-    } else {
-      std::string credential;
-      st = store::FetchPublicCredential(opts.master_addr, uint16_t(opts.master_port),
-                                        JoinTimeout(), &credential);
-      if (st.ok()) st = store::MungeDecodeSecret(credential, binding, &job.token);
-    }
-    if (!st.ok()) {
-      std::fprintf(stderr, "plexus-run: node %d: the job secret in a MUNGE credential: %s\n",
-                   opts.node_rank, st.message().c_str());
-      return kExitRankFailed;
-    }
-    ::setenv("PLEXUS_TOKEN", job.token.c_str(), 1);
-  } else if (multi) {
-    std::fprintf(stderr,
-                 "plexus-run: --nnodes %d needs a job secret that every node shares, and it "
-                 "never goes on a command line. Make one and copy it to every node, e.g.\n"
-                 "  plexus-run --make-token ~/.plexus-token\n"
-                 "  scp -p ~/.plexus-token otherhost:   # (or keep it on a shared file system)\n"
-                 "then give --token-file ~/.plexus-token to plexus-run on every node (or set "
-                 "PLEXUS_TOKEN_FILE).\n",
-                 opts.nnodes);
-    return kExitUsage;
-  } else if (std::string error; !store::MakeJobToken(&job.token, &error)) {
-    std::fprintf(stderr, "plexus-run: cannot make a job token: %s\n", error.c_str());
-    return kExitRankFailed;
-  } else {
-    // Also ours: the store server below takes its secret from this process's
-    // environment, like every other Plexus component. No thread exists yet,
-    // so setenv() is safe here.
-    ::setenv("PLEXUS_TOKEN", job.token.c_str(), 1);
-  }
-
-  // After the token, whose absence is the first thing to fix on every node.
-  if (multi && !opts.local_nodes) {
-    std::string error = CheckReachableByOtherNodes(opts);
-    if (!error.empty()) UsageError(error);
-  }
-
   // The store is up before any rank starts, so ranks only ever connect; its
   // port is free by construction, no bind-close-rebind race.
   std::unique_ptr<TcpStoreServer> server;
@@ -768,7 +720,7 @@ int Main(int argc, char** argv) {
   std::vector<std::string> base_env;
   for (char** e = environ; *e != nullptr; ++e) base_env.emplace_back(*e);
   LaunchConfig config;
-  config.argv = std::move(opts.argv);
+  config.argv = opts.argv;
   config.grace = opts.grace;
   config.timeout = opts.timeout;
   config.prefix_output = opts.prefix_output;
@@ -821,6 +773,14 @@ int Main(int argc, char** argv) {
     g->Start();
   }
 
+  if (!group) {
+    // (across nodes NodeGroup takes the failure to the other nodes)
+    config.publish_failure = [failure](FailureKind kind, const std::string& line) {
+      failure->kind = kind;
+      failure->line = line;
+      failure->here = true;
+    };
+  }
   std::fflush(stdout);  // nothing of ours may be buffered across the ranks' output
   int code = RunJob(config);
   if (group) {
@@ -837,6 +797,125 @@ int Main(int argc, char** argv) {
   }
   if (server) server->Stop();
   return code;
+}
+
+// The ranks' starts, and after a failure, up to --max-restarts more: the
+// history of what failed each time.
+int RunStarts(const Options& opts, JobInfo job, const std::string& public_credential) {
+  std::vector<std::string> history;
+  for (int restart = 0;; ++restart) {
+    job.restart_count = restart;
+    StartFailure failure;
+    const int code = RunStart(opts, job, public_credential, &failure);
+    if (code == kExitOk) {
+      if (restart > 0) {
+        std::fprintf(stderr, "plexus-run: the job finished after %d restart%s\n", restart,
+                     restart == 1 ? "" : "s");
+      }
+      return code;
+    }
+    // A signal to plexus-run, --timeout or prog not executable: not the
+    // ranks' failure, and starting them again would not help.
+    if (opts.max_restarts == 0 || !failure.here || failure.kind == FailureKind::kLauncher) {
+      return code;
+    }
+    history.push_back("start " + std::to_string(restart) + ": " + failure.line);
+    if (restart == opts.max_restarts) {
+      std::string all;
+      for (const std::string& h : history) all += "\n  " + h;
+      std::fprintf(stderr,
+                   "plexus-run: the ranks failed %d time%s, the last after %d restart%s "
+                   "(--max-restarts %d); what failed:%s\n",
+                   restart + 1, restart == 0 ? "" : "s", restart, restart == 1 ? "" : "s",
+                   opts.max_restarts, all.c_str());
+      return code;
+    }
+    std::fprintf(stderr, "plexus-run: starting all %d ranks again (restart %d of %d) after: %s\n",
+                 opts.nproc, restart + 1, opts.max_restarts, failure.line.c_str());
+  }
+}
+
+int Main(int argc, char** argv) {
+  EnsureStandardFds();
+  Options opts = ParseArgs(argc, argv);
+
+  JobInfo job;
+  job.world_size = opts.nnodes * opts.nproc;
+  job.local_world_size = opts.nproc;
+  job.node_rank = opts.node_rank;
+  job.master_addr = opts.master_addr;
+  job.store_hosted = opts.host_store;
+  // A token given by the caller (an outer launcher, a multi-host script) is
+  // the job's secret; otherwise every job gets a fresh one.
+  const char* given_token = std::getenv("PLEXUS_TOKEN");
+  const char* token_file_var = std::getenv("PLEXUS_TOKEN_FILE");
+  const bool multi = opts.nnodes > 1;
+  std::string public_credential;  // node 0 under srun with MUNGE: what its store hands out
+  if (!opts.token_file.empty() || (multi && (given_token == nullptr || *given_token == '\0') &&
+                                   token_file_var != nullptr && *token_file_var != '\0')) {
+    // Across hosts every node needs the same secret, which is why a file
+    // (or PLEXUS_TOKEN) is required there; on one host a fresh one would do,
+    // but --token-file is honoured all the same.
+    const bool option = !opts.token_file.empty();
+    std::string error;
+    if (!ReadTokenFile(option ? opts.token_file : token_file_var,
+                       option ? "--token-file" : "PLEXUS_TOKEN_FILE", &job.token, &error)) {
+      std::fprintf(stderr, "plexus-run: %s\n", error.c_str());
+      return kExitUsage;
+    }
+    ::setenv("PLEXUS_TOKEN", job.token.c_str(), 1);  // for our store server and client
+  } else if (given_token != nullptr && *given_token != '\0') {
+    job.token = given_token;
+  } else if (multi && opts.from_slurm && store::MungeWanted(nullptr)) {
+    // Under srun, as for ranks srun starts (core/src/job_secret.hpp, case 4):
+    // node 0 makes the secret and its store hands it out in a MUNGE
+    // credential only this user can open; the other nodes fetch it.
+    Status st = Status::Ok();
+    const std::string binding = store::SlurmStepBinding("plexus-run store " + opts.master_addr +
+                                                        ":" + std::to_string(opts.master_port));
+    if (opts.node_rank == 0) {
+      std::string error;
+      if (!store::MakeJobToken(&job.token, &error)) st = Status::System(error);
+      if (st.ok()) st = store::MungeEncodeSecret(binding, job.token, &public_credential);
+    } else {
+      std::string credential;
+      st = store::FetchPublicCredential(opts.master_addr, uint16_t(opts.master_port), JoinTimeout(),
+                                        &credential);
+      if (st.ok()) st = store::MungeDecodeSecret(credential, binding, &job.token);
+    }
+    if (!st.ok()) {
+      std::fprintf(stderr, "plexus-run: node %d: the job secret in a MUNGE credential: %s\n",
+                   opts.node_rank, st.message().c_str());
+      return kExitRankFailed;
+    }
+    ::setenv("PLEXUS_TOKEN", job.token.c_str(), 1);
+  } else if (multi) {
+    std::fprintf(stderr,
+                 "plexus-run: --nnodes %d needs a job secret that every node shares, and it "
+                 "never goes on a command line. Make one and copy it to every node, e.g.\n"
+                 "  plexus-run --make-token ~/.plexus-token\n"
+                 "  scp -p ~/.plexus-token otherhost:   # (or keep it on a shared file system)\n"
+                 "then give --token-file ~/.plexus-token to plexus-run on every node (or set "
+                 "PLEXUS_TOKEN_FILE).\n",
+                 opts.nnodes);
+    return kExitUsage;
+  } else if (std::string error; !store::MakeJobToken(&job.token, &error)) {
+    std::fprintf(stderr, "plexus-run: cannot make a job token: %s\n", error.c_str());
+    return kExitRankFailed;
+  } else {
+    // Also ours: the store server below takes its secret from this process's
+    // environment, like every other Plexus component. No thread exists yet,
+    // so setenv() is safe here.
+    ::setenv("PLEXUS_TOKEN", job.token.c_str(), 1);
+  }
+
+  // After the token, whose absence is the first thing to fix on every node.
+  if (multi && !opts.local_nodes) {
+    std::string error = CheckReachableByOtherNodes(opts);
+    if (!error.empty()) UsageError(error);
+  }
+
+  return RunStarts(opts, std::move(job), public_credential);
 }
 
 }  // namespace

@@ -25,6 +25,10 @@ constexpr VariableDoc kVariables[] = {
     {"PLEXUS_TOKEN",
      "job secret authenticating store and TCP peers: 64 hex digits from getrandom(), "
      "or the caller's PLEXUS_TOKEN if set and non-empty, or what --token-file holds"},
+    {"PLEXUS_RESTART_COUNT",
+     "how many times the ranks were started again after a failure (--max-restarts): 0 the "
+     "first time"},
+    {"TORCHELASTIC_RESTART_COUNT", "same as PLEXUS_RESTART_COUNT, as torchrun sets it"},
 };
 
 bool IsOurs(std::string_view entry) {
@@ -69,6 +73,8 @@ std::vector<std::string> BuildRankEnvironment(const std::vector<std::string>& ba
   }
   env.push_back(std::string("PLEXUS_STORE_HOSTED=") + (job.store_hosted ? "1" : "0"));
   env.push_back("PLEXUS_TOKEN=" + job.token);
+  env.push_back("PLEXUS_RESTART_COUNT=" + std::to_string(job.restart_count));
+  env.push_back("TORCHELASTIC_RESTART_COUNT=" + std::to_string(job.restart_count));
   return env;
 }
 

@@ -20,6 +20,7 @@ struct JobInfo {
   uint16_t master_port = 0;
   bool store_hosted = true;  // the launcher serves the store; ranks only connect
   std::string token;         // PLEXUS_TOKEN
+  int restart_count = 0;     // PLEXUS_RESTART_COUNT: starts after the first (--max-restarts)
 };
 
 struct VariableDoc {
