@@ -432,6 +432,7 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::
   // static_graph finds the unused parameters once, on the first iteration.
   ro.find_unused_parameters = m.options.find_unused_parameters || m.options.static_graph;
   ro.static_graph = m.options.static_graph;
+  ro.ready_order = m.options.ready_order;
   m.reducer = std::make_unique<reducer::Reducer>(
       comm, std::move(trained), ro,
       m.device.is_cuda() ? m.memory : std::shared_ptr<reducer::BucketMemory>());

@@ -92,8 +92,10 @@ struct Reducer::Impl {
 
   // The rebuild by ready order, once, after the first synchronised iteration.
   bool rebuild_enabled = false;
+  bool rebuild_first = false;  // ReducerOptions::ready_order given: before the first iteration
   bool rebuilt = false;
   std::vector<uint64_t> ready_order;
+  std::vector<size_t> rebuilt_order;  // what the rebuild took (rank 0's)
 
   // Set by the first communication failure; every later call throws it.
   std::string broken;
@@ -251,6 +253,7 @@ struct Reducer::Impl {
                    params[i].count * esize);
     }
     rebuilt = true;
+    rebuilt_order = std::move(indices);
   }
 
   void Launch(size_t b) {
@@ -365,7 +368,7 @@ struct Reducer::Impl {
                                                " parameters)");
       }
     }
-    if (rebuild_enabled && !rebuilt && iterations >= 1) Rebuild();
+    if (rebuild_enabled && !rebuilt && (iterations >= 1 || rebuild_first)) Rebuild();
     start = Clock::now();
     launched_any = false;
     std::fill(grads.begin(), grads.end(), nullptr);
@@ -507,6 +510,15 @@ Reducer::Reducer(Communicator& comm, std::vector<Parameter> parameters, ReducerO
     limits = {options.bucket_cap_bytes};
   }
   m.rebuild_enabled = options.static_graph || !options.find_unused_parameters;
+  if (m.rebuild_enabled && !options.ready_order.empty()) {
+    if (options.ready_order.size() != m.params.size()) {
+      Throw(PLEXUS_ERR_INVALID_ARGUMENT,
+            "ready_order has " + std::to_string(options.ready_order.size()) +
+                " entries; the model has " + std::to_string(m.params.size()) + " parameters");
+    }
+    m.ready_order.assign(options.ready_order.begin(), options.ready_order.end());
+    m.rebuild_first = true;
+  }
   const std::vector<GradientShape> shapes = m.Shapes();
   BucketAssignment a = ComputeBucketAssignmentBySize(shapes, limits);
   std::reverse(a.buckets.begin(), a.buckets.end());
@@ -658,6 +670,7 @@ ReducerStats Reducer::stats() const {
                          m.comm.allreduce_scheme(b.count, b.dtype)});
   }
   s.has_rebuilt_bucket = m.rebuilt;
+  s.ready_order = m.rebuilt_order;
   s.iterations = m.iterations;
   s.last = m.last;
   if (m.recorded > 0) {

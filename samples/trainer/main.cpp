@@ -122,6 +122,9 @@ struct Progress {
   int epochs_done = 0;
   int64_t global_step = 0;
   std::vector<double> step_losses;
+  // DDP's bucket order (logging_data().reducer.ready_order): a resumed run
+  // starts with the buckets the uninterrupted one had, and so sums alike.
+  std::vector<int64_t> ready_order;
 };
 
 std::string CheckpointFile(const std::string& dir, int epoch, const char* what) {
@@ -142,7 +145,11 @@ void SaveCheckpoint(const std::string& dir, torch::nn::Sequential& model,
   losses.data.assign(reinterpret_cast<const unsigned char*>(p.step_losses.data()),
                      reinterpret_cast<const unsigned char*>(p.step_losses.data()) +
                          p.step_losses.size() * sizeof(double));
-  WriteTensorFile((std::filesystem::path(dir) / "state.ptf").string(), {counters, losses});
+  NamedArray order{"ready_order", ArrayType::Int64, {int64_t(p.ready_order.size())}, {}};
+  order.data.assign(reinterpret_cast<const unsigned char*>(p.ready_order.data()),
+                    reinterpret_cast<const unsigned char*>(p.ready_order.data()) +
+                        p.ready_order.size() * sizeof(int64_t));
+  WriteTensorFile((std::filesystem::path(dir) / "state.ptf").string(), {counters, losses, order});
   for (const char* what : {"model", "optimizer"}) {
     std::filesystem::remove(CheckpointFile(dir, p.epochs_done - 1, what));
   }
@@ -164,6 +171,9 @@ Progress LoadCheckpoint(const std::string& dir, torch::nn::Sequential& model,
     } else if (a.name == "step_losses") {
       p.step_losses.resize(a.data.size() / sizeof(double));
       std::memcpy(p.step_losses.data(), a.data.data(), a.data.size());
+    } else if (a.name == "ready_order") {
+      p.ready_order.resize(a.data.size() / sizeof(int64_t));
+      std::memcpy(p.ready_order.data(), a.data.data(), p.ready_order.size() * sizeof(int64_t));
     }
   }
   torch::load(model, CheckpointFile(dir, p.epochs_done, "model"));
@@ -279,7 +289,9 @@ int Train(const TrainerOptions& opt) {
       {.device_ids = device.is_cuda() ? std::vector<int>{device.index()} : std::vector<int>{},
        .bucket_cap_mb = opt.bucket_cap_mb,
        .find_unused_parameters = opt.find_unused_parameters,
-       .gradient_as_bucket_view = opt.gradient_as_bucket_view});
+       .gradient_as_bucket_view = opt.gradient_as_bucket_view,
+       .ready_order =
+           std::vector<size_t>(progress.ready_order.begin(), progress.ready_order.end())});
   if (opt.hook == "fp16") ddp.register_comm_hook(plexus::reducer::Fp16CompressHook());
   if (opt.hook == "bf16") ddp.register_comm_hook(plexus::reducer::Bf16CompressHook());
 
@@ -445,7 +457,11 @@ int Train(const TrainerOptions& opt) {
         std::printf("buckets: %d two-level, %d flat; %s\n", two, flat, comm.hierarchy().c_str());
       }
       std::fflush(stdout);
-      if (!opt.checkpoint.empty()) SaveCheckpoint(opt.checkpoint, model, *optimizer, progress);
+      if (!opt.checkpoint.empty()) {
+        const auto& order = ddp.logging_data().reducer.ready_order;
+        progress.ready_order.assign(order.begin(), order.end());
+        SaveCheckpoint(opt.checkpoint, model, *optimizer, progress);
+      }
     }
   }
 

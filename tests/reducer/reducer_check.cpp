@@ -315,6 +315,44 @@ void ExpectError(const std::string& what, const std::string& needle, F&& f) {
   }
 }
 
+// ReducerOptions::ready_order: an earlier run's order (its stats) makes the
+// buckets as that run's were after its rebuild, from the first iteration on,
+// and the averages stay right; a wrong size is an error.
+void GivenReadyOrder(Communicator& comm) {
+  const auto params = Model();
+  ReducerOptions o;
+  o.first_bucket_bytes = 64;
+  o.bucket_cap_bytes = 256;
+  ReducerStats earlier;
+  {
+    Reducer first(comm, params, o);
+    auto grads = Buffers(params);
+    for (int t = 0; t < 2; ++t) {
+      Fill(grads, t);
+      first.prepare_for_backward();
+      for (size_t i : ReadyOrder(params.size(), t)) first.mark_ready(i, grads[i].data());
+      first.finalize();
+    }
+    earlier = first.stats();
+  }
+  Check(earlier.ready_order.size() == params.size(), "stats give the rebuild's ready order");
+  o.ready_order = earlier.ready_order;
+  Reducer again(comm, params, o);
+  Check(BucketSignature(again.stats()) != BucketSignature(earlier),
+        "before the first iteration the buckets are still one per dtype");
+  auto grads = Buffers(params);
+  Fill(grads, 0);
+  again.prepare_for_backward();
+  Check(BucketSignature(again.stats()) == BucketSignature(earlier),
+        "with ready_order the first iteration runs on the earlier run's rebuilt buckets");
+  for (size_t i : ReadyOrder(params.size(), 1)) again.mark_ready(i, grads[i].data());
+  again.finalize();
+  CheckAverages(grads, 0, "averages with a given ready order");
+  o.ready_order.pop_back();
+  ExpectError("a ready order of the wrong size", "ready_order has",
+              [&] { Reducer bad(comm, params, o); });
+}
+
 void Errors(Communicator& comm) {
   const auto params = Model();
   Reducer reducer(comm, params, {});
@@ -381,6 +419,7 @@ int main() {
     g_size = comm.size();
     Averages(comm, false);
     Averages(comm, true);
+    GivenReadyOrder(comm);
     UnusedParameters(comm);
     NoSync(comm);
     Hooks(comm, "allreduce hook", AllreduceHook());

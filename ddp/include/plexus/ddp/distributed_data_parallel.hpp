@@ -172,6 +172,14 @@ struct DistributedDataParallelOptions {
   // weights. Off: neither happens; only for ranks that loaded identical
   // weights themselves (one checkpoint), where a mismatch then goes unseen.
   bool init_sync = true;
+
+  // Not PyTorch's: the order gradients became ready in an earlier run of
+  // this model (logging_data().reducer.ready_order, saved with a
+  // checkpoint), so that the buckets start as that run's were after its
+  // first iteration and a resumed run reduces every step bit for bit as the
+  // uninterrupted one (see reducer::ReducerOptions::ready_order). Empty:
+  // PyTorch's way (one bucket for the first iteration, then the rebuild).
+  std::vector<size_t> ready_order{};
 };
 
 // What logging_data() reports (PyTorch's DDPLoggingData, in part).

@@ -95,6 +95,16 @@ struct ReducerOptions {
   // With find_unused_parameters: the first iteration's unused set is the
   // same every iteration (the graph is static); also enables the rebuild.
   bool static_graph = false;
+  // The order gradients became ready in an earlier run of the same model
+  // (ReducerStats::ready_order, saved with a checkpoint), or empty. Given,
+  // the buckets are rebuilt by it before the first iteration rather than
+  // after it, so that a run resumed from a checkpoint reduces every step
+  // as the uninterrupted run did: with 3 ranks or more an element's sum
+  // rounds by where its bucket puts it, and the first iteration's single
+  // bucket puts it elsewhere. Give it on every rank or on none (rank 0's is
+  // used); one entry per parameter. Unused without a rebuild
+  // (find_unused_parameters without static_graph).
+  std::vector<size_t> ready_order;
 };
 
 struct BucketInfo {
@@ -117,6 +127,9 @@ struct IterationTimes {
 struct ReducerStats {
   std::vector<BucketInfo> buckets;
   bool has_rebuilt_bucket = false;
+  // The parameters in the order the buckets were rebuilt by (the ready order
+  // of rank 0's first iteration); empty before the rebuild.
+  std::vector<size_t> ready_order;
   uint64_t iterations = 0;  // synchronised iterations finalized
   IterationTimes last;      // of the last iteration
   IterationTimes average;   // over every iteration but the first
