@@ -79,6 +79,13 @@
 #     survivor must report an error naming rank 1 alone as not having reached
 #     the allreduce, within PLEXUS_TIMEOUT + 5 s; every launcher exits non-zero.
 #
+#   netns_job_test.sh restart PLEXUS_RUN PROG [ARGS...]
+#     The battery on 3 x 2 ranks, every plexus-run with --max-restarts 1; on
+#     the first start rank 3 (node 1) is SIGKILLed before it connects. Every
+#     launcher must say it starts its ranks again after rank 3 was killed,
+#     then exit 0 saying the job finished after 1 restart; every rank passes
+#     every check on the second start (PLEXUS_RESTART_COUNT=1).
+#
 #   netns_job_test.sh ifname PLEXUS_RUN PROG [ARGS...]
 #     PLEXUS_SOCKET_IFNAME on one namespace host (lo, eth0 10.A.B.1, and
 #     noip0 without an address), 2 ranks of PROG with the master at eth0's
@@ -114,6 +121,7 @@ collectives-ucx)
     netns_skip "libplexus-ucx.so is not built (${NET_UCX_PLUGIN:-no path given}): UCX not found, or -Ducx=disabled"
   ;;
 linkdown | hierarchy-stop | hierarchy-kill) run_opts=(--grace 20) ;;
+restart) run_opts=(--max-restarts 1) ;;
 hierarchy | hierarchy-uneven)
   [ "$local_backend" != ucx ] || [ -f "${NET_UCX_PLUGIN:-}" ] ||
     netns_skip "libplexus-ucx.so is not built (${NET_UCX_PLUGIN:-no path given}): UCX not found, or -Ducx=disabled"
@@ -224,6 +232,18 @@ case $mode in
 collectives)
   prog=("$@")
   battery 240
+  ;;
+restart)
+  # Rank 3 dies on the first start: its launcher reports it, node 0 gives
+  # the verdict, every node stops its ranks and all start again.
+  prog=(sh -c 'if [ "$PLEXUS_RESTART_COUNT" = 0 ] && [ "$RANK" = 3 ]; then kill -9 $$; fi; exec "$0" "$@"' "$@")
+  battery 240
+  for ((k = 0; k < nodes; ++k)); do
+    check "grep -q 'node $k: starting its 2 ranks again (restart 1 of 1) after: rank 3 (node 1.*SIGKILL' '$NETNS_TMP/err.$k'" \
+      "node $k's plexus-run started its ranks again after rank 3 was killed"
+    check "grep -q 'the job finished after 1 restart' '$NETNS_TMP/err.$k'" \
+      "node $k's plexus-run says the job finished after 1 restart"
+  done
   ;;
 hierarchy)
   prog=("$@")

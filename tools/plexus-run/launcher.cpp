@@ -594,7 +594,7 @@ int Launcher::Report() {
       line += RankWithPid(failed_rank_) + " " + DescribeExit(r.how, r.value);
       if (stopped_count_ == 1 && ranks_.size() == 2) {
         line += "; stopped the other rank" + killed_note;
-      } else if (stopped_count_ == static_cast<int>(ranks_.size()) - 1) {
+      } else if (stopped_count_ > 0 && stopped_count_ == static_cast<int>(ranks_.size()) - 1) {
         line += "; stopped the other " + stopped;
       } else if (stopped_count_ > 0) {
         line += "; stopped the " + stopped + " still running";

@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -157,7 +158,9 @@ void PrintHelp() {
       "                          making progress), stop the others and start every\n"
       "                          rank again, up to N times (default 0), with a fresh\n"
       "                          store; PLEXUS_RESTART_COUNT says which start it is.\n"
-      "                          One host only so far (--max_restarts too)\n"
+      "                          With --nnodes, give it to every node: all restart\n"
+      "                          together (a lost node ends the job; --max_restarts\n"
+      "                          too)\n"
       "  -h, --help              print this help and exit\n"
       "  -V, --version           print the version and exit\n"
       "\n"
@@ -562,11 +565,6 @@ Options ParseArgs(int argc, char** argv) {
   }
   if (opts.nproc == 0) UsageError("missing -n N (the number of ranks)");
   if (!opts.nnodes_given) ApplySlurmStep(&opts);
-  if (opts.max_restarts > 0 && opts.nnodes > 1) {
-    UsageError(
-        "--max-restarts works on one host only so far: across hosts the nodes would "
-        "first have to agree on each restart (run without it, or with --nnodes 1)");
-  }
   if (opts.node_rank >= opts.nnodes) {
     UsageError("--node-rank " + std::to_string(opts.node_rank) + " is not below --nnodes " +
                std::to_string(opts.nnodes));
@@ -649,11 +647,11 @@ std::chrono::milliseconds JoinTimeout() {
   return std::chrono::seconds(300);
 }
 
-// How a start of the ranks ended, where it failed here.
+// How a start of the ranks failed: what kind of failure, job-wide (unset
+// where unknown: node 0 gone, or a join that failed), and the line.
 struct StartFailure {
-  bool here = false;  // the ranks here were stopped for a cause of this node's own
-  FailureKind kind = FailureKind::kLauncher;
-  std::string line;  // what failed, as the other nodes would be told
+  std::optional<FailureKind> kind;
+  std::string line;
 };
 
 // One start of the ranks (plexus-run starts them again under
@@ -696,6 +694,7 @@ int RunStart(const Options& opts, const JobInfo& given_job, const std::string& p
     gc.master_addr = opts.master_addr;
     gc.master_port = job.master_port;
     gc.join_timeout = JoinTimeout();
+    gc.start = job.restart_count;
     // A node is lost after as much silence as the ranks' collectives
     // tolerate (PLEXUS_TIMEOUT) and 5 s more, unless --node-timeout says
     // otherwise. Not less: the beats cross the same network as the ranks'
@@ -778,7 +777,6 @@ int RunStart(const Options& opts, const JobInfo& given_job, const std::string& p
     config.publish_failure = [failure](FailureKind kind, const std::string& line) {
       failure->kind = kind;
       failure->line = line;
-      failure->here = true;
     };
   }
   std::fflush(stdout);  // nothing of ours may be buffered across the ranks' output
@@ -792,6 +790,10 @@ int RunStart(const Options& opts, const JobInfo& given_job, const std::string& p
                      failure.c_str(), opts.nproc, opts.nproc == 1 ? "" : "s", opts.node_rank);
         code = kExitRankFailed;
       }
+    }
+    if (code != kExitOk) {
+      failure->kind = group->VerdictKind();
+      failure->line = group->Failure();
     }
     group->Leave(code == kExitOk);
   }
@@ -815,8 +817,10 @@ int RunStarts(const Options& opts, JobInfo job, const std::string& public_creden
       return code;
     }
     // A signal to plexus-run, --timeout or prog not executable: not the
-    // ranks' failure, and starting them again would not help.
-    if (opts.max_restarts == 0 || !failure.here || failure.kind == FailureKind::kLauncher) {
+    // ranks' failure, and starting them again would not help. Nor a node lost
+    // (the job needs every node) or a failure of unknown kind.
+    if (opts.max_restarts == 0 || !failure.kind || *failure.kind == FailureKind::kLauncher ||
+        *failure.kind == FailureKind::kNodeLost) {
       return code;
     }
     history.push_back("start " + std::to_string(restart) + ": " + failure.line);
@@ -830,8 +834,14 @@ int RunStarts(const Options& opts, JobInfo job, const std::string& public_creden
                    opts.max_restarts, all.c_str());
       return code;
     }
-    std::fprintf(stderr, "plexus-run: starting all %d ranks again (restart %d of %d) after: %s\n",
-                 opts.nproc, restart + 1, opts.max_restarts, failure.line.c_str());
+    if (opts.nnodes > 1) {
+      std::fprintf(
+          stderr, "plexus-run: node %d: starting its %d ranks again (restart %d of %d) after: %s\n",
+          opts.node_rank, opts.nproc, restart + 1, opts.max_restarts, failure.line.c_str());
+    } else {
+      std::fprintf(stderr, "plexus-run: starting all %d ranks again (restart %d of %d) after: %s\n",
+                   opts.nproc, restart + 1, opts.max_restarts, failure.line.c_str());
+    }
   }
 }
 

@@ -120,28 +120,65 @@ bool NodeGroup::Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* 
   // This launcher is node K to the store: only it may write node K's keys
   // (its info, beats, report, done), and only node 0 the verdict. A second
   // launcher with the same --node-rank is refused here and told who holds it.
-  std::unique_ptr<RendezvousStore> store;
   store::TcpStoreClientOptions options;
   options.identity = "node/" + std::to_string(config.node_rank);
   options.label = "plexus-run on host " + HostName() + ", pid " + std::to_string(long(getpid()));
-  Status st = store::ConnectTcpStoreWithOptions(config.master_addr, config.master_port,
-                                                config.join_timeout, options, &store);
-  if (st.code() == PLEXUS_ERR_INVALID_USAGE) {
-    *error = "another plexus-run has joined this job as " + me + " already (" + st.message() +
-             "): two launchers were started with --node-rank " + std::to_string(config.node_rank) +
-             "? This one stops; the job goes on without it";
-    return false;
-  }
-  if (!st.ok()) {
-    *error = me + " cannot reach the rendezvous store of node 0 at " + where + ": " +
-             st.ToString() +
-             " (is plexus-run --node-rank 0 running there, with the same --master-addr, "
-             "--master-port and token?)";
-    return false;
-  }
   const std::string info = "nproc=" + std::to_string(config.nproc) +
-                           " nnodes=" + std::to_string(config.nnodes) + " host=" + HostName();
-  st = store->Set(NodeKey(config.node_rank, "info"), ToBytes(info), kCallTimeout);
+                           " nnodes=" + std::to_string(config.nnodes) + " host=" + HostName() +
+                           " start=" + std::to_string(config.start);
+  const auto deadline = Clock::now() + config.join_timeout;
+  // Connects and registers; on a restart (start > 0), again while the store
+  // is the last start's (node 0 says an earlier start there, or the store
+  // goes away, or still holds this node's last connection) until deadline.
+  std::unique_ptr<RendezvousStore> store;
+  Status st;
+  for (;;) {
+    const auto left =
+        std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
+                 std::chrono::milliseconds(1));
+    store.reset();
+    const bool retry = config.start > 0 && Clock::now() < deadline;
+    if (config.start > 0 && config.node_rank != 0) {
+      // First without an identity (the last start's store may still hold
+      // this node's, and would refuse it noisily): is it this start's store?
+      store::TcpStoreClientOptions probe_options = options;
+      probe_options.identity.clear();
+      std::unique_ptr<RendezvousStore> probe;
+      Bytes node0;
+      st = store::ConnectTcpStoreWithOptions(config.master_addr, config.master_port, left,
+                                             probe_options, &probe);
+      const Status got = st.ok() ? probe->Get(NodeKey(0, "info"), &node0, 0ms) : st;
+      const bool old_store =
+          (got.ok() && ParseFields(ToString(node0))["start"] != std::to_string(config.start)) ||
+          (!got.ok() && got.code() != PLEXUS_ERR_TIMEOUT);
+      if (old_store && retry) {
+        std::this_thread::sleep_for(kJoinPoll);
+        continue;
+      }
+    }
+    st = store::ConnectTcpStoreWithOptions(config.master_addr, config.master_port, left, options,
+                                           &store);
+    if (st.code() == PLEXUS_ERR_INVALID_USAGE && retry) {
+      std::this_thread::sleep_for(kJoinPoll);
+      continue;
+    }
+    if (st.code() == PLEXUS_ERR_INVALID_USAGE) {
+      *error = "another plexus-run has joined this job as " + me + " already (" + st.message() +
+               "): two launchers were started with --node-rank " +
+               std::to_string(config.node_rank) + "? This one stops; the job goes on without it";
+      return false;
+    }
+    if (!st.ok()) {
+      *error = me + " cannot reach the rendezvous store of node 0 at " + where + ": " +
+               st.ToString() +
+               " (is plexus-run --node-rank 0 running there, with the same --master-addr, "
+               "--master-port and token?)";
+      return false;
+    }
+    st = store->Set(NodeKey(config.node_rank, "info"), ToBytes(info), kCallTimeout);
+    if (st.ok() || !retry) break;
+    std::this_thread::sleep_for(kJoinPoll);
+  }
   if (!st.ok()) {
     *error = me + " cannot register with the rendezvous store at " + where + ": " + st.ToString();
     return false;
@@ -163,7 +200,6 @@ bool NodeGroup::Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* 
     return false;
   };
   std::vector<bool> seen(config.nnodes, false);
-  const auto deadline = Clock::now() + config.join_timeout;
   bool failing = false;  // the store has not answered since failing_since
   Clock::time_point failing_since{};
   while (true) {
@@ -173,9 +209,17 @@ bool NodeGroup::Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* 
       if (seen[j]) continue;
       Bytes value;
       Status got = s.Get(NodeKey(j, "info"), &value, 0ms);
-      if (got.ok() && !value.empty()) {
+      auto fields = ParseFields(ToString(value));
+      const int start = std::atoi(fields["start"].c_str());
+      if (got.ok() && !value.empty() && start > config.start) {
+        return refuse("node " + std::to_string(j) + " is at start " + std::to_string(start) +
+                      " of the ranks but node " + std::to_string(config.node_rank) + " at start " +
+                      std::to_string(config.start) +
+                      ": it restarted without this node (--max-restarts must be the same on "
+                      "every node)");
+      }
+      if (got.ok() && !value.empty() && start == config.start) {
         seen[j] = true;
-        auto fields = ParseFields(ToString(value));
         group->hosts_[j] = fields["host"];
         const std::string differs = Disagreement(config, j, fields);
         if (!differs.empty()) return refuse(differs);
@@ -269,9 +313,15 @@ std::string NodeGroup::Failure() {
   return verdict_;
 }
 
-void NodeGroup::SetVerdict(const std::string& line) {
+std::optional<FailureKind> NodeGroup::VerdictKind() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return verdict_kind_;
+}
+
+void NodeGroup::SetVerdict(const std::string& line, std::optional<FailureKind> kind) {
   if (!verdict_.empty()) return;
   verdict_ = line;
+  verdict_kind_ = kind;
   const char byte = 1;
   (void)!::write(wake_write_, &byte, 1);
   cv_.notify_all();
@@ -280,7 +330,14 @@ void NodeGroup::SetVerdict(const std::string& line) {
 void NodeGroup::AcceptVerdict(const std::string& text) {
   if (!verdict_.empty()) return;
   const size_t space = text.find(' ');
-  const std::string origin = text.substr(0, space);
+  // "<node>/<kind>": the kind is absent in a verdict of the join.
+  std::string origin = text.substr(0, space);
+  std::optional<FailureKind> kind;
+  if (const size_t slash = origin.find('/'); slash != std::string::npos) {
+    const int k = std::atoi(origin.c_str() + slash + 1);
+    if (k >= int(FailureKind::kLauncher) && k <= int(FailureKind::kExit)) kind = FailureKind(k);
+    origin.resize(slash);
+  }
   const std::string line = VerdictLine(text);
   if (origin == std::to_string(config_.node_rank) && line != pending_line_) {
     if (!verdict_refused_) {
@@ -293,7 +350,7 @@ void NodeGroup::AcceptVerdict(const std::string& text) {
     }
     return;
   }
-  SetVerdict(line);
+  SetVerdict(line, kind);
 }
 
 void NodeGroup::ReportLocalFailure(FailureKind kind, const std::string& line) {
@@ -425,10 +482,11 @@ void NodeGroup::Round() {
   if (me != 0 && silent >= silence) {
     store_gone_ = true;
     SetVerdict(NodeName(0) + " is gone: its launcher, which hosts the rendezvous store at " +
-               config_.master_addr + ":" + std::to_string(config_.master_port) +
-               ", has not answered for " + Silent(silent, silence) +
-               " (it was killed, or its host or the network is down; last error: " + store_error_ +
-               ")");
+                   config_.master_addr + ":" + std::to_string(config_.master_port) +
+                   ", has not answered for " + Silent(silent, silence) +
+                   " (it was killed, or its host or the network is down; last error: " +
+                   store_error_ + ")",
+               FailureKind::kNodeLost);
   }
 }
 
@@ -507,12 +565,12 @@ void NodeGroup::Arbitrate(Clock::time_point now, bool failing) {
           });
       // "<node that reported it, or -> <line>": a node can then refuse a
       // verdict that says it reported what it did not.
-      (void)store_->Set(
-          NodeKey(0, "failed"),
-          ToBytes((best.node < 0 ? "-" : std::to_string(best.node)) + " " + best.line),
-          kCallTimeout);
+      (void)store_->Set(NodeKey(0, "failed"),
+                        ToBytes((best.node < 0 ? "-" : std::to_string(best.node)) + "/" +
+                                std::to_string(best.kind) + " " + best.line),
+                        kCallTimeout);
       std::lock_guard<std::mutex> lock(mutex_);
-      SetVerdict(best.line);
+      SetVerdict(best.line, FailureKind(best.kind));
     }
   }
 

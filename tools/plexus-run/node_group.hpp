@@ -11,14 +11,15 @@
 // started with the same token file, a script) can neither speak for a node
 // nor give the verdict:
 //
-//   node/K/launch/info     "nproc=2 nnodes=3 host=NAME": node K has joined, and with what
+//   node/K/launch/info     "nproc=2 nnodes=3 host=NAME start=S": node K has joined, and with
+//                          what; S counts the restarts (plexus-run --max-restarts)
 //   node/K/launch/beat     counter, +1 every kBeatPeriod while node K's launcher is alive
 //   node/K/launch/report   "<kind> <line>": the local failure node K saw (once);
 //                          kind: FailureKind, lower = closer to the root cause
 //   node/K/launch/done     "ok" or "failed": node K's ranks have ended (its beats may stop)
 //   node/K/launch/left     node K's launcher needs the store no longer
-//   node/0/launch/failed   the job-wide verdict, "<node that reported it, or -> <line>":
-//                          the line every launcher reports
+//   node/0/launch/failed   the job-wide verdict, "<node that reported it, or ->/<kind> <line>":
+//                          the line every launcher reports, and its FailureKind
 //   node/0/launch/all_done "1": every node's ranks exited 0
 //
 // While joining, every launcher checks each node's info against its own
@@ -42,6 +43,13 @@
 // one thing it knows for certain), and logs it. Node 0 keeps serving the store at the end
 // until every live launcher has left, so that none of them mistakes the end
 // for node 0's death.
+//
+// Restarts (--max-restarts): every start of the ranks has a fresh store and
+// a fresh NodeGroup, the same port. A launcher that joins start S reads
+// node 0's info; while it says an earlier start, the store is still the old
+// one (node 0 is waiting for the others to leave it), and the launcher
+// connects again a moment later. Other nodes of an earlier start count as not
+// yet joined; one of a later start is an error.
 //
 // Thread safety: one helper thread does the beats and polls; the public
 // methods are called from the launcher's main thread.
@@ -72,6 +80,7 @@ struct NodeGroupConfig {
   // Silence that makes a node lost while the job is healthy (plexus-run:
   // --node-timeout, default PLEXUS_TIMEOUT); once it is failing, at most 5 s.
   std::chrono::milliseconds lost_after{300000};
+  int start = 0;  // restarts before this start of the ranks (--max-restarts)
 };
 
 class NodeGroup {
@@ -93,6 +102,9 @@ class NodeGroup {
 
   // The job-wide verdict, "" while there is none.
   std::string Failure();
+  // What kind of failure the verdict is; unset while there is none, and for a
+  // verdict the join gave (two nodes disagree).
+  std::optional<FailureKind> VerdictKind();
 
   // A local failure, to be reported (once; later calls are ignored). Does
   // not block: the helper thread sends it.
@@ -123,7 +135,7 @@ class NodeGroup {
   // The silence after which a node counts as lost: lost_after, or at most
   // kLostOnceFailing (node_group.cpp) once the job is failing.
   std::chrono::milliseconds Silence(bool failing) const;
-  void SetVerdict(const std::string& line);  // holds mutex_
+  void SetVerdict(const std::string& line, std::optional<FailureKind> kind);  // holds mutex_
   // The verdict as read from the store, "<node> <line>": SetVerdict(line)
   // unless it contradicts this node's own report. Holds mutex_.
   void AcceptVerdict(const std::string& text);
@@ -148,6 +160,7 @@ class NodeGroup {
   std::condition_variable cv_;
   bool stop_ = false;
   std::string verdict_;
+  std::optional<FailureKind> verdict_kind_;
   bool verdict_refused_ = false;  // a contradicting verdict was logged
   bool store_gone_ = false;       // node 0 was declared gone (the store with it)
   bool all_done_ = false;
