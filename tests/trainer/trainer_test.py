@@ -272,57 +272,65 @@ def kill(a, work):
 
 
 def restart(a, work):
-    """plexus-run --max-restarts 1: rank 1 killed once after a checkpoint; the
-    job starts again, the trainer resumes by itself, and the final weights are
-    those of a run that was never interrupted (3 ranks: a resumed run sums as
-    the uninterrupted one only with its bucket order, kept in the checkpoint)."""
-    env = dict(ENV, PLEXUS_BACKEND="tcp")
+    """plexus-run --max-restarts 1: rank 1 killed (SIGKILL), or frozen
+    (SIGSTOP: the others time out), once after a checkpoint; the job starts
+    again, the trainer resumes by itself, and the final weights are those of a
+    run that was never interrupted (3 ranks: a resumed run sums as the
+    uninterrupted one only with its bucket order, kept in the checkpoint)."""
+    env = dict(ENV, PLEXUS_BACKEND="tcp", PLEXUS_TIMEOUT="5")
     common = ["--data", "digits", "--epochs", "12", "--seed", "3"]
-    full_w, res_w = os.path.join(work, "full.ptf"), os.path.join(work, "restarted.ptf")
-    ck = os.path.join(work, "ck")
+    full_w = os.path.join(work, "full.ptf")
     rc, out = run([a.plexus_run, "-n", "3", a.trainer, *common, "--save-weights", full_w], env)
     if rc != 0 and "digits.ptf not found" in out:
         print("skipped: the digits set was not exported (scikit-learn missing at build time)")
         sys.exit(SKIP)
     if rc != 0:
         fail(f"the uninterrupted run exited {rc}")
-    argv = [a.plexus_run, "-n", "3", "--max-restarts", "1", a.trainer, *common,
-            "--checkpoint", ck, "--save-weights", res_w]
-    print("$ " + " ".join(argv), flush=True)
-    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, start_new_session=True)
-    out, victim = [], None
-    try:
-        for line in p.stdout:
-            out.append(line)
-            if victim is None and re.search(r"epoch 2/\d+ done", line):
-                victim = rank_pid(p.pid, 1)
-                if victim is None:
-                    fail("could not find rank 1's process")
-                print(f"killing rank 1 (pid {victim}) after epoch 2's checkpoint", flush=True)
-                os.kill(victim, signal.SIGKILL)
-        rc = p.wait(timeout=300)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        fail("the job hung")
-    text = "".join(out)
-    print("".join(l for l in out if "plexus-run" in l or "resumed" in l or "epoch 12" in l))
-    if victim is None:
-        fail("the job never finished epoch 2")
-    if rc != 0:
-        fail(f"the job exited {rc} despite --max-restarts 1")
-    if not re.search(r"plexus-run: starting all 3 ranks again \(restart 1 of 1\) after: rank 1 .*SIGKILL",
-                     text):
-        fail("plexus-run did not say it started the ranks again after rank 1 was killed")
-    m = re.search(r"resumed from \S+ after epoch (\d+) \(step \d+\), restart 1", text)
-    if not m or int(m.group(1)) < 2:
-        fail("the restarted trainer did not say it resumed from a checkpoint after epoch 2 or later")
-    if "finished after 1 restart" not in text:
-        fail("plexus-run did not say the job finished after 1 restart")
-    if read_weights(full_w) != read_weights(res_w):
-        fail("the final weights differ from the uninterrupted run's")
-    print(f"rank 1 killed once, restarted from epoch {m.group(1)}'s checkpoint: exit 0, final "
-          "weights bit-identical to the uninterrupted run")
+    for sig, says in ((signal.SIGKILL, r"rank 1 .*SIGKILL"),
+                      (signal.SIGSTOP, r"rank 1 .*stopped making progress")):
+        name = signal.Signals(sig).name
+        res_w, ck = os.path.join(work, f"{name}.ptf"), os.path.join(work, f"ck-{name}")
+        argv = [a.plexus_run, "-n", "3", "--max-restarts", "1", a.trainer, *common,
+                "--checkpoint", ck, "--save-weights", res_w]
+        print("$ " + " ".join(argv), flush=True)
+        p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True)
+        out, victim, start = [], None, None
+        try:
+            for line in p.stdout:
+                out.append(line)
+                if victim is None and re.search(r"epoch 2/\d+ done", line):
+                    victim = rank_pid(p.pid, 1)
+                    if victim is None:
+                        fail("could not find rank 1's process")
+                    print(f"{name} to rank 1 (pid {victim}) after epoch 2's checkpoint", flush=True)
+                    os.kill(victim, sig)
+                    start = time.monotonic()
+                if start is not None and "resumed from" in line:
+                    print(f"resumed {time.monotonic() - start:.1f} s after the {name}", flush=True)
+                    start = None
+            rc = p.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            fail(f"{name}: the job hung")
+        text = "".join(out)
+        print("".join(l for l in out if "plexus-run" in l or "resumed" in l or "epoch 12" in l))
+        if victim is None:
+            fail(f"{name}: the job never finished epoch 2")
+        if rc != 0:
+            fail(f"{name}: the job exited {rc} despite --max-restarts 1")
+        if not re.search(r"plexus-run: starting all 3 ranks again \(restart 1 of 1\) after: " + says,
+                         text):
+            fail(f"{name}: plexus-run did not say it started the ranks again, naming rank 1")
+        m = re.search(r"resumed from \S+ after epoch (\d+) \(step \d+\), restart 1", text)
+        if not m or int(m.group(1)) < 2:
+            fail(f"{name}: the restarted trainer did not say it resumed from epoch 2 or later")
+        if "finished after 1 restart" not in text:
+            fail(f"{name}: plexus-run did not say the job finished after 1 restart")
+        if read_weights(full_w) != read_weights(res_w):
+            fail(f"{name}: the final weights differ from the uninterrupted run's")
+        print(f"{name} to rank 1, restarted from epoch {m.group(1)}'s checkpoint: exit 0, final "
+              "weights bit-identical to the uninterrupted run")
 
 
 def rank_pid(launcher_pid, rank):
