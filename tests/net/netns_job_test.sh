@@ -86,6 +86,15 @@
 #     then exit 0 saying the job finished after 1 restart; every rank passes
 #     every check on the second start (PLEXUS_RESTART_COUNT=1).
 #
+#   netns_job_test.sh trainer-nodes PLEXUS_RUN TRAINER [ARGS...]
+#     plexus-trainer on 3 x 2 ranks, every plexus-run with --nnodes 2:3
+#     --max-restarts 1 --last-call 2 and the trainer with --checkpoint in a
+#     directory every host sees; after its first epoch, node 2's eth0 goes
+#     down. Nodes 0 and 1 must start again on those two (4 ranks), the
+#     trainer must resume from its checkpoint on 4 ranks and finish, and both
+#     launchers exit 0; node 2's exits non-zero. Skipped (77) when TRAINER is
+#     "none".
+#
 #   netns_job_test.sh ifname PLEXUS_RUN PROG [ARGS...]
 #     PLEXUS_SOCKET_IFNAME on one namespace host (lo, eth0 10.A.B.1, and
 #     noip0 without an address), 2 ranks of PROG with the master at eth0's
@@ -122,6 +131,7 @@ collectives-ucx)
   ;;
 linkdown | hierarchy-stop | hierarchy-kill) run_opts=(--grace 20) ;;
 restart) run_opts=(--max-restarts 1) ;;
+trainer-nodes) run_opts=(--max-restarts 1 --last-call 2) ;;
 hierarchy | hierarchy-uneven)
   [ "$local_backend" != ucx ] || [ -f "${NET_UCX_PLUGIN:-}" ] ||
     netns_skip "libplexus-ucx.so is not built (${NET_UCX_PLUGIN:-no path given}): UCX not found, or -Ducx=disabled"
@@ -132,12 +142,15 @@ delay)
   [ -x "${NET_DELAY_SWITCH:-}" ] || netns_skip "the delay switch is not built (${NET_DELAY_SWITCH:-no path given})"
   timeout_s=60
   ;;
-ddp | trainer)
+ddp | trainer | trainer-nodes)
   [ "${1:-none}" != none ] || netns_skip "LibTorch was not found when this build was configured (no ddp_check / plexus-trainer; see tests/ddp)"
   timeout_s=60
   ;;
 esac
 
+# A host cut off must be found (PLEXUS_TIMEOUT + 5 s) and the survivors'
+# join (PLEXUS_TIMEOUT) must give up on it within the test's time.
+[ $mode = trainer-nodes ] && timeout_s=10
 netns_setup $nodes || { echo "FAIL: setting up the namespaces"; exit 1; }
 delay_us=${NET_DELAY_US:-1000}
 if [ $mode = delay ] || { [ $mode = trainer ] && [ -n "${NET_DELAY_US:-}" ]; }; then
@@ -154,7 +167,7 @@ start_node() { # k env...
   local k=$1
   shift
   ip netns exec "${NETNS_HOSTS[$k]}" env PLEXUS_BACKEND=$backend PLEXUS_TIMEOUT=$timeout_s "$@" \
-    "$run" --nnodes $nodes --node-rank "$k" --master-addr "${NETNS_ADDRS[0]}" \
+    "$run" --nnodes "${nnodes_opt:-$nodes}" --node-rank "$k" --master-addr "${NETNS_ADDRS[0]}" \
     --master-port $port --token-file "$NETNS_TMP/token" -n $nproc "${run_opts[@]}" "${prog[@]}" \
     >"$NETNS_TMP/out.$k" 2>"$NETNS_TMP/err.$k" &
   launchers[$k]=$!
@@ -232,6 +245,36 @@ case $mode in
 collectives)
   prog=("$@")
   battery 240
+  ;;
+trainer-nodes)
+  prog=("$@" --checkpoint "$NETNS_TMP/ckpt")
+  # Every launcher with --nnodes 2:3 (start_node passes --nnodes $nodes).
+  nnodes_opt="2:$nodes"
+  for ((k = 0; k < nodes; ++k)); do start_node $k OMP_NUM_THREADS=1; done
+  deadline=$((SECONDS + 60))
+  until grep -q '^\[0\] epoch 1/[0-9]* done' "$NETNS_TMP/out.0" 2>/dev/null; do
+    ((SECONDS < deadline)) || break
+    sleep 0.2
+  done
+  check "grep -q '^\[0\] epoch 1/[0-9]* done' '$NETNS_TMP/out.0'" "the trainer finished its first epoch on 6 ranks"
+  ip -n "${NETNS_HOSTS[2]}" link set eth0 down
+  echo "node 2's eth0 down at $SECONDS s"
+  netns_wait 150 "${launchers[@]}"
+  show
+  for k in 0 1; do
+    p=${launchers[$k]}
+    check "[ '${NETNS_RC[$p]}' = 0 ]" "node $k's plexus-run exited 0 (${NETNS_RC[$p]}, after ${NETNS_AT[$p]} s)"
+    check "grep -q 'node $k: starting its 2 ranks again (restart 1 of 1)' '$NETNS_TMP/err.$k'" \
+      "node $k started its ranks again"
+    check "grep -q 'node $k: start 1 on 2 of 3 nodes (0, 1): 4 ranks' '$NETNS_TMP/err.$k'" \
+      "node $k's second start has nodes 0 and 1, 4 ranks"
+  done
+  p=${launchers[2]}
+  check "[ '${NETNS_RC[$p]:-0}' != 0 ]" "node 2's plexus-run exited non-zero (${NETNS_RC[$p]:-?})"
+  check "grep -Eq '^\[0\] plexus-trainer: resumed from .* after epoch [1-9][0-9]* \(step [0-9]+\), restart 1' '$NETNS_TMP/out.0'" \
+    "the trainer resumed from its checkpoint on the second start"
+  check "grep -q 'on tcp, 4 rank(s)' '$NETNS_TMP/out.0'" "the second start trained on 4 ranks"
+  check "grep -Eq '^\[0\] epoch ([0-9]+)/\\1 done' '$NETNS_TMP/out.0'" "the trainer finished its last epoch"
   ;;
 restart)
   # Rank 3 dies on the first start: its launcher reports it, node 0 gives

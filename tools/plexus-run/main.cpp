@@ -77,7 +77,9 @@ struct Options {
   bool prefix_output = true;
   std::chrono::milliseconds grace{3000};
   std::chrono::milliseconds timeout{0};
-  int max_restarts = 0;  // --max-restarts
+  int max_restarts = 0;                        // --max-restarts
+  int min_nodes = 0;                           // --nnodes MIN:MAX; 0: --nnodes (every node)
+  std::chrono::milliseconds last_call{30000};  // --last-call
   std::vector<std::string> argv;
 };
 
@@ -128,6 +130,12 @@ void PrintHelp() {
       "      --nproc-per-node N  same as --nproc (torchrun's name; --nproc_per_node too)\n"
       "      --nnodes M          number of hosts (nodes) in the job, each running one\n"
       "                          plexus-run with the same -n (default 1)\n"
+      "      --nnodes MIN:MAX    elastic: start once MAX nodes joined, or MIN and then\n"
+      "                          --last-call passed; with --max-restarts, a lost node\n"
+      "                          restarts the job on those left (at least MIN), and a\n"
+      "                          node that comes later joins at the next restart\n"
+      "      --last-call SEC     with MIN:MAX, how long node 0 waits for more nodes\n"
+      "                          once MIN have joined (default 30)\n"
       "      --node-rank K       this host's place, 0..M-1 (default 0; --node_rank too);\n"
       "                          node 0 hosts the store\n"
       "      --master-addr ADDR  address the store listens on and ranks connect to:\n"
@@ -461,6 +469,7 @@ Options ParseArgs(int argc, char** argv) {
     kLocalNodes,
     kNodeTimeout,
     kMaxRestarts,
+    kLastCall,
   };
   static const option kLongOptions[] = {
       {"nproc", required_argument, nullptr, 'n'},
@@ -483,6 +492,7 @@ Options ParseArgs(int argc, char** argv) {
       {"node-timeout", required_argument, nullptr, kNodeTimeout},
       {"max-restarts", required_argument, nullptr, kMaxRestarts},
       {"max_restarts", required_argument, nullptr, kMaxRestarts},
+      {"last-call", required_argument, nullptr, kLastCall},
       {"help", no_argument, nullptr, 'h'},
       {"version", no_argument, nullptr, 'V'},
       {nullptr, 0, nullptr, 0},
@@ -523,8 +533,20 @@ Options ParseArgs(int argc, char** argv) {
         opts.timeout = ParseSeconds("--timeout", optarg);
         break;
       case kNnodes:
-        opts.nnodes = static_cast<int>(ParseInt(name.c_str(), optarg, 1, kMaxNodes));
+        if (const char* colon = std::strchr(optarg, ':')) {
+          const std::string min(optarg, size_t(colon - optarg));
+          opts.min_nodes = static_cast<int>(ParseInt(name.c_str(), min.c_str(), 1, kMaxNodes));
+          opts.nnodes = static_cast<int>(ParseInt(name.c_str(), colon + 1, 1, kMaxNodes));
+          if (opts.min_nodes > opts.nnodes) {
+            UsageError("--nnodes " + std::string(optarg) + ": MIN is more than MAX");
+          }
+        } else {
+          opts.nnodes = static_cast<int>(ParseInt(name.c_str(), optarg, 1, kMaxNodes));
+        }
         opts.nnodes_given = true;
+        break;
+      case kLastCall:
+        opts.last_call = ParseSeconds("--last-call", optarg);
         break;
       case kNodeRank:
         opts.node_rank = static_cast<int>(ParseInt(name.c_str(), optarg, 0, kMaxNodes - 1));
@@ -565,6 +587,7 @@ Options ParseArgs(int argc, char** argv) {
   }
   if (opts.nproc == 0) UsageError("missing -n N (the number of ranks)");
   if (!opts.nnodes_given) ApplySlurmStep(&opts);
+  if (opts.min_nodes == 0) opts.min_nodes = opts.nnodes;
   if (opts.node_rank >= opts.nnodes) {
     UsageError("--node-rank " + std::to_string(opts.node_rank) + " is not below --nnodes " +
                std::to_string(opts.nnodes));
@@ -652,6 +675,8 @@ std::chrono::milliseconds JoinTimeout() {
 struct StartFailure {
   std::optional<FailureKind> kind;
   std::string line;
+  int start = 0;         // the start it was (a late node joins node 0's)
+  bool sat_out = false;  // this node was not in it (it came late): join the next
 };
 
 // One start of the ranks (plexus-run starts them again under
@@ -695,6 +720,8 @@ int RunStart(const Options& opts, const JobInfo& given_job, const std::string& p
     gc.master_port = job.master_port;
     gc.join_timeout = JoinTimeout();
     gc.start = job.restart_count;
+    gc.min_nodes = opts.min_nodes;
+    gc.last_call = opts.last_call;
     // A node is lost after as much silence as the ranks' collectives
     // tolerate (PLEXUS_TIMEOUT) and 5 s more, unless --node-timeout says
     // otherwise. Not less: the beats cross the same network as the ranks'
@@ -713,6 +740,34 @@ int RunStart(const Options& opts, const JobInfo& given_job, const std::string& p
       std::fprintf(stderr, "plexus-run: node %d: %s\n", opts.node_rank, error.c_str());
       if (server) server->Stop();
       return kExitRankFailed;
+    }
+    failure->start = group->start();
+    const std::vector<int> members = group->members();
+    std::string list;
+    for (int m : members) list += (list.empty() ? "" : ", ") + std::to_string(m);
+    if (!group->is_member()) {
+      // Too late for this start (--nnodes MIN:MAX): wait for the next.
+      std::fprintf(stderr,
+                   "plexus-run: node %d: the job runs on nodes %s (start %d) without this node; "
+                   "it joins at the next restart\n",
+                   opts.node_rank, list.c_str(), group->start());
+      if (group->WaitOutStart()) {
+        std::fprintf(stderr, "plexus-run: node %d: the job finished without this node\n",
+                     opts.node_rank);
+        return kExitOk;
+      }
+      failure->sat_out = true;
+      return kExitRankFailed;
+    }
+    // The ranks of this start: the members' nodes in order, nproc each.
+    job.restart_count = group->start();
+    job.world_size = int(members.size()) * opts.nproc;
+    job.node_rank =
+        int(std::find(members.begin(), members.end(), opts.node_rank) - members.begin());
+    if (int(members.size()) < opts.nnodes) {
+      std::fprintf(stderr, "plexus-run: node %d: start %d on %zu of %d nodes (%s): %d ranks\n",
+                   opts.node_rank, group->start(), members.size(), opts.nnodes, list.c_str(),
+                   job.world_size);
     }
   }
 
@@ -760,9 +815,11 @@ int RunStart(const Options& opts, const JobInfo& given_job, const std::string& p
 
   if (group) {
     NodeGroup* g = group.get();
-    config.first_rank = opts.node_rank * opts.nproc;
-    config.node_rank = opts.node_rank;
-    config.node_hosts = g->hosts();
+    // (Nodes are numbered as in this start: with MIN:MAX and a node missing,
+    // "node 1" in the ranks' messages is the second node of the start.)
+    config.first_rank = job.node_rank * opts.nproc;
+    config.node_rank = job.node_rank;
+    for (int m : g->members()) config.node_hosts.push_back(g->hosts()[m]);
     config.remote_failure_fd = g->wake_fd();
     config.remote_failure = [g] { return g->Failure(); };
     config.publish_failure = [g](FailureKind kind, const std::string& line) {
@@ -808,7 +865,19 @@ int RunStarts(const Options& opts, JobInfo job, const std::string& public_creden
   for (int restart = 0;; ++restart) {
     job.restart_count = restart;
     StartFailure failure;
+    failure.start = restart;
     const int code = RunStart(opts, job, public_credential, &failure);
+    restart = failure.start;  // a late node counts from the start it found
+    if (failure.sat_out) {
+      if (restart >= opts.max_restarts) {
+        std::fprintf(stderr,
+                     "plexus-run: node %d: no restart is left for this node to join "
+                     "(--max-restarts %d)\n",
+                     opts.node_rank, opts.max_restarts);
+        return code;
+      }
+      continue;
+    }
     if (code == kExitOk) {
       if (restart > 0) {
         std::fprintf(stderr, "plexus-run: the job finished after %d restart%s\n", restart,
@@ -818,9 +887,10 @@ int RunStarts(const Options& opts, JobInfo job, const std::string& public_creden
     }
     // A signal to plexus-run, --timeout or prog not executable: not the
     // ranks' failure, and starting them again would not help. Nor a node lost
-    // (the job needs every node) or a failure of unknown kind.
+    // where the job needs every node (--nnodes M; MIN:MAX goes on without
+    // it), or a failure of unknown kind.
     if (opts.max_restarts == 0 || !failure.kind || *failure.kind == FailureKind::kLauncher ||
-        *failure.kind == FailureKind::kNodeLost) {
+        (*failure.kind == FailureKind::kNodeLost && opts.min_nodes == opts.nnodes)) {
       return code;
     }
     history.push_back("start " + std::to_string(restart) + ": " + failure.line);

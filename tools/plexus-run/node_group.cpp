@@ -123,9 +123,10 @@ bool NodeGroup::Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* 
   store::TcpStoreClientOptions options;
   options.identity = "node/" + std::to_string(config.node_rank);
   options.label = "plexus-run on host " + HostName() + ", pid " + std::to_string(long(getpid()));
-  const std::string info = "nproc=" + std::to_string(config.nproc) +
-                           " nnodes=" + std::to_string(config.nnodes) + " host=" + HostName() +
-                           " start=" + std::to_string(config.start);
+  // The start joined: config.start, or a later one node 0 is at (a node that
+  // comes late to an elastic job, --nnodes MIN:MAX, joins where it is).
+  int start = config.start;
+  const bool elastic = config.min_nodes < config.nnodes;
   const auto deadline = Clock::now() + config.join_timeout;
   // Connects and registers; on a restart (start > 0), again while the store
   // is the last start's (node 0 says an earlier start there, or the store
@@ -137,8 +138,8 @@ bool NodeGroup::Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* 
         std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
                  std::chrono::milliseconds(1));
     store.reset();
-    const bool retry = config.start > 0 && Clock::now() < deadline;
-    if (config.start > 0 && config.node_rank != 0) {
+    const bool retry = (start > 0 || elastic) && Clock::now() < deadline;
+    if ((start > 0 || elastic) && config.node_rank != 0) {
       // First without an identity (the last start's store may still hold
       // this node's, and would refuse it noisily): is it this start's store?
       store::TcpStoreClientOptions probe_options = options;
@@ -148,9 +149,10 @@ bool NodeGroup::Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* 
       st = store::ConnectTcpStoreWithOptions(config.master_addr, config.master_port, left,
                                              probe_options, &probe);
       const Status got = st.ok() ? probe->Get(NodeKey(0, "info"), &node0, 0ms) : st;
+      const int start0 = got.ok() ? std::atoi(ParseFields(ToString(node0))["start"].c_str()) : 0;
+      if (got.ok() && elastic && start0 > start) start = start0;
       const bool old_store =
-          (got.ok() && ParseFields(ToString(node0))["start"] != std::to_string(config.start)) ||
-          (!got.ok() && got.code() != PLEXUS_ERR_TIMEOUT);
+          (got.ok() && start0 != start) || (!got.ok() && got.code() != PLEXUS_ERR_TIMEOUT);
       if (old_store && retry) {
         std::this_thread::sleep_for(kJoinPoll);
         continue;
@@ -175,6 +177,9 @@ bool NodeGroup::Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* 
                "--master-port and token?)";
       return false;
     }
+    const std::string info = "nproc=" + std::to_string(config.nproc) +
+                             " nnodes=" + std::to_string(config.nnodes) + " host=" + HostName() +
+                             " start=" + std::to_string(start);
     st = store->Set(NodeKey(config.node_rank, "info"), ToBytes(info), kCallTimeout);
     if (st.ok() || !retry) break;
     std::this_thread::sleep_for(kJoinPoll);
@@ -185,6 +190,7 @@ bool NodeGroup::Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* 
   }
 
   auto group = std::unique_ptr<NodeGroup>(new NodeGroup(config, std::move(store)));
+  group->start_ = start;
   RendezvousStore& s = *group->store_;
   // Every launcher checks what each node says as it arrives. Node 0 fails the
   // job on a disagreement (its verdict is the one every launcher reads); any
@@ -200,7 +206,9 @@ bool NodeGroup::Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* 
     return false;
   };
   std::vector<bool> seen(config.nnodes, false);
-  bool failing = false;  // the store has not answered since failing_since
+  std::optional<Clock::time_point> min_joined_at;  // node 0: when MIN nodes had joined
+  std::vector<int> members;                        // as node 0 said
+  bool failing = false;                            // the store has not answered since failing_since
   Clock::time_point failing_since{};
   while (true) {
     std::vector<int> missing;
@@ -210,15 +218,15 @@ bool NodeGroup::Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* 
       Bytes value;
       Status got = s.Get(NodeKey(j, "info"), &value, 0ms);
       auto fields = ParseFields(ToString(value));
-      const int start = std::atoi(fields["start"].c_str());
-      if (got.ok() && !value.empty() && start > config.start) {
-        return refuse("node " + std::to_string(j) + " is at start " + std::to_string(start) +
+      const int their_start = std::atoi(fields["start"].c_str());
+      if (got.ok() && !value.empty() && their_start > start) {
+        return refuse("node " + std::to_string(j) + " is at start " + std::to_string(their_start) +
                       " of the ranks but node " + std::to_string(config.node_rank) + " at start " +
-                      std::to_string(config.start) +
+                      std::to_string(start) +
                       ": it restarted without this node (--max-restarts must be the same on "
                       "every node)");
       }
-      if (got.ok() && !value.empty() && start == config.start) {
+      if (got.ok() && !value.empty() && their_start == start) {
         seen[j] = true;
         group->hosts_[j] = fields["host"];
         const std::string differs = Disagreement(config, j, fields);
@@ -232,7 +240,41 @@ bool NodeGroup::Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* 
         }
       }
     }
-    if (missing.empty()) break;
+    // Who is in this start: node 0 decides (every node, or with MIN:MAX at
+    // least MIN once --last-call passed since MIN joined) and says so; the
+    // others wait for its word and for the info of every node in it.
+    if (config.node_rank == 0) {
+      const int joined = config.nnodes - int(missing.size());
+      if (joined >= config.min_nodes && !min_joined_at) min_joined_at = Clock::now();
+      if (missing.empty() || (min_joined_at && Clock::now() - *min_joined_at >= config.last_call)) {
+        std::string list;
+        for (int j = 0; j < config.nnodes; ++j) {
+          if (seen[j]) list += (list.empty() ? "" : " ") + std::to_string(j);
+        }
+        st = s.Set(NodeKey(0, "members"), ToBytes(list), kCallTimeout);
+        if (st.ok()) {
+          for (int j = 0; j < config.nnodes; ++j) group->member_[j] = seen[j];
+          break;
+        }
+      }
+    } else if (members.empty()) {
+      Bytes value;
+      if (s.Get(NodeKey(0, "members"), &value, 0ms).ok()) {
+        std::istringstream in(ToString(value));
+        for (int j; in >> j;) {
+          if (j >= 0 && j < config.nnodes) members.push_back(j);
+        }
+      }
+    }
+    if (!members.empty()) {
+      bool all_seen = true;
+      for (int j : members) all_seen = all_seen && seen[j];
+      if (all_seen ||
+          std::find(members.begin(), members.end(), config.node_rank) == members.end()) {
+        for (int j : members) group->member_[j] = true;
+        break;
+      }
+    }
     if (store_ok) {
       failing = false;
     } else if (!failing) {
@@ -263,7 +305,7 @@ bool NodeGroup::Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* 
 }
 
 NodeGroup::NodeGroup(const NodeGroupConfig& config, std::unique_ptr<RendezvousStore> store)
-    : config_(config), store_(std::move(store)), hosts_(config.nnodes) {
+    : config_(config), store_(std::move(store)), hosts_(config.nnodes), member_(config.nnodes) {
   int fds[2] = {-1, -1};
   if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0) {
     wake_read_ = fds[0];
@@ -299,6 +341,24 @@ std::string NodeGroup::NodeName(int node) const {
   if (first == last) return name + "rank " + std::to_string(first) + ")";
   return name + "ranks " + std::to_string(first) + (last == first + 1 ? " and " : " to ") +
          std::to_string(last) + ")";
+}
+
+std::vector<int> NodeGroup::members() const {
+  std::vector<int> m;
+  for (int j = 0; j < config_.nnodes; ++j) {
+    if (member_[j]) m.push_back(j);
+  }
+  return m;
+}
+
+bool NodeGroup::WaitOutStart() {
+  for (;;) {
+    Bytes value;
+    if (store_->Get(NodeKey(0, "all_done"), &value, 0ms).ok()) return true;
+    const Status st = store_->Get(NodeKey(0, "info"), &value, 0ms);
+    if (!st.ok() && st.code() != PLEXUS_ERR_TIMEOUT) return false;  // the store is gone
+    std::this_thread::sleep_for(kBeatPeriod);
+  }
 }
 
 void NodeGroup::Start() {
@@ -405,7 +465,7 @@ void NodeGroup::Leave(bool ok) {
     // beats, so one that has not left by then is gone.
     cv_.wait_for(lock, Silence(true) + kCallTimeout, [&] {
       int live = 0;
-      for (int j = 1; j < config_.nnodes; ++j) live += lost_[j] ? 0 : 1;
+      for (int j = 1; j < config_.nnodes; ++j) live += lost_[j] || !member_[j] ? 0 : 1;
       return left_ >= live;
     });
     lock.unlock();
@@ -494,6 +554,7 @@ void NodeGroup::Round() {
 void NodeGroup::Arbitrate(Clock::time_point now, bool failing) {
   const auto silence = Silence(failing || !candidates_.empty());
   for (int j = 1; j < config_.nnodes; ++j) {
+    if (!member_[j]) continue;  // not in this start
     if (done_[j].empty()) {
       Bytes value;
       if (store_->Get(NodeKey(j, "done"), &value, 0ms).ok()) done_[j] = ToString(value);
@@ -517,7 +578,7 @@ void NodeGroup::Arbitrate(Clock::time_point now, bool failing) {
   // one round). Nothing outside the nodes' own keys orders them: a counter
   // that anyone with the secret could write would let them pick the verdict.
   for (int j = 0; j < config_.nnodes; ++j) {
-    if (reported_[j]) continue;
+    if (reported_[j] || !member_[j]) continue;
     Bytes value;
     if (!store_->Get(NodeKey(j, "report"), &value, 0ms).ok()) continue;
     reported_[j] = true;
@@ -534,7 +595,7 @@ void NodeGroup::Arbitrate(Clock::time_point now, bool failing) {
   int64_t left = 0;
   for (int j = 1; j < config_.nnodes; ++j) {
     Bytes value;
-    if (store_->Get(NodeKey(j, "left"), &value, 0ms).ok()) ++left;
+    if (member_[j] && store_->Get(NodeKey(j, "left"), &value, 0ms).ok()) ++left;
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -555,7 +616,7 @@ void NodeGroup::Arbitrate(Clock::time_point now, bool failing) {
     if (!ready) {
       ready = true;
       for (int j = 1; j < config_.nnodes; ++j) {
-        if (done_[j].empty() && beats_since_report_[j] < 2) ready = false;
+        if (member_[j] && done_[j].empty() && beats_since_report_[j] < 2) ready = false;
       }
     }
     if (ready) {
@@ -579,7 +640,7 @@ void NodeGroup::Arbitrate(Clock::time_point now, bool failing) {
     std::lock_guard<std::mutex> lock(mutex_);
     all_ok = done_value_ == "ok" && verdict_.empty() && !all_done_;
   }
-  for (int j = 1; j < config_.nnodes && all_ok; ++j) all_ok = done_[j] == "ok";
+  for (int j = 1; j < config_.nnodes && all_ok; ++j) all_ok = !member_[j] || done_[j] == "ok";
   if (all_ok && store_->Set(NodeKey(0, "all_done"), ToBytes("1"), kCallTimeout).ok()) {
     std::lock_guard<std::mutex> lock(mutex_);
     all_done_ = true;

@@ -81,6 +81,11 @@ struct NodeGroupConfig {
   // --node-timeout, default PLEXUS_TIMEOUT); once it is failing, at most 5 s.
   std::chrono::milliseconds lost_after{300000};
   int start = 0;  // restarts before this start of the ranks (--max-restarts)
+  // --nnodes MIN:MAX (nnodes is MAX): node 0 starts once every node joined,
+  // or min_nodes did and last_call passed since; min_nodes == nnodes: every
+  // node, as always.
+  int min_nodes = 1;
+  std::chrono::milliseconds last_call{30000};
 };
 
 class NodeGroup {
@@ -127,6 +132,18 @@ class NodeGroup {
   // The host name each node gave when it joined ("" where unknown).
   const std::vector<std::string>& hosts() const { return hosts_; }
 
+  // The start this node joined (a late node of an elastic job joins node 0's).
+  int start() const { return start_; }
+  // The nodes of this start, in order (node 0 says which: every node, or with
+  // MIN:MAX those that joined in time); this node may not be one of them.
+  std::vector<int> members() const;
+  bool is_member() const { return member_[config_.node_rank]; }
+
+  // A node that is not in this start (it came late): waits, without beats,
+  // until the job is over (true) or node 0's store of this start is gone
+  // (false: join the next). Bounded by polls of the store only.
+  bool WaitOutStart();
+
  private:
   NodeGroup(const NodeGroupConfig& config, std::unique_ptr<RendezvousStore> store);
   void Loop();
@@ -159,6 +176,8 @@ class NodeGroup {
   std::mutex mutex_;
   std::condition_variable cv_;
   bool stop_ = false;
+  int start_ = 0;
+  std::vector<bool> member_;
   std::string verdict_;
   std::optional<FailureKind> verdict_kind_;
   bool verdict_refused_ = false;  // a contradicting verdict was logged
