@@ -290,6 +290,11 @@ bool NodeGroup::Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* 
       *error = VerdictLine(ToString(failed));
       return false;
     }
+    if (Clock::now() >= deadline && missing.empty()) {
+      *error = "node 0 has not said within " + Seconds(config.join_timeout) +
+               " (PLEXUS_TIMEOUT) which nodes are in this start, though every node joined";
+      return false;
+    }
     if (Clock::now() >= deadline) {
       *error = ListNodes(missing) + (missing.size() == 1 ? " has" : " have") +
                " not joined within " + Seconds(config.join_timeout) +
