@@ -16,11 +16,14 @@
 #include <cstring>
 #include <functional>
 #include <numeric>
+#include <sstream>
+#include <thread>
 
 #include "comm_state.hpp"
 #include "plexus/communicator.hpp"
 #include "plexus/log.hpp"
 #include "plugins/host_services.hpp"
+#include "stall_report.hpp"
 #include "store/store_protocol.hpp"
 
 namespace plexus {
@@ -89,10 +92,14 @@ std::vector<uint32_t> MembersOf(const std::vector<SplitEntry>& all, uint32_t col
 }
 
 // Makes this rank's group from every rank's entry (ExchangeEntries). out is
-// left empty for a rank that joins none. Collective over the parent.
+// left empty for a rank that joins none. Collective over the parent, or with
+// survivors (shrink) over the group's ranks alone: then never through the
+// parent's backend communicator (it is broken), and nothing waits for the
+// ranks outside.
 // backend: the group's, or null for the parent's.
 Status MakeGroup(detail::CommState& p, const std::vector<SplitEntry>& all, const std::string& base,
-                 std::shared_ptr<Backend> backend, std::shared_ptr<detail::CommState>* out) {
+                 std::shared_ptr<Backend> backend, std::shared_ptr<detail::CommState>* out,
+                 bool survivors = false) {
   if (!backend) backend = p.backend;
   const uint32_t color = all[p.rank].color;
   const bool joins = color != PLEXUS_SPLIT_NO_COLOR;
@@ -135,7 +142,7 @@ Status MakeGroup(detail::CommState& p, const std::vector<SplitEntry>& all, const
   }
   Status st;
   plexus_comm* comm = nullptr;
-  if (backend == p.backend && p.backend->HasCommSplit()) {
+  if (!survivors && backend == p.backend && p.backend->HasCommSplit()) {
     // Every rank of the parent, in or out.
     st = p.backend->SplitComm(p.comm, color, all[p.rank].key, joins ? &config : nullptr, &comm);
   } else if (joins) {
@@ -145,7 +152,7 @@ Status MakeGroup(detail::CommState& p, const std::vector<SplitEntry>& all, const
 
   // The rank hosting the store keeps it up until every rank of the parent
   // is past making its group (from_env does the same for the job).
-  if (p.job->has_rendezvous) {
+  if (p.job->has_rendezvous && !survivors) {
     auto done = [&](uint32_t r) { return store::RankKey(p.job_ranks[r], base + "/made"); };
     Status marked = p.job->store->Set(done(p.rank), Bytes{uint8_t(st.ok())}, p.timeout);
     if (st.ok()) st = marked;
@@ -200,6 +207,99 @@ std::optional<Communicator> Communicator::SplitOver(uint32_t color, uint32_t key
   if (!st.ok()) Throw(st.WithContext("split of " + s.name));
   st = MakeGroup(s, all, base, std::move(backend), &made);
   return Made(st, std::move(made), s);
+}
+
+Communicator Communicator::shrink() {
+  auto& s = state();
+  const char* elastic = std::getenv("PLEXUS_ELASTIC");
+  if (!s.job->has_rendezvous || !elastic || std::string(elastic) != "1") {
+    Throw(Status::InvalidUsage("shrink() of " + s.name +
+                               " needs a launcher that says which ranks are left: plexus-run "
+                               "--elastic (PLEXUS_ELASTIC=1)"));
+  }
+  const uint32_t me = s.job_ranks[s.rank];
+  // The collective that failed, marked as stalled here: the line names the
+  // ranks that never reached it, which the launcher takes out (a frozen rank
+  // is seen by no one else; a rank whose failure was relayed to this one
+  // left no such line yet).
+  detail::PostedOp failed;
+  {
+    std::lock_guard<std::mutex> lock(s.last_failed_mutex);
+    failed = s.last_failed;
+  }
+  // The launcher's word (node 0's key, which no other process may write):
+  // "<generation> <job rank> ...", the ranks still in the job.
+  const std::string key = store::NodeKey(0, "launch/members");
+  // Not when the launcher has already said that a rank left (it saw one
+  // exit): the report would only wait for the marks of ranks that are gone.
+  auto generation_said = [&] {
+    Bytes value;
+    uint64_t g = 0;
+    if (!s.job->store->Get(key, &value, std::chrono::milliseconds(0)).ok()) return g;
+    std::istringstream(std::string(value.begin(), value.end())) >> g;
+    return g;
+  };
+  if (failed.seq != 0 && generation_said() <= s.elastic_generation) {
+    (void)detail::ReportStall(s, failed);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + s.timeout;
+  uint64_t generation = 0;
+  std::vector<uint32_t> left_in;  // this communicator's ranks still in the job
+  for (;;) {
+    Bytes value;
+    Status st = s.job->store->Get(key, &value, std::chrono::milliseconds(0));
+    if (st.ok()) {
+      std::istringstream in(std::string(value.begin(), value.end()));
+      std::vector<uint32_t> job;
+      if (in >> generation) {
+        for (uint32_t r; in >> r;) job.push_back(r);
+      }
+      if (generation > s.elastic_generation) {
+        for (uint32_t r : s.job_ranks) {
+          if (std::find(job.begin(), job.end(), r) != job.end()) left_in.push_back(r);
+        }
+        break;
+      }
+    } else if (st.code() != PLEXUS_ERR_TIMEOUT) {
+      Throw(st.WithContext("shrink() of " + s.name + ": reading which ranks are left"));
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      Throw(Status::Timeout("shrink() of " + s.name + " on job rank " + std::to_string(me) +
+                            ": plexus-run said within " + std::to_string(s.timeout.count()) +
+                            " ms of no rank that left (did one? a failure of every rank is "
+                            "not one of them leaving)"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (std::find(left_in.begin(), left_in.end(), me) == left_in.end()) {
+    Throw(Status::Remote("shrink() of " + s.name + ": plexus-run took job rank " +
+                         std::to_string(me) + " out of the job"));
+  }
+  abort();  // the old one: whatever is still posted on it fails now
+  // Every rank left says where it runs (its local rank in the new one), under
+  // its own key; colors: 0 for the ranks left, none for the others.
+  const std::string base = s.name + "/e" + std::to_string(generation);
+  std::vector<SplitEntry> all(s.size, SplitEntry{kNoColor, 0, 0, 0});
+  const SplitEntry mine{0, s.rank, HostIdentity(s.job->local_address), 0};
+  const auto* p = reinterpret_cast<const uint8_t*>(&mine);
+  Status st =
+      s.job->store->Set(store::RankKey(me, base + "/entry"), Bytes(p, p + sizeof mine), s.timeout);
+  for (uint32_t r = 0; st.ok() && r < s.size; ++r) {
+    if (std::find(left_in.begin(), left_in.end(), s.job_ranks[r]) == left_in.end()) continue;
+    Bytes value;
+    st = s.job->store->Get(store::RankKey(s.job_ranks[r], base + "/entry"), &value, s.timeout);
+    if (st.ok() && value.size() != sizeof(SplitEntry)) {
+      st = Status::Remote("job rank " + std::to_string(s.job_ranks[r]) + " sent an entry of " +
+                          std::to_string(value.size()) + " bytes");
+    }
+    if (st.ok()) std::memcpy(&all[r], value.data(), sizeof(SplitEntry));
+  }
+  std::shared_ptr<detail::CommState> made;
+  if (st.ok()) st = MakeGroup(s, all, base, nullptr, &made, /*survivors=*/true);
+  if (!st.ok()) Throw(st.WithContext("shrink() of " + s.name), s.backend->name());
+  made->elastic_generation = generation;
+  made->name = base;
+  return Communicator(std::move(made));
 }
 
 std::optional<Communicator> Communicator::group(std::span<const uint32_t> ranks) {

@@ -31,6 +31,14 @@ struct CommState {
   // Groups made from this communicator so far (split/group): numbers their
   // names, the same on every rank because making one is collective.
   uint64_t groups_made = 0;
+  // shrink(): the launcher's generation of the job's ranks this communicator
+  // was made in (plexus-run --elastic; 0 for the first).
+  uint64_t elastic_generation = 0;
+  // The last collective that failed here (seq 0: none), for shrink(), which
+  // reports it as stalled so that the launcher can tell a frozen rank from
+  // the ones that saw it fail.
+  std::mutex last_failed_mutex;
+  PostedOp last_failed{};
   // CommunicatorOptions::config: this communicator's settings, ahead of the
   // environment; the backend reads them through ConfigGetter (ABI 1.1).
   std::map<std::string, std::string> config;

@@ -55,6 +55,10 @@ void Work::Finish(int32_t code) {
     return;
   }
   comm_->failed = true;
+  if (posted_.seq != 0) {
+    std::lock_guard<std::mutex> lock(comm_->last_failed_mutex);
+    comm_->last_failed = posted_;
+  }
   if (code == PLEXUS_ERR_REMOTE || code == PLEXUS_ERR_TIMEOUT) {
     EndSlurmStepAfterExit(std::string(what_) + " failed");
   }

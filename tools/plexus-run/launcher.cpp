@@ -33,6 +33,12 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kDrainTimeout{1000};
 // Upper bound on one poll() so that a lost wake-up can only ever cost this much.
 constexpr int kMaxPollMs = 1000;
+// --elastic: how often the stall marks are read.
+constexpr std::chrono::milliseconds kStallCheck{250};
+// --elastic: how long a rank named by the others' stall lines has to report
+// the same failure itself (then it is alive, just slow) before it is taken
+// out as frozen.
+constexpr std::chrono::milliseconds kTakeOutGrace{1000};
 
 void PrintError(const std::string& text) {
   std::string line = "plexus-run: " + text + "\n";
@@ -94,6 +100,9 @@ class Launcher {
   struct Rank {
     pid_t pid = -1;
     bool exited = false;
+    bool left = false;     // --elastic: out of the job (failed, or taken out)
+    std::string reason{};  // --elastic: why it was taken out, when it was
+    std::optional<std::chrono::steady_clock::time_point> blamed_at{};  // --elastic
     int how = 0;         // siginfo si_code: CLD_EXITED, CLD_KILLED or CLD_DUMPED
     int value = 0;       // siginfo si_status: the exit code or the signal
     int stopped_by = 0;  // the signal that had stopped it when the job was stopped
@@ -122,6 +131,11 @@ class Launcher {
   std::string ListRanks(const std::vector<int>& ranks, bool with_nodes) const;
   std::string NodePrefix() const;
   void PublishFailure();
+  // --elastic: a rank left (its exit seen); tells the others.
+  void Leave(int index);
+  // --elastic: kills the ranks the others' stall marks name.
+  void TakeOutStalled();
+  std::string ElasticSummary() const;
 
   const LaunchConfig& config_;
   std::string program_path_;
@@ -146,6 +160,12 @@ class Launcher {
   int interrupt_signal_ = 0;  // first SIGINT/SIGTERM/SIGHUP received
   int stopped_count_ = 0;     // ranks still running when the job was stopped
   int sigkilled_count_ = 0;   // of those, how many outlived the grace period
+
+  // --elastic
+  uint64_t generation_ = 0;  // departures so far
+  std::vector<std::string> departures_;
+  Clock::time_point started_at_ = Clock::now();
+  Clock::time_point stall_checked_at_{};
 };
 
 Launcher::~Launcher() {
@@ -328,6 +348,11 @@ void Launcher::Loop() {
     const Clock::time_point now = Clock::now();
 
     if (!stopping_ && job_deadline_ && now >= *job_deadline_) BeginStop(Cause::kTimeout, SIGTERM);
+    if (config_.elastic && !stopping_ && now - stall_checked_at_ >= kStallCheck) {
+      stall_checked_at_ = now;
+      TakeOutStalled();
+      check_exits = true;
+    }
     if (stopping_ && !killed_ && (now >= stop_deadline_ || AllExited())) KillRemaining();
 
     fds.clear();
@@ -353,7 +378,7 @@ void Launcher::Loop() {
     if (!stopping_ && job_deadline_) earliest(*job_deadline_);
     if (stopping_ && !killed_) earliest(stop_deadline_);
     if (drain_deadline_) earliest(*drain_deadline_);
-    int timeout_ms = kMaxPollMs;
+    int timeout_ms = config_.elastic ? int(kStallCheck.count()) : kMaxPollMs;
     if (wake) {
       auto left = std::chrono::ceil<std::chrono::milliseconds>(*wake - now).count();
       timeout_ms = static_cast<int>(std::clamp<long long>(left, 0, kMaxPollMs));
@@ -423,6 +448,10 @@ void Launcher::CheckExits() {
     r.how = info.si_code;
     r.value = info.si_status;
     const bool failed = !(info.si_code == CLD_EXITED && info.si_status == 0);
+    if (failed && !stopping_ && config_.elastic) {
+      Leave(static_cast<int>(i));
+      continue;
+    }
     if (failed && !stopping_) {
       failed_rank_ = static_cast<int>(i);
       BeginStop(Cause::kRankFailed, SIGTERM);
@@ -565,6 +594,82 @@ void Launcher::ReapAll() {
 
 // Prints the report of a failure seen here; across nodes, the job-wide first
 // failure comes first when it was another node's.
+void Launcher::Leave(int index) {
+  Rank& r = ranks_[index];
+  r.left = true;
+  const double at = std::chrono::duration<double>(Clock::now() - started_at_).count();
+  char when[32];
+  std::snprintf(when, sizeof when, "%.1f s", at);
+  std::string why = DescribeExit(r.how, r.value);
+  if (!r.reason.empty()) why = r.reason + "; " + why;
+  departures_.push_back(RankWithPid(index) + " at " + when + ": " + why);
+  ++generation_;
+  std::vector<int> members;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    if (!ranks_[i].left) members.push_back(config_.first_rank + static_cast<int>(i));
+  }
+  if (config_.publish_members) config_.publish_members(generation_, members);
+  PrintError(
+      RankWithPid(index) + " " + why + "; the job goes on without it (--elastic): " +
+      (members.empty() ? std::string("no rank is left") : ListRanks(members, false) + " left"));
+}
+
+void Launcher::TakeOutStalled() {
+  if (!config_.read_stall_lines) return;
+  const std::vector<std::string> lines = config_.read_stall_lines();
+  const int first = config_.first_rank, n = static_cast<int>(ranks_.size());
+  std::vector<std::vector<int>> waiters(n);
+  std::vector<std::string> where(n), blamed_in(n);  // blamed_in: "<comm> <seq>"
+  std::vector<uint64_t> blamed_seq(n, 0);
+  struct Said {
+    std::string comm;
+    uint64_t seq = 0;
+  };
+  std::vector<Said> said(lines.size());
+  for (int r = 0; r < static_cast<int>(lines.size()); ++r) {
+    std::istringstream in(lines[r]);
+    std::string what;
+    if (!(in >> said[r].comm >> said[r].seq >> what)) continue;
+    // A rank that left no longer speaks for anyone.
+    if (r >= first && r - first < n && ranks_[r - first].left) continue;
+    for (int b; in >> b;) {
+      if (b == r || b < first || b - first >= n) continue;
+      waiters[b - first].push_back(r);
+      if (where[b - first].empty()) {
+        where[b - first] = what + " #" + std::to_string(said[r].seq) + " on " + said[r].comm;
+        blamed_in[b - first] = said[r].comm;
+        blamed_seq[b - first] = said[r].seq;
+      }
+    }
+  }
+  const Clock::time_point now = Clock::now();
+  for (int i = 0; i < n; ++i) {
+    Rank& r = ranks_[i];
+    if (waiters[i].empty() || r.exited || r.left || !r.reason.empty()) continue;
+    // A rank that reports the same failure itself is alive: it was only slow
+    // to mark it when the others looked (shrink() reports every survivor's).
+    const size_t me = static_cast<size_t>(first + i);
+    if (me < said.size() && said[me].comm == blamed_in[i] && said[me].seq + 1 >= blamed_seq[i]) {
+      r.blamed_at.reset();
+      continue;
+    }
+    if (!r.blamed_at) r.blamed_at = now;
+    if (now - *r.blamed_at < kTakeOutGrace) continue;
+    r.reason = "stopped making progress (" + ListRanks(waiters[i], false) +
+               " timed out waiting for it in " + where[i] + "), taken out";
+    ::kill(-r.pid, SIGKILL);
+  }
+}
+
+std::string Launcher::ElasticSummary() const {
+  int left = 0;
+  for (const Rank& r : ranks_) left += r.left ? 0 : 1;
+  std::string text = "the job ended on " + std::to_string(left) + " of " +
+                     std::to_string(ranks_.size()) + " ranks (--elastic); left: ";
+  for (size_t i = 0; i < departures_.size(); ++i) text += (i ? "; " : "") + departures_[i];
+  return text;
+}
+
 void Launcher::PrintLocal(const std::string& line) {
   const std::string root = config_.settle_failure ? config_.settle_failure() : "";
   if (root.empty()) {
@@ -584,6 +689,16 @@ int Launcher::Report() {
   const std::string stopped =
       stopped_count_ > 0 ? Plural(stopped_count_, "rank") + killed_note : "";
   int code = kExitOk;
+  if (config_.elastic && !departures_.empty() && cause_ == Cause::kNone) {
+    const std::string summary = ElasticSummary();
+    bool ok = false;
+    for (const Rank& r : ranks_) ok = ok || !r.left;
+    for (const Rank& r : ranks_) {
+      if (!r.left && !(r.how == CLD_EXITED && r.value == 0)) ok = false;
+    }
+    PrintError(summary);
+    return ok ? kExitOk : kExitRankFailed;
+  }
   switch (cause_) {
     case Cause::kNone:
       return kExitOk;

@@ -77,6 +77,15 @@ struct LaunchConfig {
   // After such a stop, once the ranks here are reaped: the job-wide first
   // failure when it was another node's, "" when it was this node's own.
   std::function<std::string()> settle_failure;
+
+  // plexus-run --elastic (one host): a rank that fails leaves the job and
+  // the others go on; a rank the others' stall marks name as having stopped
+  // making progress is killed and leaves too. After each departure
+  // publish_members(generation, the job ranks still in the job) tells the
+  // ranks (Communicator::shrink). The job ends when every rank has exited; it
+  // succeeded when every rank still in it exited 0.
+  bool elastic = false;
+  std::function<void(uint64_t, const std::vector<int>&)> publish_members;
 };
 
 // "node 1, host b", or "node 1" where node_hosts does not know its host.

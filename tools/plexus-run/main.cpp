@@ -78,6 +78,7 @@ struct Options {
   std::chrono::milliseconds grace{3000};
   std::chrono::milliseconds timeout{0};
   int max_restarts = 0;                        // --max-restarts
+  bool elastic = false;                        // --elastic
   int min_nodes = 0;                           // --nnodes MIN:MAX; 0: --nnodes (every node)
   std::chrono::milliseconds last_call{30000};  // --last-call
   std::vector<std::string> argv;
@@ -130,6 +131,11 @@ void PrintHelp() {
       "      --nproc-per-node N  same as --nproc (torchrun's name; --nproc_per_node too)\n"
       "      --nnodes M          number of hosts (nodes) in the job, each running one\n"
       "                          plexus-run with the same -n (default 1)\n"
+      "      --elastic           a rank that fails (or that the others' timeouts name\n"
+      "                          as stopped, which is then killed) leaves the job and\n"
+      "                          the others go on: they learn who is left through\n"
+      "                          Communicator::shrink() (PLEXUS_ELASTIC=1). One host\n"
+      "                          so far\n"
       "      --nnodes MIN:MAX    elastic: start once MAX nodes joined, or MIN and then\n"
       "                          --last-call passed; with --max-restarts, a lost node\n"
       "                          restarts the job on those left (at least MIN), and a\n"
@@ -470,6 +476,7 @@ Options ParseArgs(int argc, char** argv) {
     kNodeTimeout,
     kMaxRestarts,
     kLastCall,
+    kElastic,
   };
   static const option kLongOptions[] = {
       {"nproc", required_argument, nullptr, 'n'},
@@ -493,6 +500,7 @@ Options ParseArgs(int argc, char** argv) {
       {"max-restarts", required_argument, nullptr, kMaxRestarts},
       {"max_restarts", required_argument, nullptr, kMaxRestarts},
       {"last-call", required_argument, nullptr, kLastCall},
+      {"elastic", no_argument, nullptr, kElastic},
       {"help", no_argument, nullptr, 'h'},
       {"version", no_argument, nullptr, 'V'},
       {nullptr, 0, nullptr, 0},
@@ -545,6 +553,9 @@ Options ParseArgs(int argc, char** argv) {
         }
         opts.nnodes_given = true;
         break;
+      case kElastic:
+        opts.elastic = true;
+        break;
       case kLastCall:
         opts.last_call = ParseSeconds("--last-call", optarg);
         break;
@@ -588,6 +599,16 @@ Options ParseArgs(int argc, char** argv) {
   if (opts.nproc == 0) UsageError("missing -n N (the number of ranks)");
   if (!opts.nnodes_given) ApplySlurmStep(&opts);
   if (opts.min_nodes == 0) opts.min_nodes = opts.nnodes;
+  if (opts.elastic && opts.nnodes > 1) {
+    UsageError(
+        "--elastic works on one host so far (across hosts: --nnodes MIN:MAX with "
+        "--max-restarts restarts the job on the nodes left)");
+  }
+  if (opts.elastic && !opts.host_store) {
+    UsageError(
+        "--elastic needs plexus-run to host the store (not --no-store): the ranks "
+        "learn from it who is left, and a store in rank 0 would leave with rank 0");
+  }
   if (opts.node_rank >= opts.nnodes) {
     UsageError("--node-rank " + std::to_string(opts.node_rank) + " is not below --nnodes " +
                std::to_string(opts.nnodes));
@@ -781,6 +802,36 @@ int RunStart(const Options& opts, const JobInfo& given_job, const std::string& p
   config.rank_env.reserve(opts.nproc);
   for (int rank = 0; rank < opts.nproc; ++rank) {
     config.rank_env.push_back(BuildRankEnvironment(base_env, job, rank));
+    if (opts.elastic) config.rank_env.back().push_back("PLEXUS_ELASTIC=1");
+  }
+  // --elastic: who is left, said under node 0's own keys (no other process
+  // may write them), where Communicator::shrink() reads it.
+  if (opts.elastic && server) {
+    store::TcpStoreClientOptions options;
+    options.identity = "node/0";
+    options.label = "plexus-run --elastic, pid " + std::to_string(long(getpid()));
+    std::unique_ptr<RendezvousStore> client;
+    Status st = store::ConnectTcpStoreWithOptions(opts.master_addr, job.master_port,
+                                                  std::chrono::seconds(5), options, &client);
+    if (!st.ok()) {
+      std::fprintf(stderr, "plexus-run: --elastic: cannot connect to its own store: %s\n",
+                   st.ToString().c_str());
+      server->Stop();
+      return kExitRankFailed;
+    }
+    std::shared_ptr<RendezvousStore> members_client = std::move(client);
+    config.elastic = true;
+    config.publish_members = [members_client](uint64_t generation, const std::vector<int>& left) {
+      std::string value = std::to_string(generation);
+      for (int r : left) value += " " + std::to_string(r);
+      const Status st =
+          members_client->Set(store::NodeKey(0, "launch/members"),
+                              Bytes(value.begin(), value.end()), std::chrono::seconds(5));
+      if (!st.ok()) {
+        std::fprintf(stderr, "plexus-run: --elastic: cannot tell the ranks who is left: %s\n",
+                     st.ToString().c_str());
+      }
+    };
   }
 
   if (server || group) {

@@ -165,6 +165,16 @@ class Communicator {
   // gets std::nullopt. A list that differs between ranks, a repeat or a rank
   // >= size() fails on every rank with INVALID_ARGUMENT.
   std::optional<Communicator> group(std::span<const uint32_t> ranks);
+  // Elastic (plexus-run --elastic): after a collective failed because a rank
+  // left the job (it died, or stopped making progress and the launcher took
+  // it out), waits until the launcher names the ranks left (up to
+  // timeout()), aborts this communicator and returns one over those of its
+  // ranks that are left, ranked in this one's order. Collective over them.
+  // INVALID_USAGE outside plexus-run --elastic; REMOTE when this rank was
+  // taken out itself; TIMEOUT when no rank left (every rank failing alike is
+  // not a rank leaving). Like NCCL's ncclCommShrink, but the launcher, which
+  // saw the rank exit, says who left.
+  Communicator shrink();
   // The rank in the whole job of each rank of this communicator (0, 1, ...
   // for a communicator from from_env).
   const std::vector<uint32_t>& job_ranks() const;

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# plexus-run -n 3 --elastic elastic_check HOW (kill or stop), on
+# PLEXUS_BACKEND: rank 2 leaves at iteration 20; ranks 0 and 1 must recover
+# (Communicator::shrink) within a bound (SIGKILL: 2 s; SIGSTOP: PLEXUS_TIMEOUT
+# + 2 s: the others' timeout first), finish every iteration with every
+# result right on 2 ranks, and plexus-run must exit 0, saying rank 2 left and
+# why. Exit 77 (skipped) when the backend's plugin is not built.
+#
+#   elastic_test.sh PLEXUS_RUN ELASTIC_CHECK kill|stop
+set -u
+run=${1:?plexus-run}
+prog=${2:?elastic_check}
+how=${3:?kill or stop}
+backend=${PLEXUS_BACKEND:-tcp}
+timeout_s=${PLEXUS_TIMEOUT:-3}
+out=$(mktemp) err=$(mktemp)
+trap 'rm -f "$out" "$err"' EXIT
+
+if ! "$run" -n 1 sh -c 'exit 0' 2>/dev/null; then
+  echo "FAIL: plexus-run does not run"
+  exit 1
+fi
+start=$(date +%s.%N)
+timeout -k 5 90 "$run" -n 3 --elastic "$prog" "$how" 40 >"$out" 2>"$err"
+rc=$?
+elapsed=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+echo "--- plexus-run exited $rc after $elapsed s; stdout:"
+sed 's/^/  /' "$out"
+echo "--- stderr:"
+grep -v '^ *$' "$err" | tail -n 20 | sed 's/^/  /'
+if grep -q "backend '$backend'.*not found\|no backend named '$backend'\|cannot load.*$backend" "$err"; then
+  echo "skipped: the $backend backend is not built here"
+  exit 77
+fi
+
+fail=0
+check() { # condition message
+  if eval "$1"; then echo "ok: $2"; else echo "FAIL: $2"; fail=1; fi
+}
+bound_ms=2000
+[ "$how" = stop ] && bound_ms=$(((timeout_s + 2) * 1000))
+check "[ $rc = 0 ]" "plexus-run exited 0 ($rc)"
+for r in 0 1; do
+  check "grep -Eq '^\[$r\] rank $r of 2: 40 iterations, 1 recovery, every result right' '$out'" \
+    "rank $r finished 40 iterations on 2 ranks, every result right"
+  line=$(grep -E "^\[$r\] rank $r: recovered in [0-9]+ ms: 3 -> 2 ranks \(job ranks 0, 1\), iteration 20" "$out")
+  check "[ -n '$line' ]" "rank $r recovered from 3 to 2 ranks (job ranks 0, 1) at iteration 20"
+  ms=$(sed -E 's/.*recovered in ([0-9]+) ms.*/\1/' <<<"$line")
+  # From the failure to the new communicator; for SIGSTOP the failure itself
+  # comes after the timeout, so the bound covers that too.
+  check "[ -n '$ms' ] && [ '$ms' -le $bound_ms ]" "rank $r recovered within $bound_ms ms (${ms:-?} ms after its allreduce failed)"
+done
+if [ "$how" = kill ]; then
+  check "grep -q 'rank 2 (pid [0-9]*) was killed by signal 9 (SIGKILL); the job goes on without it (--elastic): ranks 0 and 1 left' '$err'" \
+    "plexus-run says rank 2 was killed and the job goes on with ranks 0 and 1"
+else
+  check "grep -Eq 'rank 2 \\(pid [0-9]+\\) stopped making progress \\((ranks 0 and 1|rank [01]) timed out waiting for it in allreduce #[0-9]+ on plexus/0\\), taken out; was killed by signal 9 \\(SIGKILL\\); the job goes on without it' '$err'" \
+    "plexus-run says rank 2 stopped making progress, took it out, and the job goes on"
+fi
+check "grep -q 'the job ended on 2 of 3 ranks (--elastic); left: rank 2' '$err'" \
+  "plexus-run's last word: the job ended on 2 of 3 ranks, rank 2 left"
+exit $fail
