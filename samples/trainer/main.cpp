@@ -15,6 +15,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
+#include <utility>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -125,6 +127,44 @@ struct Progress {
   // DDP's bucket order (logging_data().reducer.ready_order): a resumed run
   // starts with the buckets the uninterrupted one had, and so sums alike.
   std::vector<int64_t> ready_order;
+};
+
+// --elastic: model, optimizer and progress at a step, in memory, alike on
+// every rank (taken at the same step everywhere, after the same updates).
+struct ElasticCommit {
+  std::vector<torch::Tensor> tensors;  // parameters, then buffers
+  std::string optimizer;               // its state, serialised
+  Progress progress;
+  int epoch = 0;  // the epoch it is in, and how far
+  int64_t step_in_epoch = 0;
+
+  void Take(torch::nn::Sequential& model, torch::optim::Optimizer& opt, const Progress& p, int e,
+            int64_t s) {
+    torch::NoGradGuard no_grad;
+    tensors.clear();
+    for (const auto& t : model->parameters()) tensors.push_back(t.detach().clone());
+    for (const auto& t : model->buffers()) tensors.push_back(t.detach().clone());
+    std::ostringstream out;
+    torch::serialize::OutputArchive archive;
+    opt.save(archive);
+    archive.save_to(out);
+    optimizer = out.str();
+    progress = p;
+    epoch = e;
+    step_in_epoch = s;
+  }
+  void Restore(torch::nn::Sequential& model, torch::optim::Optimizer& opt, Progress* p) const {
+    torch::NoGradGuard no_grad;
+    size_t i = 0;
+    for (auto& t : model->parameters()) t.copy_(tensors[i++]);
+    for (auto& t : model->buffers()) t.copy_(tensors[i++]);
+    std::istringstream in(optimizer);
+    torch::serialize::InputArchive archive;
+    archive.load_from(in);
+    opt.load(archive);
+    *p = progress;
+    p->epochs_done = epoch;
+  }
 };
 
 std::string CheckpointFile(const std::string& dir, int epoch, const char* what) {
@@ -246,7 +286,7 @@ int Train(const TrainerOptions& opt) {
 
   // 1. The communicator: rank, size and rendezvous from the launcher.
   auto comm = plexus::Communicator::from_env();
-  const bool root = comm.rank() == 0;
+  bool root = comm.rank() == 0;  // (rank 0 of the ranks left, --elastic)
   const int threads = opt.threads ? opt.threads : DefaultThreads(comm);
   torch::set_num_threads(threads);
   // --device cuda: cuda:LOCAL_RANK, one GPU per rank (PyTorch's usual setup).
@@ -284,33 +324,49 @@ int Train(const TrainerOptions& opt) {
   if (resume) progress = LoadCheckpoint(opt.checkpoint, model, *optimizer);
 
   // 2. DDP: checks the model across ranks and broadcasts rank 0's weights.
-  plexus::ddp::DistributedDataParallel ddp(
-      model, comm,
-      {.device_ids = device.is_cuda() ? std::vector<int>{device.index()} : std::vector<int>{},
-       .bucket_cap_mb = opt.bucket_cap_mb,
-       .find_unused_parameters = opt.find_unused_parameters,
-       .gradient_as_bucket_view = opt.gradient_as_bucket_view,
-       .ready_order =
-           std::vector<size_t>(progress.ready_order.begin(), progress.ready_order.end())});
-  if (opt.hook == "fp16") ddp.register_comm_hook(plexus::reducer::Fp16CompressHook());
-  if (opt.hook == "bf16") ddp.register_comm_hook(plexus::reducer::Bf16CompressHook());
+  // (Made again over the ranks left when one leaves, --elastic.)
+  auto make_ddp = [&] {
+    auto d = std::make_unique<plexus::ddp::DistributedDataParallel<torch::nn::SequentialImpl>>(
+        model, comm,
+        plexus::ddp::DistributedDataParallelOptions{
+            .device_ids =
+                device.is_cuda() ? std::vector<int>{device.index()} : std::vector<int>{},
+            .bucket_cap_mb = opt.bucket_cap_mb,
+            .find_unused_parameters = opt.find_unused_parameters,
+            .gradient_as_bucket_view = opt.gradient_as_bucket_view,
+            .ready_order =
+                std::vector<size_t>(progress.ready_order.begin(), progress.ready_order.end())});
+    if (opt.hook == "fp16") d->register_comm_hook(plexus::reducer::Fp16CompressHook());
+    if (opt.hook == "bf16") d->register_comm_hook(plexus::reducer::Bf16CompressHook());
+    return d;
+  };
+  auto ddp = make_ddp();
 
-  // 3. Each rank sees its own shard, reshuffled every epoch.
-  auto dataset =
+  // 3. Each rank sees its own shard, reshuffled every epoch (the sampler's
+  // copies share the epoch).
+  const auto dataset =
       TensorPairDataset(data.train_x, data.train_y).map(torch::data::transforms::Stack<>());
-  plexus::ddp::DistributedSampler sampler(
-      dataset.size().value(), {.num_replicas = comm.size(), .rank = comm.rank(), .seed = opt.seed});
-  auto loader = torch::data::make_data_loader(std::move(dataset), sampler,
-                                              torch::data::DataLoaderOptions(opt.batch_size));
+  std::unique_ptr<plexus::ddp::DistributedSampler> sampler;
+  auto make_loader = [&] {
+    sampler.reset(new plexus::ddp::DistributedSampler(
+        dataset.size().value(),
+        {.num_replicas = comm.size(), .rank = comm.rank(), .seed = opt.seed}));
+    return torch::data::make_data_loader(dataset, *sampler,
+                                         torch::data::DataLoaderOptions(opt.batch_size));
+  };
+  auto loader = make_loader();
 
   const int epochs = opt.epochs ? opt.epochs : (data.name == "synthetic" ? 3 : 20);
-  const int64_t batches_per_epoch = (sampler.size() + opt.batch_size - 1) / opt.batch_size;
   const int64_t k = opt.no_sync_steps;
-  const int64_t steps_per_epoch = (batches_per_epoch + k - 1) / k;
-  int64_t total_steps = steps_per_epoch * (epochs - progress.epochs_done);
-  if (opt.max_steps) total_steps = std::min(total_steps, opt.max_steps - progress.global_step);
-  const int64_t log_every =
-      opt.log_every > 0 ? opt.log_every : std::max<int64_t>(1, steps_per_epoch / 10);
+  int64_t batches_per_epoch = 0, steps_per_epoch = 0, total_steps = 0, log_every = 0;
+  auto count_steps = [&] {  // (again after a rank left: the shards grew)
+    batches_per_epoch = (sampler->size() + opt.batch_size - 1) / opt.batch_size;
+    steps_per_epoch = (batches_per_epoch + k - 1) / k;
+    total_steps = steps_per_epoch * (epochs - progress.epochs_done);
+    if (opt.max_steps) total_steps = std::min(total_steps, opt.max_steps - progress.global_step);
+    log_every = opt.log_every > 0 ? opt.log_every : std::max<int64_t>(1, steps_per_epoch / 10);
+  };
+  count_steps();
   int64_t parameters = 0;
   for (const auto& p : model->parameters()) parameters += p.numel();
   if (root) {
@@ -339,11 +395,18 @@ int Train(const TrainerOptions& opt) {
   auto last_log = run_start;
   int64_t steps_run = 0;
   bool stop = opt.max_steps && progress.global_step >= opt.max_steps;
+  // --elastic: the state every rank holds alike at a step, to go back to.
+  ElasticCommit commit;
+  int64_t skip_steps = 0;  // after a rank left: steps of the epoch done before
+  if (opt.elastic) commit.Take(model, *optimizer, progress, progress.epochs_done, 0);
+  for (;;) {
+  try {
   for (int epoch = progress.epochs_done; epoch < epochs && !stop; ++epoch) {
-    sampler.set_epoch(epoch);
+    sampler->set_epoch(epoch);
     std::vector<StepTime> times;
     double loss_sum = 0;  // this rank's, over micro-batches
     int64_t micro_batches = 0, batch_index = 0, step_in_epoch = 0, micro_in_step = 0;
+    const int64_t skip_batches = std::exchange(skip_steps, 0) * k;
     StepTime current;
     double step_loss = 0;
     auto step_start = Clock::now();
@@ -352,12 +415,17 @@ int Train(const TrainerOptions& opt) {
     // 4. The loop. With --no-sync-steps K, K-1 micro-batches accumulate
     // locally under no_sync and the K-th all-reduces the sum.
     for (auto& batch : *loader) {
+      if (batch_index < skip_batches) {  // done before the rank left
+        ++batch_index;
+        step_in_epoch = batch_index / k;
+        continue;
+      }
       const bool sync = (batch_index + 1) % k == 0 || batch_index + 1 == batches_per_epoch;
       ++batch_index;
       std::optional<plexus::reducer::Reducer::NoSyncGuard> no_sync;
-      if (!sync) no_sync.emplace(ddp.no_sync());
+      if (!sync) no_sync.emplace(ddp->no_sync());
       const auto t0 = Clock::now();
-      auto output = ddp.forward(batch.data.to(device));
+      auto output = ddp->forward(batch.data.to(device));
       auto loss = torch::nn::functional::cross_entropy(output, batch.target.to(device));
       const auto t1 = Clock::now();
       (k > 1 ? loss / static_cast<double>(k) : loss).backward();  // buckets all-reduce meanwhile
@@ -377,7 +445,7 @@ int Train(const TrainerOptions& opt) {
       const auto t4 = Clock::now();
       current.optimizer = Ms(t3, t4);
       current.step = Ms(step_start, t4);
-      const auto last = ddp.logging_data().reducer.last;
+      const auto last = ddp->logging_data().reducer.last;
       current.comm = last.backward_comm_time / 1e3;
       current.comm_not_hidden = last.comm_not_hidden_time / 1e3;
       if (progress.global_step >= opt.warmup_steps) {
@@ -388,6 +456,9 @@ int Train(const TrainerOptions& opt) {
       ++progress.global_step;
       ++step_in_epoch;
       ++steps_run;
+      if (opt.elastic && progress.global_step % opt.commit_every == 0) {
+        commit.Take(model, *optimizer, progress, epoch, step_in_epoch);
+      }
       // Auto (no --log-every): every tenth of an epoch, at most once a second.
       if (root && opt.log_every >= 0 && step_in_epoch % log_every == 0 &&
           (opt.log_every > 0 || Ms(last_log, t4) >= 1000)) {
@@ -451,18 +522,67 @@ int Train(const TrainerOptions& opt) {
         // Which buckets went in two levels (PLEXUS_HIERARCHY), once.
         buckets_told = true;
         int two = 0, flat = 0;
-        for (const auto& b : ddp.logging_data().reducer.buckets) {
+        for (const auto& b : ddp->logging_data().reducer.buckets) {
           (b.comm_scheme == "two-level" ? two : flat) += 1;
         }
         std::printf("buckets: %d two-level, %d flat; %s\n", two, flat, comm.hierarchy().c_str());
       }
       std::fflush(stdout);
       if (!opt.checkpoint.empty()) {
-        const auto& order = ddp.logging_data().reducer.ready_order;
+        const auto& order = ddp->logging_data().reducer.ready_order;
         progress.ready_order.assign(order.begin(), order.end());
         SaveCheckpoint(opt.checkpoint, model, *optimizer, progress);
       }
     }
+  }
+  break;  // every epoch done
+  } catch (const std::exception& e) {
+    // 6. --elastic: a rank left (plexus-run --elastic took it out). Go back
+    // to the last commit, which every rank left holds alike, on a
+    // communicator over those ranks, with the data re-partitioned over them.
+    if (!opt.elastic) throw;
+    const auto failed_at = Clock::now();
+    const int64_t failed_step = progress.global_step;
+    const std::vector<uint32_t> before = comm.job_ranks();
+    const uint32_t old_size = comm.size();
+    std::fprintf(stderr, "plexus-trainer: step %lld failed: %s\n",
+                 static_cast<long long>(failed_step + 1), e.what());
+    comm.abort();  // what DDP still waits for fails at once
+    ddp.reset();   // its hooks off the model
+    comm = comm.shrink();
+    commit.Restore(model, *optimizer, &progress);
+    const double factor = static_cast<double>(comm.size()) / old_size;
+    if (opt.elastic_lr == "linear") {
+      for (auto& group : optimizer->param_groups()) {
+        group.options().set_lr(group.options().get_lr() * factor);
+      }
+    }
+    ddp = make_ddp();
+    loader = make_loader();
+    count_steps();
+    // The commit's epoch goes on where it was: as many samples done, now
+    // over fewer ranks.
+    skip_steps = commit.step_in_epoch * old_size / comm.size();
+    root = comm.rank() == 0;
+    stop = opt.max_steps && progress.global_step >= opt.max_steps;
+    if (root) {
+      std::string left, kept;
+      for (uint32_t r : before) {
+        const auto& now = comm.job_ranks();
+        const bool in = std::find(now.begin(), now.end(), r) != now.end();
+        (in ? kept : left) += ((in ? kept : left).empty() ? "" : ", ") + std::to_string(r);
+      }
+      std::printf(
+          "plexus-trainer: job rank(s) %s left at step %lld; going on with %u ranks (job ranks "
+          "%s) from the commit at step %lld (%lld steps lost), %.0f ms after the failure, lr "
+          "%s\n",
+          left.c_str(), static_cast<long long>(failed_step + 1), comm.size(), kept.c_str(),
+          static_cast<long long>(progress.global_step),
+          static_cast<long long>(failed_step - progress.global_step), Ms(failed_at, Clock::now()),
+          opt.elastic_lr == "linear" ? ("x " + std::to_string(factor)).c_str() : "unchanged");
+      std::fflush(stdout);
+    }
+  }
   }
 
   if (root && !opt.save_weights.empty()) SaveWeights(*model, opt.save_weights);

@@ -77,6 +77,18 @@ Output and state:
   --save-weights FILE     final weights to a tensor file (rank 0)
   --export DIR            write DIR/data.ptf (the data set) and DIR/init.ptf
                           (the initial weights) and exit, without a launcher
+
+Elastic (under plexus-run --elastic):
+  --elastic               when a rank leaves (dies, or freezes and is taken
+                          out), go on with the ranks left: roll back to the
+                          last commit, re-partition the data over the new
+                          world, continue; the log says who left and when
+  --commit-every K        steps between commits of model, optimizer and
+                          progress (in memory; default 10): at most K steps
+                          are lost
+  --elastic-lr none|linear
+                          after a rank leaves: keep the learning rate
+                          (default) or scale it by new world / old world
   -h, --help              this help
 
 Environment: PLEXUS_BACKEND, PLEXUS_TIMEOUT and the launcher's variables
@@ -168,11 +180,18 @@ TrainerOptions ParseOptions(int argc, char** argv) {
       {"--init", str(o.init)},
       {"--save-weights", str(o.save_weights)},
       {"--export", str(o.export_dir)},
+      {"--commit-every", i32(o.commit_every, 1)},
+      {"--elastic-lr",
+       [&](const std::string& f, const std::string& v) {
+         if (v != "none" && v != "linear") Usage(f + " is none or linear, not '" + v + "'");
+         o.elastic_lr = v;
+       }},
   };
   const std::map<std::string, bool*> flags = {
       {"--find-unused-parameters", &o.find_unused_parameters},
       {"--gradient-as-bucket-view", &o.gradient_as_bucket_view},
       {"--resume", &o.resume},
+      {"--elastic", &o.elastic},
   };
   bool log_every_given = false;
   for (int i = 1; i < argc; ++i) {
@@ -210,6 +229,7 @@ TrainerOptions ParseOptions(int argc, char** argv) {
   else if (o.log_every == 0)
     o.log_every = -1;
   if (o.resume && o.checkpoint.empty()) Usage("--resume needs --checkpoint DIR");
+  if (o.elastic && o.device != "cpu") Usage("--elastic works with --device cpu only");
   if (o.resume && !o.init.empty()) Usage("--resume and --init both set the weights; give one");
   // A checkpoint loaded into a CUDA model would move it back to the CPU.
   if (o.resume && o.device != "cpu") Usage("--resume works with --device cpu only");

@@ -40,6 +40,10 @@ struct TrainerOptions {
   std::string init;          // load initial weights from a tensor file
   std::string save_weights;  // final weights to a tensor file (rank 0)
   std::string export_dir;    // write data.ptf and init.ptf there and exit
+  // Elastic (under plexus-run --elastic): go on without a rank that left.
+  bool elastic = false;
+  int commit_every = 10;          // steps between in-memory commits of the state
+  std::string elastic_lr = "none";  // none | linear (lr scaled by the world size)
 };
 
 // Parses argv; prints --help or an error and exits (0 / 2) itself.

@@ -52,7 +52,8 @@ def run(argv, env=None, timeout=600):
     print("$ " + " ".join(argv), flush=True)
     p = subprocess.run(argv, env=env or ENV, capture_output=True, text=True, timeout=timeout)
     out = p.stdout + p.stderr
-    tail = "\n".join(out.splitlines()[-6:])
+    # A failure shows more: what a rank said before its launcher's summary.
+    tail = "\n".join(out.splitlines()[-(6 if p.returncode == 0 else 60):])
     print(tail, flush=True)
     return p.returncode, out
 
@@ -130,14 +131,24 @@ def curves(a, work):
                 dict(ENV, PLEXUS_BACKEND="tcp")),
         "mpi": (mpi_argv(a, "--data", data, "--init", os.path.join(exp, "init.ptf"), *common),
                 dict(ENV, PLEXUS_BACKEND="mpi")),
+        # PyTorch's own DDP on gloo, the reference: meson's MALLOC_PERTURB_
+        # (which fills freed memory to expose our use-after-free bugs) is
+        # left out of it; twice in CI under load (with it set) a rank of
+        # this run died by SIGABRT inside PyTorch, never reproduced alone.
         "torch": ([a.python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                    "2", a.torch_script, "--data", data, "--init",
-                   os.path.join(exp, "init.ptf")] + common, ENV),
+                   os.path.join(exp, "init.ptf")] + common,
+                  {k: v for k, v in ENV.items() if k != "MALLOC_PERTURB_"}),
     }
     rec = {}
     for name, (argv, env) in runs.items():
         j, w = os.path.join(work, f"{name}.json"), os.path.join(work, f"{name}.ptf")
-        rc, _ = run(argv + ["--json", j, "--save-weights", w], env)
+        rc, out = run(argv + ["--json", j, "--save-weights", w], env)
+        if rc != 0 and name == "torch" and "Signal 6 (SIGABRT)" in out:
+            # Not Plexus code: say so, and try the reference once more.
+            print("PyTorch's reference run died by SIGABRT (above); running it once more",
+                  flush=True)
+            rc, out = run(argv + ["--json", j, "--save-weights", w], env)
         if rc != 0:
             fail(f"{name} exited with {rc}")
         rec[name] = (load(j), read_weights(w))
@@ -333,6 +344,67 @@ def restart(a, work):
               "weights bit-identical to the uninterrupted run")
 
 
+def elastic(a, work):
+    """plexus-run --elastic, plexus-trainer --elastic: rank 2 of 3 killed
+    (SIGKILL), or frozen (SIGSTOP: the others time out and plexus-run takes it
+    out), after epoch 2: training goes on on 2 ranks from the last commit, at
+    most --commit-every steps lost, soon after the failure, and ends with the
+    test accuracy of a whole run."""
+    commit_every = 5
+    for sig, bound in ((signal.SIGKILL, 2.0), (signal.SIGSTOP, 5 + 3.0)):
+        name = signal.Signals(sig).name
+        env = dict(ENV, PLEXUS_BACKEND="tcp", PLEXUS_TIMEOUT="5")
+        j = os.path.join(work, f"elastic-{name}.json")
+        argv = [a.plexus_run, "-n", "3", "--elastic", a.trainer, "--data", "digits", "--elastic",
+                "--commit-every", str(commit_every), "--json", j]
+        print("$ " + " ".join(argv), flush=True)
+        p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True)
+        out, victim, sent, went_on = [], None, None, None
+        try:
+            for line in p.stdout:
+                out.append(line)
+                if victim is None and re.search(r"epoch 2/\d+ done", line):
+                    victim = rank_pid(p.pid, 2)
+                    if victim is None:
+                        fail("could not find rank 2's process")
+                    print(f"{name} to rank 2 (pid {victim}) after epoch 2", flush=True)
+                    os.kill(victim, sig)
+                    sent = time.monotonic()
+                if sent is not None and went_on is None and "going on with" in line:
+                    went_on = time.monotonic() - sent
+            rc = p.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            fail(f"{name}: the job hung")
+        text = "".join(out)
+        print("".join(l for l in out if "plexus-run" in l or "left" in l or "epoch 20" in l))
+        if rc == 1 and "digits.ptf not found" in text:
+            print("skipped: the digits set was not exported (scikit-learn missing at build time)")
+            sys.exit(SKIP)
+        if victim is None:
+            fail(f"{name}: the job never finished epoch 2")
+        if rc != 0:
+            fail(f"{name}: the job exited {rc}")
+        m = re.search(r"job rank\(s\) 2 left at step (\d+); going on with 2 ranks \(job ranks "
+                      r"0, 1\) from the commit at step (\d+) \((\d+) steps lost\)", text)
+        if not m:
+            fail(f"{name}: the trainer did not say rank 2 left and it went on with ranks 0 and 1")
+        lost = int(m.group(3))
+        if lost > commit_every:
+            fail(f"{name}: {lost} steps lost, more than --commit-every {commit_every}")
+        if went_on is None or went_on > bound:
+            fail(f"{name}: went on {went_on} s after the signal, more than {bound} s")
+        if "the job ended on 2 of 3 ranks (--elastic); left: rank 2" not in text:
+            fail(f"{name}: plexus-run did not end saying the job ended on 2 of 3 ranks")
+        r = load(j)
+        acc = r["final_test_accuracy"]
+        if r["world_size"] != 2 or acc < 0.95:
+            fail(f"{name}: ended on {r['world_size']} ranks with test accuracy {acc:.4f}")
+        print(f"{name} to rank 2: went on on 2 ranks {went_on:.2f} s later, {lost} steps lost, "
+              f"test accuracy {100 * acc:.2f} % at the end")
+
+
 def rank_pid(launcher_pid, rank):
     """The pid of the process plexus-run started with RANK=rank."""
     for _ in range(50):
@@ -387,7 +459,7 @@ def main():
                  "accuracy-mpi": lambda: accuracy(a, "mpi", work),
                  "curves": lambda: curves(a, work), "resume": lambda: resume(a, work),
                  "torchrun": lambda: torchrun(a, work), "kill": lambda: kill(a, work),
-                 "restart": lambda: restart(a, work),
+                 "restart": lambda: restart(a, work), "elastic": lambda: elastic(a, work),
                  "options": lambda: options(a, work),
                  "cli": lambda: cli(a, work)}
         if a.mode not in modes:
