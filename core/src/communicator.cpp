@@ -431,7 +431,8 @@ bool Communicator::supports(plexus_collective_t coll) const {
 
 const char* Communicator::allreduce_scheme(uint64_t count, DType dtype) const {
   const auto& s = state();
-  const bool two = s.two_level && s.two_level->Takes(count * ElementSize(dtype));
+  const bool two =
+      s.two_level && s.two_level->Takes(PLEXUS_COLL_ALLREDUCE, count * ElementSize(dtype));
   return two ? "two-level" : "flat";
 }
 
@@ -503,9 +504,10 @@ Status Prepare(detail::CommState& s, const detail::PostingGuard& guard, const ch
 
 // Whether a collective whose largest buffer is bytes goes in two levels
 // (host memory only).
-bool GoesTwoLevel(const detail::CommState& s, uint64_t bytes, const plexus_placement* where) {
+bool GoesTwoLevel(const detail::CommState& s, plexus_collective_t coll, uint64_t bytes,
+                  const plexus_placement* where) {
   return s.two_level && (!where || where->memory_type == PLEXUS_MEMORY_HOST) &&
-         s.two_level->Takes(bytes);
+         s.two_level->Takes(coll, bytes);
 }
 
 // Posts call in two levels: first what the backend would have checked had
@@ -539,7 +541,8 @@ Work Communicator::allreduce(const void* send, void* recv, uint64_t count, DType
   detail::PostingGuard guard(s);
   Status st =
       Prepare(s, guard, "allreduce", PLEXUS_COLL_ALLREDUCE, count, dtype, Code(op), 0, 1, &posted);
-  if (st.ok() && GoesTwoLevel(s, count * algos::DtypeSize(Code(dtype)), where)) {
+  if (st.ok() &&
+      GoesTwoLevel(s, PLEXUS_COLL_ALLREDUCE, count * algos::DtypeSize(Code(dtype)), where)) {
     std::shared_ptr<detail::HostOp> two;
     kit::Call call{PLEXUS_COLL_ALLREDUCE, send, recv, count, Code(dtype), Code(op), 0, where};
     st = PostTwoLevel(s, call, &posted, &two);
@@ -562,7 +565,8 @@ Work Communicator::broadcast(void* buf, uint64_t count, DType dtype, uint32_t ro
   if (st.ok()) {
     st = Prepare(s, guard, "broadcast", PLEXUS_COLL_BROADCAST, count, dtype, 0, root, 1, &posted);
   }
-  if (st.ok() && GoesTwoLevel(s, count * algos::DtypeSize(Code(dtype)), where)) {
+  if (st.ok() &&
+      GoesTwoLevel(s, PLEXUS_COLL_BROADCAST, count * algos::DtypeSize(Code(dtype)), where)) {
     std::shared_ptr<detail::HostOp> two;
     kit::Call call{PLEXUS_COLL_BROADCAST, nullptr, buf, count, Code(dtype), 0, root, where};
     st = PostTwoLevel(s, call, &posted, &two);
@@ -583,7 +587,8 @@ Work Communicator::reduce(const void* send, void* recv, uint64_t count, DType dt
   if (st.ok()) {
     st = Prepare(s, guard, "reduce", PLEXUS_COLL_REDUCE, count, dtype, Code(op), root, 1, &posted);
   }
-  if (st.ok() && GoesTwoLevel(s, count * algos::DtypeSize(Code(dtype)), where)) {
+  if (st.ok() &&
+      GoesTwoLevel(s, PLEXUS_COLL_REDUCE, count * algos::DtypeSize(Code(dtype)), where)) {
     std::shared_ptr<detail::HostOp> two;
     kit::Call call{PLEXUS_COLL_REDUCE, send, recv, count, Code(dtype), Code(op), root, where};
     st = PostTwoLevel(s, call, &posted, &two);
@@ -604,7 +609,8 @@ Work Communicator::allgather(const void* send, void* recv, uint64_t count, DType
   detail::PostingGuard guard(s);
   Status st =
       Prepare(s, guard, "allgather", PLEXUS_COLL_ALLGATHER, count, dtype, 0, 0, s.size, &posted);
-  if (st.ok() && GoesTwoLevel(s, count * s.size * algos::DtypeSize(Code(dtype)), where)) {
+  if (st.ok() && GoesTwoLevel(s, PLEXUS_COLL_ALLGATHER,
+                              count * s.size * algos::DtypeSize(Code(dtype)), where)) {
     std::shared_ptr<detail::HostOp> two;
     kit::Call call{PLEXUS_COLL_ALLGATHER, send, recv, count, Code(dtype), 0, 0, where};
     st = PostTwoLevel(s, call, &posted, &two);
@@ -623,7 +629,8 @@ Work Communicator::reduce_scatter(const void* send, void* recv, uint64_t count, 
   detail::PostingGuard guard(s);
   Status st = Prepare(s, guard, "reduce_scatter", PLEXUS_COLL_REDUCE_SCATTER, count, dtype,
                       Code(op), 0, s.size, &posted);
-  if (st.ok() && GoesTwoLevel(s, count * s.size * algos::DtypeSize(Code(dtype)), where)) {
+  if (st.ok() && GoesTwoLevel(s, PLEXUS_COLL_REDUCE_SCATTER,
+                              count * s.size * algos::DtypeSize(Code(dtype)), where)) {
     std::shared_ptr<detail::HostOp> two;
     kit::Call call{PLEXUS_COLL_REDUCE_SCATTER, send, recv, count, Code(dtype), Code(op), 0, where};
     st = PostTwoLevel(s, call, &posted, &two);

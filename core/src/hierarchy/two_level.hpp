@@ -92,9 +92,8 @@ class TwoLevel {
   // stops the thread.
   ~TwoLevel();
 
-  // Whether a collective of this many bytes (its largest buffer) goes in
-  // two levels.
-  bool Takes(uint64_t bytes) const;
+  // Whether coll of this many bytes (its largest buffer) goes in two levels.
+  bool Takes(plexus_collective_t coll, uint64_t bytes) const;
 
   // Queues call, an allreduce, reduce, broadcast, reduce_scatter or
   // allgather of host memory that the caller checked as the backend would
