@@ -463,6 +463,19 @@ void TwoLevel::ChunkOf(const Blocks& p, uint32_t g, uint64_t c, uint32_t* rank, 
   *valid = std::min(p.count, (q + 1) * sg) - std::min(p.count, q * sg);
 }
 
+void TwoLevel::ForEachChunk(
+    const Blocks& p,
+    const std::function<void(uint64_t, uint32_t, uint32_t, uint64_t, uint64_t)>& fn) const {
+  for (uint64_t c = 0; c < layout_.chunks; ++c) {
+    for (uint32_t g = 0; g < layout_.hosts.size(); ++g) {
+      uint32_t rank;
+      uint64_t offset, valid;
+      ChunkOf(p, g, c, &rank, &offset, &valid);
+      fn(c, g, rank, offset, valid);
+    }
+  }
+}
+
 void TwoLevel::CutBlocks(const Op& a, std::vector<Blocks>* pieces) const {
   const uint64_t P = layout_.chunks, count = a.call.count;
   uint64_t Lmax = 0;
@@ -499,15 +512,10 @@ void TwoLevel::RunReduceScatter(const Op& a) {
   auto inside = [&](Blocks& p, std::vector<Part>& parts) {
     p.packed.assign(P * H * p.s * es, 0);
     p.own.assign(rounds * (H + 1) * p.s * es, 0);
-    for (uint64_t c = 0; c < P; ++c) {
-      for (uint32_t g = 0; g < H; ++g) {
-        uint32_t rank;
-        uint64_t offset, valid;
-        ChunkOf(p, g, c, &rank, &offset, &valid);
-        std::memcpy(p.packed.data() + (c * H + g) * p.s * es, send + (rank * count + offset) * es,
-                    valid * es);
-      }
-    }
+    ForEachChunk(p, [&](uint64_t c, uint32_t g, uint32_t rank, uint64_t offset, uint64_t valid) {
+      std::memcpy(p.packed.data() + (c * H + g) * p.s * es, send + (rank * count + offset) * es,
+                  valid * es);
+    });
     if (!local_) return;
     for (uint64_t k = 0; k < rounds; ++k) {
       parts.push_back({local_->reduce_scatter(p.packed.data() + k * L * H * p.s * es, sums(p, k),
@@ -581,14 +589,9 @@ void TwoLevel::RunAllgather(const Op& a) {
     }
   };
   auto done = [&](Blocks& p) {
-    for (uint64_t c = 0; c < P; ++c) {
-      for (uint32_t g = 0; g < H; ++g) {
-        uint32_t rank;
-        uint64_t offset, valid;
-        ChunkOf(p, g, c, &rank, &offset, &valid);
-        std::memcpy(recv + (rank * count + offset) * es, chunk(p, c) + g * p.s * es, valid * es);
-      }
-    }
+    ForEachChunk(p, [&](uint64_t c, uint32_t g, uint32_t rank, uint64_t offset, uint64_t valid) {
+      std::memcpy(recv + (rank * count + offset) * es, chunk(p, c) + g * p.s * es, valid * es);
+    });
     p.packed = {};
     p.own = {};
   };

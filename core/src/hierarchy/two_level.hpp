@@ -128,6 +128,10 @@ class TwoLevel {
   // Where chunk c of host g lies in piece p (see RunReduceScatter).
   void ChunkOf(const Blocks& p, uint32_t g, uint64_t c, uint32_t* rank, uint64_t* offset,
                uint64_t* valid) const;
+  // fn(c, g, rank, offset, valid) for every chunk c of every host g of p.
+  void ForEachChunk(
+      const Blocks& p,
+      const std::function<void(uint64_t, uint32_t, uint32_t, uint64_t, uint64_t)>& fn) const;
   void CutBlocks(const Op& a, std::vector<Blocks>* pieces) const;
   void RunReduceScatter(const Op& a);
   void RunAllgather(const Op& a);
