@@ -15,13 +15,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
-#include <utility>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <optional>
+#include <sstream>
 #include <thread>
+#include <utility>
 
 #include "datasets.hpp"
 #include "models.hpp"
@@ -329,8 +329,7 @@ int Train(const TrainerOptions& opt) {
     auto d = std::make_unique<plexus::ddp::DistributedDataParallel<torch::nn::SequentialImpl>>(
         model, comm,
         plexus::ddp::DistributedDataParallelOptions{
-            .device_ids =
-                device.is_cuda() ? std::vector<int>{device.index()} : std::vector<int>{},
+            .device_ids = device.is_cuda() ? std::vector<int>{device.index()} : std::vector<int>{},
             .bucket_cap_mb = opt.bucket_cap_mb,
             .find_unused_parameters = opt.find_unused_parameters,
             .gradient_as_bucket_view = opt.gradient_as_bucket_view,
@@ -395,194 +394,209 @@ int Train(const TrainerOptions& opt) {
   auto last_log = run_start;
   int64_t steps_run = 0;
   bool stop = opt.max_steps && progress.global_step >= opt.max_steps;
+  // --elastic needs a backend that goes on after a peer died: Open MPI
+  // without ULFM cannot (a dead rank ends the MPI job).
+  bool elastic = opt.elastic;
+  if (elastic && comm.backend_name() == "mpi") {
+    elastic = false;
+    if (root) {
+      std::printf(
+          "plexus-trainer: --elastic is off on the mpi backend (MPI cannot go on without a "
+          "rank); a failure ends the job: restart it (mpirun, or plexus-run --max-restarts with "
+          "another backend) and --checkpoint resumes it\n");
+    }
+  }
   // --elastic: the state every rank holds alike at a step, to go back to.
   ElasticCommit commit;
   int64_t skip_steps = 0;  // after a rank left: steps of the epoch done before
-  if (opt.elastic) commit.Take(model, *optimizer, progress, progress.epochs_done, 0);
+  if (elastic) commit.Take(model, *optimizer, progress, progress.epochs_done, 0);
   for (;;) {
-  try {
-  for (int epoch = progress.epochs_done; epoch < epochs && !stop; ++epoch) {
-    sampler->set_epoch(epoch);
-    std::vector<StepTime> times;
-    double loss_sum = 0;  // this rank's, over micro-batches
-    int64_t micro_batches = 0, batch_index = 0, step_in_epoch = 0, micro_in_step = 0;
-    const int64_t skip_batches = std::exchange(skip_steps, 0) * k;
-    StepTime current;
-    double step_loss = 0;
-    auto step_start = Clock::now();
-    const auto epoch_start = step_start;
-    optimizer->zero_grad();
-    // 4. The loop. With --no-sync-steps K, K-1 micro-batches accumulate
-    // locally under no_sync and the K-th all-reduces the sum.
-    for (auto& batch : *loader) {
-      if (batch_index < skip_batches) {  // done before the rank left
-        ++batch_index;
-        step_in_epoch = batch_index / k;
-        continue;
+    try {
+      for (int epoch = progress.epochs_done; epoch < epochs && !stop; ++epoch) {
+        sampler->set_epoch(epoch);
+        std::vector<StepTime> times;
+        double loss_sum = 0;  // this rank's, over micro-batches
+        int64_t micro_batches = 0, batch_index = 0, step_in_epoch = 0, micro_in_step = 0;
+        const int64_t skip_batches = std::exchange(skip_steps, 0) * k;
+        StepTime current;
+        double step_loss = 0;
+        auto step_start = Clock::now();
+        const auto epoch_start = step_start;
+        optimizer->zero_grad();
+        // 4. The loop. With --no-sync-steps K, K-1 micro-batches accumulate
+        // locally under no_sync and the K-th all-reduces the sum.
+        for (auto& batch : *loader) {
+          if (batch_index < skip_batches) {  // done before the rank left
+            ++batch_index;
+            step_in_epoch = batch_index / k;
+            continue;
+          }
+          const bool sync = (batch_index + 1) % k == 0 || batch_index + 1 == batches_per_epoch;
+          ++batch_index;
+          std::optional<plexus::reducer::Reducer::NoSyncGuard> no_sync;
+          if (!sync) no_sync.emplace(ddp->no_sync());
+          const auto t0 = Clock::now();
+          auto output = ddp->forward(batch.data.to(device));
+          auto loss = torch::nn::functional::cross_entropy(output, batch.target.to(device));
+          const auto t1 = Clock::now();
+          (k > 1 ? loss / static_cast<double>(k) : loss)
+              .backward();  // buckets all-reduce meanwhile
+          const auto t2 = Clock::now();
+          no_sync.reset();
+          const double l = loss.item<double>();
+          loss_sum += l;
+          step_loss += l;
+          ++micro_batches;
+          ++micro_in_step;
+          current.forward += Ms(t0, t1);
+          current.backward += Ms(t1, t2);
+          if (!sync) continue;
+          const auto t3 = Clock::now();
+          optimizer->step();
+          optimizer->zero_grad();
+          const auto t4 = Clock::now();
+          current.optimizer = Ms(t3, t4);
+          current.step = Ms(step_start, t4);
+          const auto last = ddp->logging_data().reducer.last;
+          current.comm = last.backward_comm_time / 1e3;
+          current.comm_not_hidden = last.comm_not_hidden_time / 1e3;
+          if (progress.global_step >= opt.warmup_steps) {
+            times.push_back(current);
+            all_step_ms.push_back(current.step);
+          }
+          progress.step_losses.push_back(step_loss / micro_in_step);
+          ++progress.global_step;
+          ++step_in_epoch;
+          ++steps_run;
+          if (elastic && progress.global_step % opt.commit_every == 0) {
+            commit.Take(model, *optimizer, progress, epoch, step_in_epoch);
+          }
+          // Auto (no --log-every): every tenth of an epoch, at most once a second.
+          if (root && opt.log_every >= 0 && step_in_epoch % log_every == 0 &&
+              (opt.log_every > 0 || Ms(last_log, t4) >= 1000)) {
+            last_log = t4;
+            const double elapsed = Ms(run_start, Clock::now()) / 1e3;
+            const double rate =
+                step_in_epoch * k * opt.batch_size * comm.size() / (Ms(epoch_start, t4) / 1e3);
+            std::printf("epoch %d/%d  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s\n",
+                        epoch + 1, epochs, static_cast<long long>(step_in_epoch),
+                        static_cast<long long>(steps_per_epoch), progress.step_losses.back(), rate,
+                        FormatEta(elapsed / steps_run * (total_steps - steps_run)).c_str());
+            std::fflush(stdout);
+          }
+          current = {};
+          step_loss = 0;
+          micro_in_step = 0;
+          step_start = Clock::now();
+          if (opt.max_steps && progress.global_step >= opt.max_steps) {
+            stop = true;
+            break;
+          }
+        }
+        // 5. The epoch's summary: losses and accuracy over every rank.
+        EpochRecord r;
+        r.epoch = epoch + 1;
+        r.steps = step_in_epoch;
+        std::vector<double> sums = {loss_sum, static_cast<double>(micro_batches)};
+        AllreduceSums(comm, sums, device);
+        r.train_loss = sums[0] / std::max(1.0, sums[1]);
+        if (opt.eval) {
+          const auto e = Evaluate(model, data, comm, device);
+          r.test_loss = e.loss;
+          r.test_accuracy = e.accuracy;
+        }
+        auto pick = [&](double StepTime::*f) {
+          std::vector<double> v;
+          for (const auto& t : times) v.push_back(t.*f);
+          return v;
+        };
+        r.step_ms_median = Median(pick(&StepTime::step));
+        r.forward_ms = Mean(pick(&StepTime::forward));
+        r.backward_ms = Mean(pick(&StepTime::backward));
+        r.comm_not_hidden_ms = Mean(pick(&StepTime::comm_not_hidden));
+        r.comm_ms = Mean(pick(&StepTime::comm));
+        r.optimizer_ms = Mean(pick(&StepTime::optimizer));
+        r.samples_per_s =
+            r.step_ms_median > 0 ? k * opt.batch_size * comm.size() / (r.step_ms_median / 1e3) : 0;
+        records.push_back(r);
+        progress.epochs_done = epoch + 1;
+        if (root) {
+          const double hidden = r.comm_ms > 0 ? 100 * (1 - r.comm_not_hidden_ms / r.comm_ms) : 0;
+          std::printf(
+              "epoch %d/%d done: train loss %.4f, test loss %.4f, test accuracy %.2f %%; step %.1f "
+              "ms "
+              "median (%.0f samples/s): forward %.1f, backward %.1f of which waiting for "
+              "communication %.1f (%.0f %% of %.1f ms hidden), optimizer %.1f\n",
+              r.epoch, epochs, r.train_loss, r.test_loss, 100 * r.test_accuracy, r.step_ms_median,
+              r.samples_per_s, r.forward_ms, r.backward_ms, r.comm_not_hidden_ms, hidden, r.comm_ms,
+              r.optimizer_ms);
+          static bool buckets_told = false;
+          if (!buckets_told && !comm.hierarchy().empty()) {
+            // Which buckets went in two levels (PLEXUS_HIERARCHY), once.
+            buckets_told = true;
+            int two = 0, flat = 0;
+            for (const auto& b : ddp->logging_data().reducer.buckets) {
+              (b.comm_scheme == "two-level" ? two : flat) += 1;
+            }
+            std::printf("buckets: %d two-level, %d flat; %s\n", two, flat,
+                        comm.hierarchy().c_str());
+          }
+          std::fflush(stdout);
+          if (!opt.checkpoint.empty()) {
+            const auto& order = ddp->logging_data().reducer.ready_order;
+            progress.ready_order.assign(order.begin(), order.end());
+            SaveCheckpoint(opt.checkpoint, model, *optimizer, progress);
+          }
+        }
       }
-      const bool sync = (batch_index + 1) % k == 0 || batch_index + 1 == batches_per_epoch;
-      ++batch_index;
-      std::optional<plexus::reducer::Reducer::NoSyncGuard> no_sync;
-      if (!sync) no_sync.emplace(ddp->no_sync());
-      const auto t0 = Clock::now();
-      auto output = ddp->forward(batch.data.to(device));
-      auto loss = torch::nn::functional::cross_entropy(output, batch.target.to(device));
-      const auto t1 = Clock::now();
-      (k > 1 ? loss / static_cast<double>(k) : loss).backward();  // buckets all-reduce meanwhile
-      const auto t2 = Clock::now();
-      no_sync.reset();
-      const double l = loss.item<double>();
-      loss_sum += l;
-      step_loss += l;
-      ++micro_batches;
-      ++micro_in_step;
-      current.forward += Ms(t0, t1);
-      current.backward += Ms(t1, t2);
-      if (!sync) continue;
-      const auto t3 = Clock::now();
-      optimizer->step();
-      optimizer->zero_grad();
-      const auto t4 = Clock::now();
-      current.optimizer = Ms(t3, t4);
-      current.step = Ms(step_start, t4);
-      const auto last = ddp->logging_data().reducer.last;
-      current.comm = last.backward_comm_time / 1e3;
-      current.comm_not_hidden = last.comm_not_hidden_time / 1e3;
-      if (progress.global_step >= opt.warmup_steps) {
-        times.push_back(current);
-        all_step_ms.push_back(current.step);
+      break;  // every epoch done
+    } catch (const std::exception& e) {
+      // 6. --elastic: a rank left (plexus-run --elastic took it out). Go back
+      // to the last commit, which every rank left holds alike, on a
+      // communicator over those ranks, with the data re-partitioned over them.
+      if (!elastic) throw;
+      const auto failed_at = Clock::now();
+      const int64_t failed_step = progress.global_step;
+      const std::vector<uint32_t> before = comm.job_ranks();
+      const uint32_t old_size = comm.size();
+      std::fprintf(stderr, "plexus-trainer: step %lld failed: %s\n",
+                   static_cast<long long>(failed_step + 1), e.what());
+      comm.abort();  // what DDP still waits for fails at once
+      ddp.reset();   // its hooks off the model
+      comm = comm.shrink();
+      commit.Restore(model, *optimizer, &progress);
+      const double factor = static_cast<double>(comm.size()) / old_size;
+      if (opt.elastic_lr == "linear") {
+        for (auto& group : optimizer->param_groups()) {
+          group.options().set_lr(group.options().get_lr() * factor);
+        }
       }
-      progress.step_losses.push_back(step_loss / micro_in_step);
-      ++progress.global_step;
-      ++step_in_epoch;
-      ++steps_run;
-      if (opt.elastic && progress.global_step % opt.commit_every == 0) {
-        commit.Take(model, *optimizer, progress, epoch, step_in_epoch);
-      }
-      // Auto (no --log-every): every tenth of an epoch, at most once a second.
-      if (root && opt.log_every >= 0 && step_in_epoch % log_every == 0 &&
-          (opt.log_every > 0 || Ms(last_log, t4) >= 1000)) {
-        last_log = t4;
-        const double elapsed = Ms(run_start, Clock::now()) / 1e3;
-        const double rate =
-            step_in_epoch * k * opt.batch_size * comm.size() / (Ms(epoch_start, t4) / 1e3);
-        std::printf("epoch %d/%d  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s\n", epoch + 1,
-                    epochs, static_cast<long long>(step_in_epoch),
-                    static_cast<long long>(steps_per_epoch), progress.step_losses.back(), rate,
-                    FormatEta(elapsed / steps_run * (total_steps - steps_run)).c_str());
+      ddp = make_ddp();
+      loader = make_loader();
+      count_steps();
+      // The commit's epoch goes on where it was: as many samples done, now
+      // over fewer ranks.
+      skip_steps = commit.step_in_epoch * old_size / comm.size();
+      root = comm.rank() == 0;
+      stop = opt.max_steps && progress.global_step >= opt.max_steps;
+      if (root) {
+        std::string left, kept;
+        for (uint32_t r : before) {
+          const auto& now = comm.job_ranks();
+          const bool in = std::find(now.begin(), now.end(), r) != now.end();
+          (in ? kept : left) += ((in ? kept : left).empty() ? "" : ", ") + std::to_string(r);
+        }
+        std::printf(
+            "plexus-trainer: job rank(s) %s left at step %lld; going on with %u ranks (job ranks "
+            "%s) from the commit at step %lld (%lld steps lost), %.0f ms after the failure, lr "
+            "%s\n",
+            left.c_str(), static_cast<long long>(failed_step + 1), comm.size(), kept.c_str(),
+            static_cast<long long>(progress.global_step),
+            static_cast<long long>(failed_step - progress.global_step), Ms(failed_at, Clock::now()),
+            opt.elastic_lr == "linear" ? ("x " + std::to_string(factor)).c_str() : "unchanged");
         std::fflush(stdout);
       }
-      current = {};
-      step_loss = 0;
-      micro_in_step = 0;
-      step_start = Clock::now();
-      if (opt.max_steps && progress.global_step >= opt.max_steps) {
-        stop = true;
-        break;
-      }
     }
-    // 5. The epoch's summary: losses and accuracy over every rank.
-    EpochRecord r;
-    r.epoch = epoch + 1;
-    r.steps = step_in_epoch;
-    std::vector<double> sums = {loss_sum, static_cast<double>(micro_batches)};
-    AllreduceSums(comm, sums, device);
-    r.train_loss = sums[0] / std::max(1.0, sums[1]);
-    if (opt.eval) {
-      const auto e = Evaluate(model, data, comm, device);
-      r.test_loss = e.loss;
-      r.test_accuracy = e.accuracy;
-    }
-    auto pick = [&](double StepTime::*f) {
-      std::vector<double> v;
-      for (const auto& t : times) v.push_back(t.*f);
-      return v;
-    };
-    r.step_ms_median = Median(pick(&StepTime::step));
-    r.forward_ms = Mean(pick(&StepTime::forward));
-    r.backward_ms = Mean(pick(&StepTime::backward));
-    r.comm_not_hidden_ms = Mean(pick(&StepTime::comm_not_hidden));
-    r.comm_ms = Mean(pick(&StepTime::comm));
-    r.optimizer_ms = Mean(pick(&StepTime::optimizer));
-    r.samples_per_s =
-        r.step_ms_median > 0 ? k * opt.batch_size * comm.size() / (r.step_ms_median / 1e3) : 0;
-    records.push_back(r);
-    progress.epochs_done = epoch + 1;
-    if (root) {
-      const double hidden = r.comm_ms > 0 ? 100 * (1 - r.comm_not_hidden_ms / r.comm_ms) : 0;
-      std::printf(
-          "epoch %d/%d done: train loss %.4f, test loss %.4f, test accuracy %.2f %%; step %.1f ms "
-          "median (%.0f samples/s): forward %.1f, backward %.1f of which waiting for "
-          "communication %.1f (%.0f %% of %.1f ms hidden), optimizer %.1f\n",
-          r.epoch, epochs, r.train_loss, r.test_loss, 100 * r.test_accuracy, r.step_ms_median,
-          r.samples_per_s, r.forward_ms, r.backward_ms, r.comm_not_hidden_ms, hidden, r.comm_ms,
-          r.optimizer_ms);
-      static bool buckets_told = false;
-      if (!buckets_told && !comm.hierarchy().empty()) {
-        // Which buckets went in two levels (PLEXUS_HIERARCHY), once.
-        buckets_told = true;
-        int two = 0, flat = 0;
-        for (const auto& b : ddp->logging_data().reducer.buckets) {
-          (b.comm_scheme == "two-level" ? two : flat) += 1;
-        }
-        std::printf("buckets: %d two-level, %d flat; %s\n", two, flat, comm.hierarchy().c_str());
-      }
-      std::fflush(stdout);
-      if (!opt.checkpoint.empty()) {
-        const auto& order = ddp->logging_data().reducer.ready_order;
-        progress.ready_order.assign(order.begin(), order.end());
-        SaveCheckpoint(opt.checkpoint, model, *optimizer, progress);
-      }
-    }
-  }
-  break;  // every epoch done
-  } catch (const std::exception& e) {
-    // 6. --elastic: a rank left (plexus-run --elastic took it out). Go back
-    // to the last commit, which every rank left holds alike, on a
-    // communicator over those ranks, with the data re-partitioned over them.
-    if (!opt.elastic) throw;
-    const auto failed_at = Clock::now();
-    const int64_t failed_step = progress.global_step;
-    const std::vector<uint32_t> before = comm.job_ranks();
-    const uint32_t old_size = comm.size();
-    std::fprintf(stderr, "plexus-trainer: step %lld failed: %s\n",
-                 static_cast<long long>(failed_step + 1), e.what());
-    comm.abort();  // what DDP still waits for fails at once
-    ddp.reset();   // its hooks off the model
-    comm = comm.shrink();
-    commit.Restore(model, *optimizer, &progress);
-    const double factor = static_cast<double>(comm.size()) / old_size;
-    if (opt.elastic_lr == "linear") {
-      for (auto& group : optimizer->param_groups()) {
-        group.options().set_lr(group.options().get_lr() * factor);
-      }
-    }
-    ddp = make_ddp();
-    loader = make_loader();
-    count_steps();
-    // The commit's epoch goes on where it was: as many samples done, now
-    // over fewer ranks.
-    skip_steps = commit.step_in_epoch * old_size / comm.size();
-    root = comm.rank() == 0;
-    stop = opt.max_steps && progress.global_step >= opt.max_steps;
-    if (root) {
-      std::string left, kept;
-      for (uint32_t r : before) {
-        const auto& now = comm.job_ranks();
-        const bool in = std::find(now.begin(), now.end(), r) != now.end();
-        (in ? kept : left) += ((in ? kept : left).empty() ? "" : ", ") + std::to_string(r);
-      }
-      std::printf(
-          "plexus-trainer: job rank(s) %s left at step %lld; going on with %u ranks (job ranks "
-          "%s) from the commit at step %lld (%lld steps lost), %.0f ms after the failure, lr "
-          "%s\n",
-          left.c_str(), static_cast<long long>(failed_step + 1), comm.size(), kept.c_str(),
-          static_cast<long long>(progress.global_step),
-          static_cast<long long>(failed_step - progress.global_step), Ms(failed_at, Clock::now()),
-          opt.elastic_lr == "linear" ? ("x " + std::to_string(factor)).c_str() : "unchanged");
-      std::fflush(stdout);
-    }
-  }
   }
 
   if (root && !opt.save_weights.empty()) SaveWeights(*model, opt.save_weights);
