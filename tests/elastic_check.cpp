@@ -1,13 +1,16 @@
 // elastic_check: a loop of allreduces that survives a rank leaving, under
 // plexus-run --elastic:
 //
-//   plexus-run -n 3 --elastic elastic_check kill|stop|none [ITERATIONS]
+//   plexus-run -n 3 --elastic elastic_check kill|stop|kill2|none [ITERATIONS]
 //
 // At iteration 20 the last rank sends itself SIGKILL (gone: its connections
 // break) or SIGSTOP (frozen: the others time out, PLEXUS_TIMEOUT, and the
 // launcher takes it out). The others' allreduce fails; they call
 // Communicator::shrink(), which waits for the launcher's word on who is left,
-// and redo the iteration on the smaller communicator. Every result is checked
+// and redo the iteration on the smaller communicator. kill2: as kill, and
+// rank 1 dies too, as soon as it has seen the first failure: a second rank
+// leaving while the first's survivors make their communicator (rank 0 then
+// goes on alone). Every result is checked
 // exactly: job rank j contributes (j + 1) * (i + 1) to every element, so the
 // sum says which ranks took part. Each survivor prints
 //   rank R: recovered in X ms: 3 -> 2 ranks (job ranks 0, 1), iteration 20
@@ -27,8 +30,8 @@
 int main(int argc, char** argv) {
   const std::string how = argc > 1 ? argv[1] : "none";
   const int iterations = argc > 2 ? std::atoi(argv[2]) : 40;
-  if (how != "kill" && how != "stop" && how != "none") {
-    std::fprintf(stderr, "usage: elastic_check kill|stop|none [ITERATIONS]\n");
+  if (how != "kill" && how != "stop" && how != "kill2" && how != "none") {
+    std::fprintf(stderr, "usage: elastic_check kill|stop|kill2|none [ITERATIONS]\n");
     return 2;
   }
   try {
@@ -40,9 +43,9 @@ int main(int argc, char** argv) {
     int recoveries = 0;
     for (int i = 0; i < iterations; ++i) {
       if (i == 20 && me == victim && how != "none") {
-        std::printf("rank %u: %s at iteration %d\n", me, how == "kill" ? "SIGKILL" : "SIGSTOP", i);
+        std::printf("rank %u: %s at iteration %d\n", me, how == "stop" ? "SIGSTOP" : "SIGKILL", i);
         std::fflush(stdout);
-        ::raise(how == "kill" ? SIGKILL : SIGSTOP);
+        ::raise(how == "stop" ? SIGSTOP : SIGKILL);
       }
       for (;;) {
         std::fill(buf.begin(), buf.end(), int64_t(me + 1) * (i + 1));
@@ -53,6 +56,11 @@ int main(int argc, char** argv) {
           break;
         } catch (const plexus::Error& e) {
           std::printf("rank %u: iteration %d failed: %s\n", me, i, e.what());
+          if (how == "kill2" && me == 1 && recoveries == 0) {
+            std::printf("rank %u: SIGKILL while the others recover\n", me);
+            std::fflush(stdout);
+            ::raise(SIGKILL);
+          }
           const auto t0 = std::chrono::steady_clock::now();
           const uint32_t before = comm.size();
           comm = comm.shrink();

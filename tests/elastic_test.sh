@@ -4,9 +4,11 @@
 # (Communicator::shrink) within a bound (SIGKILL: 2 s; SIGSTOP: PLEXUS_TIMEOUT
 # + 2 s: the others' timeout first), finish every iteration with every
 # result right on 2 ranks, and plexus-run must exit 0, saying rank 2 left and
-# why. Exit 77 (skipped) when the backend's plugin is not built.
+# why. HOW kill2: rank 1 dies too while the others recover; rank 0 must go on
+# alone (within 2 timeouts: its first try waits for rank 1) and finish. Exit
+# 77 (skipped) when the backend's plugin is not built.
 #
-#   elastic_test.sh PLEXUS_RUN ELASTIC_CHECK kill|stop
+#   elastic_test.sh PLEXUS_RUN ELASTIC_CHECK kill|stop|kill2
 set -u
 run=${1:?plexus-run}
 prog=${2:?elastic_check}
@@ -40,6 +42,18 @@ check() { # condition message
 bound_ms=2000
 [ "$how" = stop ] && bound_ms=$(((timeout_s + 2) * 1000))
 check "[ $rc = 0 ]" "plexus-run exited 0 ($rc)"
+if [ "$how" = kill2 ]; then
+  check "grep -Eq '^\[0\] rank 0 of 1: 40 iterations, 1 recovery, every result right' '$out'" \
+    "rank 0 finished 40 iterations alone, every result right"
+  line=$(grep -E "^\[0\] rank 0: recovered in [0-9]+ ms: 3 -> 1 ranks \(job ranks 0\), iteration 20" "$out")
+  check "[ -n '$line' ]" "rank 0 recovered from 3 ranks to itself at iteration 20"
+  ms=$(sed -E 's/.*recovered in ([0-9]+) ms.*/\1/' <<<"$line")
+  check "[ -n '$ms' ] && [ '$ms' -le $((2 * timeout_s * 1000 + 1000)) ]" \
+    "rank 0 recovered within two timeouts (${ms:-?} ms)"
+  check "grep -q 'the job ended on 1 of 3 ranks (--elastic); left: rank 2 .*; rank 1 ' '$err'" \
+    "plexus-run's last word: the job ended on 1 of 3 ranks, ranks 2 and 1 left"
+  exit $fail
+fi
 for r in 0 1; do
   check "grep -Eq '^\[$r\] rank $r of 2: 40 iterations, 1 recovery, every result right' '$out'" \
     "rank $r finished 40 iterations on 2 ranks, every result right"

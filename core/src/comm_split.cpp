@@ -242,64 +242,80 @@ Communicator Communicator::shrink() {
   if (failed.seq != 0 && generation_said() <= s.elastic_generation) {
     (void)detail::ReportStall(s, failed);
   }
-  const auto deadline = std::chrono::steady_clock::now() + s.timeout;
-  uint64_t generation = 0;
-  std::vector<uint32_t> left_in;  // this communicator's ranks still in the job
-  for (;;) {
-    Bytes value;
-    Status st = s.job->store->Get(key, &value, std::chrono::milliseconds(0));
-    if (st.ok()) {
-      std::istringstream in(std::string(value.begin(), value.end()));
-      std::vector<uint32_t> job;
-      if (in >> generation) {
-        for (uint32_t r; in >> r;) job.push_back(r);
-      }
-      if (generation > s.elastic_generation) {
-        for (uint32_t r : s.job_ranks) {
-          if (std::find(job.begin(), job.end(), r) != job.end()) left_in.push_back(r);
+  // Another rank may leave while the ranks left make their communicator
+  // (it never comes): then again with the launcher's next word.
+  uint64_t after = s.elastic_generation;
+  for (bool aborted = false;;) {
+    const auto deadline = std::chrono::steady_clock::now() + s.timeout;
+    uint64_t generation = 0;
+    std::vector<uint32_t> left_in;  // this communicator's ranks still in the job
+    for (;;) {
+      Bytes value;
+      Status st = s.job->store->Get(key, &value, std::chrono::milliseconds(0));
+      if (st.ok()) {
+        std::istringstream in(std::string(value.begin(), value.end()));
+        std::vector<uint32_t> job;
+        if (in >> generation) {
+          for (uint32_t r; in >> r;) job.push_back(r);
         }
-        break;
+        if (generation > after) {
+          for (uint32_t r : s.job_ranks) {
+            if (std::find(job.begin(), job.end(), r) != job.end()) left_in.push_back(r);
+          }
+          break;
+        }
+      } else if (st.code() != PLEXUS_ERR_TIMEOUT) {
+        Throw(st.WithContext("shrink() of " + s.name + ": reading which ranks are left"));
       }
-    } else if (st.code() != PLEXUS_ERR_TIMEOUT) {
-      Throw(st.WithContext("shrink() of " + s.name + ": reading which ranks are left"));
+      if (std::chrono::steady_clock::now() >= deadline) {
+        Throw(Status::Timeout("shrink() of " + s.name + " on job rank " + std::to_string(me) +
+                              ": plexus-run said within " + std::to_string(s.timeout.count()) +
+                              " ms of no rank that left (did one? a failure of every rank is "
+                              "not one of them leaving)"));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      Throw(Status::Timeout("shrink() of " + s.name + " on job rank " + std::to_string(me) +
-                            ": plexus-run said within " + std::to_string(s.timeout.count()) +
-                            " ms of no rank that left (did one? a failure of every rank is "
-                            "not one of them leaving)"));
+    if (std::find(left_in.begin(), left_in.end(), me) == left_in.end()) {
+      Throw(Status::Remote("shrink() of " + s.name + ": plexus-run took job rank " +
+                           std::to_string(me) + " out of the job"));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  if (std::find(left_in.begin(), left_in.end(), me) == left_in.end()) {
-    Throw(Status::Remote("shrink() of " + s.name + ": plexus-run took job rank " +
-                         std::to_string(me) + " out of the job"));
-  }
-  abort();  // the old one: whatever is still posted on it fails now
-  // Every rank left says where it runs (its local rank in the new one), under
-  // its own key; colors: 0 for the ranks left, none for the others.
-  const std::string base = s.name + "/e" + std::to_string(generation);
-  std::vector<SplitEntry> all(s.size, SplitEntry{kNoColor, 0, 0, 0});
-  const SplitEntry mine{0, s.rank, HostIdentity(s.job->local_address), 0};
-  const auto* p = reinterpret_cast<const uint8_t*>(&mine);
-  Status st =
-      s.job->store->Set(store::RankKey(me, base + "/entry"), Bytes(p, p + sizeof mine), s.timeout);
-  for (uint32_t r = 0; st.ok() && r < s.size; ++r) {
-    if (std::find(left_in.begin(), left_in.end(), s.job_ranks[r]) == left_in.end()) continue;
-    Bytes value;
-    st = s.job->store->Get(store::RankKey(s.job_ranks[r], base + "/entry"), &value, s.timeout);
-    if (st.ok() && value.size() != sizeof(SplitEntry)) {
-      st = Status::Remote("job rank " + std::to_string(s.job_ranks[r]) + " sent an entry of " +
-                          std::to_string(value.size()) + " bytes");
+    if (!std::exchange(aborted, true)) abort();  // the old one: what is posted fails now
+    // Every rank left says where it runs (its local rank in the new one),
+    // under its own key; colors: 0 for the ranks left, none for the others.
+    const std::string base = s.name + "/e" + std::to_string(generation);
+    std::vector<SplitEntry> all(s.size, SplitEntry{kNoColor, 0, 0, 0});
+    const SplitEntry mine{0, s.rank, HostIdentity(s.job->local_address), 0};
+    const auto* p = reinterpret_cast<const uint8_t*>(&mine);
+    Status st = s.job->store->Set(store::RankKey(me, base + "/entry"), Bytes(p, p + sizeof mine),
+                                  s.timeout);
+    for (uint32_t r = 0; st.ok() && r < s.size; ++r) {
+      const uint32_t j = s.job_ranks[r];
+      if (std::find(left_in.begin(), left_in.end(), j) == left_in.end()) continue;
+      Bytes value;
+      st = s.job->store->Get(store::RankKey(j, base + "/entry"), &value, s.timeout);
+      if (st.code() == PLEXUS_ERR_TIMEOUT) {
+        st = Status::Timeout("job rank " + std::to_string(j) + " did not come within " +
+                             std::to_string(s.timeout.count()) + " ms");
+      } else if (st.ok() && value.size() != sizeof(SplitEntry)) {
+        st = Status::Remote("job rank " + std::to_string(j) + " sent an entry of " +
+                            std::to_string(value.size()) + " bytes");
+      }
+      if (st.ok()) std::memcpy(&all[r], value.data(), sizeof(SplitEntry));
     }
-    if (st.ok()) std::memcpy(&all[r], value.data(), sizeof(SplitEntry));
+    std::shared_ptr<detail::CommState> made;
+    if (st.ok()) st = MakeGroup(s, all, base, nullptr, &made, /*survivors=*/true);
+    if (st.ok()) {
+      made->elastic_generation = generation;
+      made->name = base;
+      return Communicator(std::move(made));
+    }
+    if (generation_said() <= generation) {
+      Throw(st.WithContext("shrink() of " + s.name + " to " + std::to_string(left_in.size()) +
+                           " ranks"),
+            s.backend->name());
+    }
+    after = generation;  // a rank left meanwhile
   }
-  std::shared_ptr<detail::CommState> made;
-  if (st.ok()) st = MakeGroup(s, all, base, nullptr, &made, /*survivors=*/true);
-  if (!st.ok()) Throw(st.WithContext("shrink() of " + s.name), s.backend->name());
-  made->elastic_generation = generation;
-  made->name = base;
-  return Communicator(std::move(made));
 }
 
 std::optional<Communicator> Communicator::group(std::span<const uint32_t> ranks) {
