@@ -16,6 +16,14 @@
 //   rank R: recovered in X ms: 3 -> 2 ranks (job ranks 0, 1), iteration 20
 //   rank R of 2: ITERATIONS iterations, 1 recovery, every result right
 // and exits 0; a wrong result or an error shrink() cannot fix exits 1.
+//
+// rejoin and rejoin-die (plexus-run --elastic --max-restarts 1): as kill,
+// with an iteration every 50 ms and Communicator::grow() every 5th: the
+// launcher starts rank 2 again, it joins at the next grow() and takes the
+// iteration to go on from by broadcast from a rank that was there (the
+// state of this loop). rejoin ends on 3 ranks; in rejoin-die the newcomer
+// dies as soon as it has joined, before the state comes, and the others go
+// on without it (shrink() again) on 2.
 #include <signal.h>
 
 #include <chrono>
@@ -23,33 +31,82 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "plexus/plexus.hpp"
 
+namespace {
+
+std::string JobRanks(const plexus::Communicator& comm) {
+  std::string ranks;
+  for (uint32_t r : comm.job_ranks()) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  return ranks;
+}
+
+// After grow(): every rank takes the iteration from the lowest rank that
+// was there before (a newcomer's joined() is true).
+void ShareIteration(plexus::Communicator& comm, int* iteration) {
+  int64_t root = comm.joined() ? comm.size() : comm.rank();
+  comm.allreduce(&root, &root, 1, plexus::DType::Int64, plexus::ReduceOp::Min).wait();
+  int64_t at = *iteration;
+  comm.broadcast(&at, 1, plexus::DType::Int64, uint32_t(root)).wait();
+  *iteration = int(at);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   const std::string how = argc > 1 ? argv[1] : "none";
   const int iterations = argc > 2 ? std::atoi(argv[2]) : 40;
-  if (how != "kill" && how != "stop" && how != "kill2" && how != "none") {
-    std::fprintf(stderr, "usage: elastic_check kill|stop|kill2|none [ITERATIONS]\n");
+  if (how != "kill" && how != "stop" && how != "kill2" && how != "none" && how != "rejoin" &&
+      how != "rejoin-die") {
+    std::fprintf(stderr,
+                 "usage: elastic_check kill|stop|kill2|rejoin|rejoin-die|none [ITERATIONS]\n");
     return 2;
   }
+  const bool rejoin = how == "rejoin" || how == "rejoin-die";
   try {
     auto comm = plexus::Communicator::from_env();
     const uint32_t me = comm.job_ranks()[comm.rank()];
-    const uint32_t victim = comm.size() - 1;
+    const bool newcomer = comm.joined();
     constexpr uint64_t kCount = 4096;
     std::vector<int64_t> buf(kCount);
-    int recoveries = 0;
-    for (int i = 0; i < iterations; ++i) {
-      if (i == 20 && me == victim && how != "none") {
+    int recoveries = 0, grows = 0, first = 0;
+    if (newcomer) {
+      if (how == "rejoin-die") {
+        std::printf("rank %u: joined; SIGKILL before the state comes\n", me);
+        std::fflush(stdout);
+        ::raise(SIGKILL);
+      }
+      ShareIteration(comm, &first);
+      std::printf("rank %u: joined at iteration %d: %u ranks (job ranks %s)\n", me, first,
+                  comm.size(), JobRanks(comm).c_str());
+      std::fflush(stdout);
+    }
+    for (int i = first; i < iterations; ++i) {
+      if (i == 20 && me == 2 && !newcomer && how != "none") {
         std::printf("rank %u: %s at iteration %d\n", me, how == "stop" ? "SIGSTOP" : "SIGKILL", i);
         std::fflush(stdout);
         ::raise(how == "stop" ? SIGSTOP : SIGKILL);
       }
+      if (rejoin) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      bool grow_now = rejoin && i % 5 == 0 && i != first;
       for (;;) {
-        std::fill(buf.begin(), buf.end(), int64_t(me + 1) * (i + 1));
         try {
+          if (std::exchange(grow_now, false)) {
+            if (auto grown = comm.grow()) {
+              const uint32_t before = comm.size();
+              comm = std::move(*grown);
+              ++grows;
+              int at = i;
+              ShareIteration(comm, &at);
+              std::printf("rank %u: grew at iteration %d: %u -> %u ranks (job ranks %s)\n", me, i,
+                          before, comm.size(), JobRanks(comm).c_str());
+              std::fflush(stdout);
+            }
+          }
+          std::fill(buf.begin(), buf.end(), int64_t(me + 1) * (i + 1));
           comm.allreduce(buf.data(), buf.data(), kCount, plexus::DType::Int64,
                          plexus::ReduceOp::Sum)
               .wait();
@@ -67,12 +124,9 @@ int main(int argc, char** argv) {
           const double ms =
               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                   .count();
-          std::string ranks;
-          for (uint32_t r : comm.job_ranks())
-            ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
           std::printf(
               "rank %u: recovered in %.0f ms: %u -> %u ranks (job ranks %s), iteration %d\n", me,
-              ms, before, comm.size(), ranks.c_str(), i);
+              ms, before, comm.size(), JobRanks(comm).c_str(), i);
           std::fflush(stdout);
           ++recoveries;
         }
@@ -88,8 +142,9 @@ int main(int argc, char** argv) {
         }
       }
     }
-    std::printf("rank %u of %u: %d iterations, %d recover%s, every result right\n", me, comm.size(),
-                iterations, recoveries, recoveries == 1 ? "y" : "ies");
+    std::printf("rank %u of %u: %d iterations, %d recover%s, %d grow%s, every result right\n", me,
+                comm.size(), iterations - first, recoveries, recoveries == 1 ? "y" : "ies", grows,
+                grows == 1 ? "" : "s");
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "elastic_check: %s\n", e.what());

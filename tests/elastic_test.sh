@@ -7,8 +7,12 @@
 # why. HOW kill2: rank 1 dies too while the others recover; rank 0 must go on
 # alone (within 2 timeouts: its first try waits for rank 1) and finish. Exit
 # 77 (skipped) when the backend's plugin is not built.
+# HOW rejoin (--max-restarts 1): rank 2 killed at iteration 20 is started
+# again by plexus-run and joins at a grow() of ranks 0 and 1; all three end
+# on 3 ranks, every result right. rejoin-die: the newcomer dies as soon as it
+# joined, before the state comes; ranks 0 and 1 shrink again and end on 2.
 #
-#   elastic_test.sh PLEXUS_RUN ELASTIC_CHECK kill|stop|kill2
+#   elastic_test.sh PLEXUS_RUN ELASTIC_CHECK kill|stop|kill2|rejoin|rejoin-die
 set -u
 run=${1:?plexus-run}
 prog=${2:?elastic_check}
@@ -23,7 +27,10 @@ if ! "$run" -n 1 sh -c 'exit 0' 2>/dev/null; then
   exit 1
 fi
 start=$(date +%s.%N)
-timeout -k 5 90 "$run" -n 3 --elastic "$prog" "$how" 40 >"$out" 2>"$err"
+iterations=40
+restarts=()
+case $how in rejoin*) iterations=60 restarts=(--max-restarts 1) ;; esac
+timeout -k 5 90 "$run" -n 3 --elastic "${restarts[@]}" "$prog" "$how" $iterations >"$out" 2>"$err"
 rc=$?
 elapsed=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 echo "--- plexus-run exited $rc after $elapsed s; stdout:"
@@ -42,8 +49,38 @@ check() { # condition message
 bound_ms=2000
 [ "$how" = stop ] && bound_ms=$(((timeout_s + 2) * 1000))
 check "[ $rc = 0 ]" "plexus-run exited 0 ($rc)"
+if [ "$how" = rejoin ]; then
+  for r in 0 1; do
+    check "grep -Eq '^\[$r\] rank $r: recovered in [0-9]+ ms: 3 -> 2 ranks \(job ranks 0, 1\), iteration 20' '$out'" \
+      "rank $r went on on 2 ranks at iteration 20"
+    check "grep -Eq '^\[$r\] rank $r: grew at iteration [0-9]+: 2 -> 3 ranks \(job ranks 0, 1, 2\)' '$out'" \
+      "rank $r grew back to 3 ranks"
+    check "grep -Eq '^\[$r\] rank $r of 3: 60 iterations, 1 recovery, 1 grow, every result right' '$out'" \
+      "rank $r finished 60 iterations on 3 ranks, every result right"
+  done
+  check "grep -Eq '^\[2\] rank 2: joined at iteration [0-9]+: 3 ranks \(job ranks 0, 1, 2\)' '$out'" \
+    "the newcomer joined at the others' iteration"
+  check "grep -Eq '^\[2\] rank 2 of 3: [0-9]+ iterations, 0 recoveries, 0 grows, every result right' '$out'" \
+    "the newcomer finished with every result right"
+  check "grep -q 'started rank 2 (pid [0-9]*) again (restart 1 of --max-restarts 1)' '$err'" \
+    "plexus-run says it started rank 2 again"
+  check "grep -Eq 'the job ended on 3 of 3 ranks \(--elastic\); left: rank 2 .*; started again: rank 2 \(pid [0-9]+\) at [0-9.]+ s, joined at [0-9.]+ s' '$err'" \
+    "plexus-run's last word: 3 of 3 ranks, rank 2 left, started again and joined"
+  exit $fail
+fi
+if [ "$how" = rejoin-die ]; then
+  for r in 0 1; do
+    check "grep -Eq '^\[$r\] rank $r: recovered in [0-9]+ ms: 3 -> 2 ranks \(job ranks 0, 1\), iteration [0-9]+' '$out'" \
+      "rank $r went on on 2 ranks after the newcomer died"
+    check "grep -Eq '^\[$r\] rank $r of 2: 60 iterations, 2 recoveries, 1 grow, every result right' '$out'" \
+      "rank $r finished 60 iterations on 2 ranks, every result right"
+  done
+  check "grep -Eq 'the job ended on 2 of 3 ranks \(--elastic\); left: rank 2 .*; rank 2 .*; started again: rank 2' '$err'" \
+    "plexus-run's last word: 2 of 3 ranks, rank 2 left twice"
+  exit $fail
+fi
 if [ "$how" = kill2 ]; then
-  check "grep -Eq '^\[0\] rank 0 of 1: 40 iterations, 1 recovery, every result right' '$out'" \
+  check "grep -Eq '^\[0\] rank 0 of 1: 40 iterations, 1 recovery, 0 grows, every result right' '$out'" \
     "rank 0 finished 40 iterations alone, every result right"
   line=$(grep -E "^\[0\] rank 0: recovered in [0-9]+ ms: 3 -> 1 ranks \(job ranks 0\), iteration 20" "$out")
   check "[ -n '$line' ]" "rank 0 recovered from 3 ranks to itself at iteration 20"
@@ -55,7 +92,7 @@ if [ "$how" = kill2 ]; then
   exit $fail
 fi
 for r in 0 1; do
-  check "grep -Eq '^\[$r\] rank $r of 2: 40 iterations, 1 recovery, every result right' '$out'" \
+  check "grep -Eq '^\[$r\] rank $r of 2: 40 iterations, 1 recovery, 0 grows, every result right' '$out'" \
     "rank $r finished 40 iterations on 2 ranks, every result right"
   line=$(grep -E "^\[$r\] rank $r: recovered in [0-9]+ ms: 3 -> 2 ranks \(job ranks 0, 1\), iteration 20" "$out")
   check "[ -n '$line' ]" "rank $r recovered from 3 to 2 ranks (job ranks 0, 1) at iteration 20"

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <thread>
 
+#include "comm_group.hpp"
 #include "comm_state.hpp"
 #include "plexus/communicator.hpp"
 #include "plexus/log.hpp"
@@ -29,14 +30,7 @@
 namespace plexus {
 namespace {
 
-// What each rank of the parent says about itself.
-struct SplitEntry {
-  uint32_t color;
-  uint32_t key;
-  uint64_t host;       // where it runs: ranks with the same value share a host
-  uint64_t list_hash;  // group(): its list, to find ranks given another one
-};
-static_assert(sizeof(SplitEntry) == 24);
+using detail::SplitEntry;
 
 [[noreturn]] void Throw(const Status& st, const std::string& who = "plexus") {
   throw Error(st.code(), who, st.message());
@@ -91,15 +85,13 @@ std::vector<uint32_t> MembersOf(const std::vector<SplitEntry>& all, uint32_t col
   return members;
 }
 
-// Makes this rank's group from every rank's entry (ExchangeEntries). out is
-// left empty for a rank that joins none. Collective over the parent, or with
-// survivors (shrink) over the group's ranks alone: then never through the
-// parent's backend communicator (it is broken), and nothing waits for the
-// ranks outside.
-// backend: the group's, or null for the parent's.
-Status MakeGroup(detail::CommState& p, const std::vector<SplitEntry>& all, const std::string& base,
-                 std::shared_ptr<Backend> backend, std::shared_ptr<detail::CommState>* out,
-                 bool survivors = false) {
+}  // namespace
+
+namespace detail {
+
+Status MakeGroup(CommState& p, const std::vector<SplitEntry>& all, const std::string& base,
+                 std::shared_ptr<Backend> backend, std::shared_ptr<CommState>* out,
+                 bool survivors) {
   if (!backend) backend = p.backend;
   const uint32_t color = all[p.rank].color;
   const bool joins = color != PLEXUS_SPLIT_NO_COLOR;
@@ -172,7 +164,7 @@ Status MakeGroup(detail::CommState& p, const std::vector<SplitEntry>& all, const
   return Status::Ok();
 }
 
-}  // namespace
+}  // namespace detail
 
 std::optional<Communicator> Communicator::Made(const Status& st,
                                                std::shared_ptr<detail::CommState> made,
@@ -205,117 +197,8 @@ std::optional<Communicator> Communicator::SplitOver(uint32_t color, uint32_t key
   std::shared_ptr<detail::CommState> made;
   Status st = ExchangeEntries(s, *this, base, mine, &all);
   if (!st.ok()) Throw(st.WithContext("split of " + s.name));
-  st = MakeGroup(s, all, base, std::move(backend), &made);
+  st = detail::MakeGroup(s, all, base, std::move(backend), &made);
   return Made(st, std::move(made), s);
-}
-
-Communicator Communicator::shrink() {
-  auto& s = state();
-  const char* elastic = std::getenv("PLEXUS_ELASTIC");
-  if (!s.job->has_rendezvous || !elastic || std::string(elastic) != "1") {
-    Throw(Status::InvalidUsage("shrink() of " + s.name +
-                               " needs a launcher that says which ranks are left: plexus-run "
-                               "--elastic (PLEXUS_ELASTIC=1)"));
-  }
-  const uint32_t me = s.job_ranks[s.rank];
-  // The collective that failed, marked as stalled here: the line names the
-  // ranks that never reached it, which the launcher takes out (a frozen rank
-  // is seen by no one else; a rank whose failure was relayed to this one
-  // left no such line yet).
-  detail::PostedOp failed;
-  {
-    std::lock_guard<std::mutex> lock(s.last_failed_mutex);
-    failed = s.last_failed;
-  }
-  // The launcher's word (node 0's key, which no other process may write):
-  // "<generation> <job rank> ...", the ranks still in the job.
-  const std::string key = store::NodeKey(0, "launch/members");
-  // Not when the launcher has already said that a rank left (it saw one
-  // exit): the report would only wait for the marks of ranks that are gone.
-  auto generation_said = [&] {
-    Bytes value;
-    uint64_t g = 0;
-    if (!s.job->store->Get(key, &value, std::chrono::milliseconds(0)).ok()) return g;
-    std::istringstream(std::string(value.begin(), value.end())) >> g;
-    return g;
-  };
-  if (failed.seq != 0 && generation_said() <= s.elastic_generation) {
-    (void)detail::ReportStall(s, failed);
-  }
-  // Another rank may leave while the ranks left make their communicator
-  // (it never comes): then again with the launcher's next word.
-  uint64_t after = s.elastic_generation;
-  for (bool aborted = false;;) {
-    const auto deadline = std::chrono::steady_clock::now() + s.timeout;
-    uint64_t generation = 0;
-    std::vector<uint32_t> left_in;  // this communicator's ranks still in the job
-    for (;;) {
-      Bytes value;
-      Status st = s.job->store->Get(key, &value, std::chrono::milliseconds(0));
-      if (st.ok()) {
-        std::istringstream in(std::string(value.begin(), value.end()));
-        std::vector<uint32_t> job;
-        if (in >> generation) {
-          for (uint32_t r; in >> r;) job.push_back(r);
-        }
-        if (generation > after) {
-          for (uint32_t r : s.job_ranks) {
-            if (std::find(job.begin(), job.end(), r) != job.end()) left_in.push_back(r);
-          }
-          break;
-        }
-      } else if (st.code() != PLEXUS_ERR_TIMEOUT) {
-        Throw(st.WithContext("shrink() of " + s.name + ": reading which ranks are left"));
-      }
-      if (std::chrono::steady_clock::now() >= deadline) {
-        Throw(Status::Timeout("shrink() of " + s.name + " on job rank " + std::to_string(me) +
-                              ": plexus-run said within " + std::to_string(s.timeout.count()) +
-                              " ms of no rank that left (did one? a failure of every rank is "
-                              "not one of them leaving)"));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (std::find(left_in.begin(), left_in.end(), me) == left_in.end()) {
-      Throw(Status::Remote("shrink() of " + s.name + ": plexus-run took job rank " +
-                           std::to_string(me) + " out of the job"));
-    }
-    if (!std::exchange(aborted, true)) abort();  // the old one: what is posted fails now
-    // Every rank left says where it runs (its local rank in the new one),
-    // under its own key; colors: 0 for the ranks left, none for the others.
-    const std::string base = s.name + "/e" + std::to_string(generation);
-    std::vector<SplitEntry> all(s.size, SplitEntry{kNoColor, 0, 0, 0});
-    const SplitEntry mine{0, s.rank, HostIdentity(s.job->local_address), 0};
-    const auto* p = reinterpret_cast<const uint8_t*>(&mine);
-    Status st = s.job->store->Set(store::RankKey(me, base + "/entry"), Bytes(p, p + sizeof mine),
-                                  s.timeout);
-    for (uint32_t r = 0; st.ok() && r < s.size; ++r) {
-      const uint32_t j = s.job_ranks[r];
-      if (std::find(left_in.begin(), left_in.end(), j) == left_in.end()) continue;
-      Bytes value;
-      st = s.job->store->Get(store::RankKey(j, base + "/entry"), &value, s.timeout);
-      if (st.code() == PLEXUS_ERR_TIMEOUT) {
-        st = Status::Timeout("job rank " + std::to_string(j) + " did not come within " +
-                             std::to_string(s.timeout.count()) + " ms");
-      } else if (st.ok() && value.size() != sizeof(SplitEntry)) {
-        st = Status::Remote("job rank " + std::to_string(j) + " sent an entry of " +
-                            std::to_string(value.size()) + " bytes");
-      }
-      if (st.ok()) std::memcpy(&all[r], value.data(), sizeof(SplitEntry));
-    }
-    std::shared_ptr<detail::CommState> made;
-    if (st.ok()) st = MakeGroup(s, all, base, nullptr, &made, /*survivors=*/true);
-    if (st.ok()) {
-      made->elastic_generation = generation;
-      made->name = base;
-      return Communicator(std::move(made));
-    }
-    if (generation_said() <= generation) {
-      Throw(st.WithContext("shrink() of " + s.name + " to " + std::to_string(left_in.size()) +
-                           " ranks"),
-            s.backend->name());
-    }
-    after = generation;  // a rank left meanwhile
-  }
 }
 
 std::optional<Communicator> Communicator::group(std::span<const uint32_t> ranks) {
@@ -353,7 +236,7 @@ std::optional<Communicator> Communicator::group(std::span<const uint32_t> ranks)
     }
     seen[r] = true;
   }
-  st = MakeGroup(s, all, base, nullptr, &made);
+  st = detail::MakeGroup(s, all, base, nullptr, &made);
   return Made(st, std::move(made), s);
 }
 

@@ -59,6 +59,31 @@ class NoRendezvousStore final : public RendezvousStore {
   std::string why_;
 };
 
+// PLEXUS_RANK_KEY: the store identity key plexus-run --elastic gives each
+// rank (64 hex digits), the same for the rank started again. Unset: none.
+Status RankKeyFromEnv(std::optional<store::IdentityKey>* key) {
+  const char* text = std::getenv("PLEXUS_RANK_KEY");
+  if (!text || !*text) return Status::Ok();
+  store::IdentityKey k{};
+  auto digit = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  bool ok = std::strlen(text) == 2 * k.size();
+  for (size_t i = 0; ok && i < k.size(); ++i) {
+    const int hi = digit(text[2 * i]), lo = digit(text[2 * i + 1]);
+    ok = hi >= 0 && lo >= 0;
+    k[i] = uint8_t(hi * 16 + lo);
+  }
+  if (!ok) {
+    return Status::InvalidArgument("PLEXUS_RANK_KEY must be " + std::to_string(2 * k.size()) +
+                                   " lowercase hex digits (plexus-run sets it)");
+  }
+  *key = k;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status GetJob(std::chrono::milliseconds timeout, std::shared_ptr<Job>* out) {
@@ -113,6 +138,8 @@ Status GetJob(std::chrono::milliseconds timeout, std::shared_ptr<Job>* out) {
     options.token = j->secret.token;
     options.identity = "rank/" + std::to_string(l.rank);
     options.label = RollCallLabel();
+    st = RankKeyFromEnv(&options.identity_key);
+    if (!st.ok()) return st.WithContext("rank " + std::to_string(l.rank));
     st = store::ConnectTcpStoreWithOptions(l.master_addr, l.master_port, timeout, options,
                                            &j->store);
     if (st.code() == PLEXUS_ERR_INVALID_USAGE) {
@@ -215,8 +242,8 @@ Status MakeStoreJob(std::unique_ptr<RendezvousStore> store, uint32_t rank, uint3
         "neither MASTER_ADDR nor PLEXUS_SOCKET_IFNAME says which address this one's peers reach " +
         "it at; set PLEXUS_SOCKET_IFNAME to the interface to use");
   }
-  st = ChooseStoreSecret(*store, rank, size, l.local_size, name, timeout, token_config,
-                         secret_file);
+  st =
+      ChooseStoreSecret(*store, rank, size, l.local_size, name, timeout, token_config, secret_file);
   if (!st.ok()) return st;
   j->store = std::move(store);
   *out = std::move(j);

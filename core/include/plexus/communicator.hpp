@@ -175,6 +175,21 @@ class Communicator {
   // not a rank leaving). Like NCCL's ncclCommShrink, but the launcher, which
   // saw the rank exit, says who left.
   Communicator shrink();
+  // Elastic: at a step where every rank of this communicator calls it (a
+  // commit), lets in the ranks plexus-run --elastic started again: when the
+  // launcher says that ranks wait to join (--max-restarts), returns a
+  // communicator over this one's ranks and them, ranked by job rank;
+  // otherwise std::nullopt, and this one goes on. Collective over this
+  // communicator (a small allreduce, to agree); BLOCKS while the newcomers
+  // join (up to timeout()). A newcomer that fails to join leaves this one
+  // unchanged on every rank. The newcomer's side is from_env(), which in a
+  // rank started again returns its part of the same communicator, with
+  // joined() true: it must take the state from the others (a broadcast from
+  // a rank whose joined() is false). Like NCCL's ncclCommGrow.
+  std::optional<Communicator> grow();
+  // True on the communicator from_env() made for a rank plexus-run
+  // --elastic started again, which joined ranks already under way.
+  bool joined() const;
   // The rank in the whole job of each rank of this communicator (0, 1, ...
   // for a communicator from from_env).
   const std::vector<uint32_t>& job_ranks() const;
@@ -277,6 +292,16 @@ class Communicator {
   // backend and creates the backend communicator named name.
   static Communicator Join(std::shared_ptr<Job> job, std::string name,
                            const CommunicatorOptions& options, std::chrono::milliseconds timeout);
+  // Join's first half: the state of a communicator named name, its backend
+  // loaded, not yet created.
+  static std::shared_ptr<detail::CommState> NewState(std::shared_ptr<Job> job, std::string name,
+                                                     const CommunicatorOptions& options,
+                                                     std::chrono::milliseconds timeout);
+  // from_env in a rank started again into an elastic job: joins the others
+  // in their grow() to generation (PLEXUS_ELASTIC_JOIN).
+  static Communicator JoinElastic(std::shared_ptr<Job> job, std::string name, uint64_t generation,
+                                  const CommunicatorOptions& options,
+                                  std::chrono::milliseconds timeout);
   // The group split() or group() made (none for a rank outside every
   // group), or throws st.
   static std::optional<Communicator> Made(const Status& st, std::shared_ptr<detail::CommState> made,

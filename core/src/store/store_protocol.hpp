@@ -277,6 +277,11 @@ struct TcpStoreClientOptions {
   std::string identity;
   // Shown to a process that is refused this identity ("host a, pid 123").
   std::string label;
+  // The key claimed with identity, instead of a random one: a launcher that
+  // starts a rank again hands the new process the key its first process had
+  // (plexus-run --elastic, PLEXUS_RANK_KEY), so that it gets the identity
+  // back once the first is gone. Unset: random.
+  std::optional<IdentityKey> identity_key;
 };
 
 // The server's public credential (kPublicCredentialKey): one unauthenticated

@@ -516,7 +516,8 @@ Status ConnectTcpStoreWithOptions(const std::string& host, uint16_t port,
       return Status::InvalidArgument("ConnectTcpStore: '" + identity.name +
                                      "' is not an identity (rank/N or node/N)");
     }
-    size_t got = 0;
+    size_t got = options.identity_key ? identity.key.size() : 0;
+    if (options.identity_key) identity.key = *options.identity_key;
     while (got < identity.key.size()) {
       const ssize_t n = getrandom(identity.key.data() + got, identity.key.size() - got, 0);
       if (n < 0 && errno == EINTR) continue;
