@@ -12,6 +12,7 @@
 #include "hierarchy/two_level.hpp"
 #include "job.hpp"
 #include "plugins/backend_calls.hpp"
+#include "trace/flight_recorder.hpp"
 
 namespace plexus::detail {
 
@@ -34,6 +35,13 @@ struct CommState {
   // shrink(): the launcher's generation of the job's ranks this communicator
   // was made in (plexus-run --elastic; 0 for the first).
   uint64_t elastic_generation = 0;
+  // grow(): the last generation it tried to grow to (tried once only), and
+  // whether this rank came in by joining (from_env of a rank started again).
+  uint64_t grow_tried = 0;
+  bool joined = false;
+  // The flight recorder of this communicator's collectives (null when
+  // PLEXUS_TRACE_OPS=0); made with the Communicator.
+  std::shared_ptr<FlightRecorder> recorder;
   // The last collective that failed here (seq 0: none), for shrink(), which
   // reports it as stalled so that the launcher can tell a frozen rank from
   // the ones that saw it fail.

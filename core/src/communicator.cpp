@@ -250,7 +250,20 @@ Communicator Communicator::from_env(const CommunicatorOptions& options) {
     EndSlurmStepAfterExit("could not join the job");
   }
   if (!st.ok()) Throw(st);
-  std::string name = "plexus/" + std::to_string(job->next_comm++);
+  const uint64_t n = job->next_comm++;
+  std::string name = "plexus/" + std::to_string(n);
+  // A rank plexus-run --elastic started again: its first communicator is
+  // its part of the others' grow().
+  const char* join = std::getenv("PLEXUS_ELASTIC_JOIN");
+  if (n == 0 && join && *join && job->has_rendezvous) {
+    char* end = nullptr;
+    const uint64_t generation = std::strtoull(join, &end, 10);
+    if (*end != '\0' || generation == 0) {
+      Throw(Status::InvalidArgument("PLEXUS_ELASTIC_JOIN='" + std::string(join) +
+                                    "' is not a generation (plexus-run sets it)"));
+    }
+    return JoinElastic(std::move(job), std::move(name), generation, options, timeout);
+  }
   return Join(std::move(job), std::move(name), options, timeout);
 }
 
@@ -318,10 +331,10 @@ Communicator Communicator::from_store(std::shared_ptr<RendezvousStore> store, ui
   return comm;
 }
 
-Communicator Communicator::Join(std::shared_ptr<Job> job, std::string name,
-                                const CommunicatorOptions& options,
-                                std::chrono::milliseconds timeout) {
-  Status st;
+std::shared_ptr<detail::CommState> Communicator::NewState(std::shared_ptr<Job> job,
+                                                          std::string name,
+                                                          const CommunicatorOptions& options,
+                                                          std::chrono::milliseconds timeout) {
   const LaunchInfo& l = job->launch;
   auto state = std::make_shared<detail::CommState>();
   state->job = job;
@@ -341,9 +354,18 @@ Communicator Communicator::Join(std::shared_ptr<Job> job, std::string name,
     if (const char* env = std::getenv("PLEXUS_BACKEND")) spec = env;
   }
   state->config = options.config;
-  st = spec.empty() ? ChooseBackend(*job, state->name, timeout, &state->backend)
-                    : OpenBackend(spec, *job, &state->backend);
+  const Status st = spec.empty() ? ChooseBackend(*job, state->name, timeout, &state->backend)
+                                 : OpenBackend(spec, *job, &state->backend);
   if (!st.ok()) Throw(st);
+  return state;
+}
+
+Communicator Communicator::Join(std::shared_ptr<Job> job, std::string name,
+                                const CommunicatorOptions& options,
+                                std::chrono::milliseconds timeout) {
+  const LaunchInfo& l = job->launch;
+  std::shared_ptr<detail::CommState> state = NewState(job, std::move(name), options, timeout);
+  Status st;
 
   plexus_oob oob{job->store.get(), state->name + "/oob", l.rank, l.size, 0, {}};
   plexus_comm_config_v1 config{};
@@ -389,7 +411,9 @@ Communicator Communicator::Join(std::shared_ptr<Job> job, std::string name,
   return comm;
 }
 
-Communicator::Communicator(std::shared_ptr<detail::CommState> state) : state_(std::move(state)) {}
+Communicator::Communicator(std::shared_ptr<detail::CommState> state) : state_(std::move(state)) {
+  if (state_ && !state_->recorder) state_->recorder = detail::NewRecorder(*state_);
+}
 Communicator::Communicator(Communicator&&) noexcept = default;
 Communicator& Communicator::operator=(Communicator&&) noexcept = default;
 Communicator::~Communicator() = default;
@@ -447,9 +471,20 @@ void Communicator::CheckSpan(bool ok, const char* what) {
 
 Work Communicator::Start(const Status& posted, plexus_request* req, const char* what,
                          detail::PostedOp* collective) {
-  if (!posted.ok()) throw Error(posted.code(), state().backend->name(), posted.message());
+  auto& s = state();
+  if (!posted.ok()) {
+    if (collective && s.recorder) {
+      // What this rank tried to post there (a mismatch shows in the dumps).
+      collective->seq = s.collectives_posted + 1;
+      s.recorder->Posted(collective, collective->seq, posted.code());
+      s.recorder->Note(*collective, posted.code(), std::string(what) + ": " + posted.message());
+      detail::DumpTraces("failure");
+    }
+    throw Error(posted.code(), s.backend->name(), posted.message());
+  }
   if (!collective) return Work(state_, req, what, detail::PostedOp{});
-  collective->seq = ++state().collectives_posted;
+  collective->seq = ++s.collectives_posted;
+  if (s.recorder) s.recorder->Posted(collective, collective->seq, PLEXUS_OK);
   return Work(state_, req, what, *collective);
 }
 
@@ -488,6 +523,7 @@ Status Prepare(detail::CommState& s, const detail::PostingGuard& guard, const ch
                uint32_t root, uint64_t blocks, detail::PostedOp* posted) {
   *posted = detail::PostedOp{
       0, count, coll, coll == PLEXUS_COLL_BARRIER ? 0u : uint32_t(Code(dtype)), op, root};
+  if (s.recorder) posted->posted_ticks = detail::TraceTicks();
   Status st = guard.status();
   if (st.ok()) st = CheckBytes(what, count, dtype, blocks);
   if (st.ok() && s.debug_detail) {
@@ -521,6 +557,7 @@ Status PostTwoLevel(detail::CommState& s, const kit::Call& call, detail::PostedO
   const algos::Status rules = kit::CheckCall(call, kit::CommShape{s.rank, s.size});
   if (!rules.ok()) return Status(rules.code, rules.message);
   posted->seq = ++s.collectives_posted;
+  if (s.recorder) s.recorder->Posted(posted, posted->seq, PLEXUS_OK);
   *op = s.two_level->Post(call, *posted);
   return Status::Ok();
 }

@@ -49,6 +49,7 @@ std::string Work::StallReport() {
 }
 
 void Work::Finish(int32_t code) {
+  if (posted_.trace_slot) comm_->recorder->Finished(posted_, code);
   if (code == PLEXUS_OK) {  // (no strings built on the fast path)
     comm_->backend->FreeRequest(request_);
     request_ = nullptr;
@@ -77,7 +78,14 @@ void Work::Finish(int32_t code) {
         comm_->stall_reports ? detail::MarkReached(*comm_, posted_, message) : "";
     if (!differ.empty()) message += " (" + differ + ")";
   }
+  Traced(st.code(), message);
   throw Error(st.code(), comm_->backend->name(), message);
+}
+
+void Work::Traced(int32_t code, const std::string& message) {
+  if (!posted_.trace_slot) return;
+  comm_->recorder->Note(posted_, code, std::string(what_) + ": " + message);
+  detail::DumpTraces(code == PLEXUS_ERR_TIMEOUT ? "timeout" : "failure");
 }
 
 // A host operation (two-level allreduce) runs on the communicator's own
@@ -85,12 +93,15 @@ void Work::Finish(int32_t code) {
 // time out by themselves and their errors say which rank stopped.
 void Work::FinishHostOp(int32_t code) {
   std::shared_ptr<detail::HostOp> op = std::move(host_op_);
+  if (posted_.trace_slot) comm_->recorder->Finished(posted_, code);
   if (code == PLEXUS_OK) return;
   comm_->failed = true;
   if (code == PLEXUS_ERR_REMOTE || code == PLEXUS_ERR_TIMEOUT) {
     EndSlurmStepAfterExit(std::string(what_) + " failed");
   }
-  throw Error(code, comm_->backend->name(), op->Message());
+  const std::string message = op->Message();
+  Traced(code, message);
+  throw Error(code, comm_->backend->name(), message);
 }
 
 bool Work::TestHostOp() {
@@ -108,11 +119,14 @@ void Work::WaitHostOp(std::chrono::milliseconds timeout) {
   // once. A full wait waits for that message rather than say less.
   int32_t rc = host_op_->Wait(full_wait ? 3 * limit + std::chrono::seconds(2) : limit);
   if (rc == PLEXUS_IN_PROGRESS) {
-    if (full_wait) comm_->failed = true;
-    throw Error(PLEXUS_ERR_TIMEOUT, comm_->backend->name(),
-                std::string(what_) + " on rank " + std::to_string(comm_->rank) +
-                    " did not complete within " + std::to_string(limit.count()) +
-                    " ms (still pending; wait again or abort)");
+    const std::string message = std::string(what_) + " on rank " + std::to_string(comm_->rank) +
+                                " did not complete within " + std::to_string(limit.count()) +
+                                " ms (still pending; wait again or abort)";
+    if (full_wait) {
+      comm_->failed = true;
+      Traced(PLEXUS_ERR_TIMEOUT, message);
+    }
+    throw Error(PLEXUS_ERR_TIMEOUT, comm_->backend->name(), message);
   }
   FinishHostOp(rc);
 }
@@ -150,11 +164,12 @@ void Work::wait(std::chrono::milliseconds timeout) {
         comm_->failed = true;
         EndSlurmStepAfterExit(std::string(what_) + " timed out");
       }
-      throw Error(PLEXUS_ERR_TIMEOUT, comm_->backend->name(),
-                  std::string(what_) + " on rank " + std::to_string(comm_->rank) +
-                      " did not complete within " + std::to_string(limit.count()) +
-                      " ms (still pending; wait again or abort)" +
-                      (full_wait ? StallReport() : std::string()));
+      const std::string message = std::string(what_) + " on rank " + std::to_string(comm_->rank) +
+                                  " did not complete within " + std::to_string(limit.count()) +
+                                  " ms (still pending; wait again or abort)" +
+                                  (full_wait ? StallReport() : std::string());
+      if (full_wait) Traced(PLEXUS_ERR_TIMEOUT, message);
+      throw Error(PLEXUS_ERR_TIMEOUT, comm_->backend->name(), message);
     }
   }
   Finish(rc);

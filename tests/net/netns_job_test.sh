@@ -45,6 +45,13 @@
 #     their own first rank to exit with its node and host, and leave no
 #     process behind in their namespaces.
 #
+#   netns_job_test.sh trace PLEXUS_RUN TRACE_CHECK PLEXUS_TRACE
+#     trace_check hang on 3 x 2 ranks, each node with a PLEXUS_TRACE_DIR of
+#     its own: rank 3 (node 1) stops posting at iteration 10, the others time
+#     out, the job fails; node 0's plexus-run must collect nodes 1 and 2's
+#     ranks' flight-recorder dumps into its directory through the store, and
+#     plexus-trace there must read all 6 and say rank 3 never posted
+#     allreduce #10 and last finished #9.
 #   netns_job_test.sh ddp PLEXUS_RUN DDP_CHECK [ARGS...]
 #     tests/ddp's equivalence check on 3 x 2 ranks (6 ranks with DDP equal one
 #     process on the 6-fold batch, float64; parameters bit-identical on every
@@ -137,6 +144,7 @@ hierarchy | hierarchy-uneven)
     netns_skip "libplexus-ucx.so is not built (${NET_UCX_PLUGIN:-no path given}): UCX not found, or -Ducx=disabled"
   ;;
 blip) timeout_s=30 ;;
+trace) timeout_s=5 ;;
 loss) timeout_s=60 ;; # well above TCP's retransmission backoff under loss
 delay)
   [ -x "${NET_DELAY_SWITCH:-}" ] || netns_skip "the delay switch is not built (${NET_DELAY_SWITCH:-no path given})"
@@ -275,6 +283,24 @@ trainer-nodes)
     "the trainer resumed from its checkpoint on the second start"
   check "grep -q 'on tcp, 4 rank(s)' '$NETNS_TMP/out.0'" "the second start trained on 4 ranks"
   check "grep -Eq '^\[0\] epoch ([0-9]+)/\\1 done' '$NETNS_TMP/out.0'" "the trainer finished its last epoch"
+  ;;
+trace)
+  prog=("$1" hang 3 10)
+  tool=$2
+  for ((k = 0; k < nodes; ++k)); do start_node $k PLEXUS_TRACE_DIR="$NETNS_TMP/trace.$k"; done
+  netns_wait 90 "${launchers[@]}"
+  show
+  for ((k = 0; k < nodes; ++k)); do
+    p=${launchers[$k]}
+    check "[ '${NETNS_RC[$p]:-0}' != 0 ]" "node $k's plexus-run exited non-zero (${NETNS_RC[$p]:-?})"
+  done
+  check "grep -q 'node 0: collected 4 flight-recorder dump(s) of node(s) 1, 2 into $NETNS_TMP/trace.0' '$NETNS_TMP/err.0'" \
+    "node 0 collected nodes 1 and 2's 4 dumps into its directory"
+  python3 "$tool" "$NETNS_TMP/trace.0" >"$NETNS_TMP/verdict" 2>&1
+  sed 's/^/  plexus-trace: /' "$NETNS_TMP/verdict"
+  check "grep -q 'dumps from 6 of 6 ranks' '$NETNS_TMP/verdict'" "plexus-trace read the dumps of all 6 ranks"
+  check "grep -Eq '^  rank 3 never posted allreduce #10 on plexus/0 .*; it last finished #9' '$NETNS_TMP/verdict'" \
+    "plexus-trace: rank 3 never posted allreduce #10, it last finished #9"
   ;;
 restart)
   # Rank 3 dies on the first start: its launcher reports it, node 0 gives

@@ -3,5 +3,6 @@
 
 #include "plexus/communicator.hpp"
 #include "plexus/error.hpp"
+#include "plexus/trace.hpp"
 #include "plexus/types.hpp"
 #include "plexus/work.hpp"

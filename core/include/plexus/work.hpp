@@ -27,6 +27,11 @@ struct PostedOp {
   uint32_t dtype = 0;
   uint32_t op = 0;
   uint32_t root = 0;
+  // The flight recorder's (trace/flight_recorder.hpp): when the post began
+  // (its clock's ticks), and the post's number in the communicator's ring
+  // (0: not recorded).
+  uint64_t posted_ticks = 0;
+  uint64_t trace_slot = 0;
 };
 }  // namespace detail
 
@@ -65,6 +70,9 @@ class Work {
   void WaitHostOp(std::chrono::milliseconds timeout);
   // On a timeout of a collective: which ranks it waited for, from the store.
   std::string StallReport();
+  // A failure of a recorded collective: kept with the flight recorder's
+  // ring, which is dumped (PLEXUS_TRACE_DIR).
+  void Traced(int32_t code, const std::string& message);
 
   std::shared_ptr<detail::CommState> comm_;
   plexus_request* request_ = nullptr;
