@@ -137,9 +137,10 @@ struct ElasticCommit {
   Progress progress;
   int epoch = 0;  // the epoch it is in, and how far
   int64_t step_in_epoch = 0;
+  int64_t world = 0;  // the ranks it was taken on (steps are counted over them)
 
   void Take(torch::nn::Sequential& model, torch::optim::Optimizer& opt, const Progress& p, int e,
-            int64_t s) {
+            int64_t s, int64_t w) {
     torch::NoGradGuard no_grad;
     tensors.clear();
     for (const auto& t : model->parameters()) tensors.push_back(t.detach().clone());
@@ -152,6 +153,46 @@ struct ElasticCommit {
     progress = p;
     epoch = e;
     step_in_epoch = s;
+    world = w;
+  }
+  // After Communicator::grow(): the ranks that held the commit send it to
+  // the ones that joined (their joined() is true), from the lowest that
+  // held it. Collective over comm.
+  void Share(plexus::Communicator& comm) {
+    int64_t root = comm.joined() ? comm.size() : comm.rank();
+    comm.allreduce(&root, &root, 1, plexus::DType::Int64, plexus::ReduceOp::Min).wait();
+    const auto from = static_cast<uint32_t>(root);
+    // Counters and sizes, then the bytes they size, then the tensors (the
+    // same model everywhere: their shapes are known).
+    int64_t head[7] = {progress.epochs_done,
+                       progress.global_step,
+                       epoch,
+                       step_in_epoch,
+                       world,
+                       static_cast<int64_t>(progress.step_losses.size()),
+                       static_cast<int64_t>(progress.ready_order.size())};
+    int64_t optimizer_bytes = static_cast<int64_t>(optimizer.size());
+    comm.broadcast(head, 7, plexus::DType::Int64, from).wait();
+    comm.broadcast(&optimizer_bytes, 1, plexus::DType::Int64, from).wait();
+    progress.epochs_done = static_cast<int>(head[0]);
+    progress.global_step = head[1];
+    epoch = static_cast<int>(head[2]);
+    step_in_epoch = head[3];
+    world = head[4];
+    progress.step_losses.resize(static_cast<size_t>(head[5]));
+    progress.ready_order.resize(static_cast<size_t>(head[6]));
+    optimizer.resize(static_cast<size_t>(optimizer_bytes));
+    comm.broadcast(optimizer.data(), optimizer.size(), plexus::DType::UInt8, from).wait();
+    comm.broadcast(progress.step_losses.data(), progress.step_losses.size(), plexus::DType::Float64,
+                   from)
+        .wait();
+    comm.broadcast(progress.ready_order.data(), progress.ready_order.size(), plexus::DType::Int64,
+                   from)
+        .wait();
+    for (auto& t : tensors) {
+      comm.broadcast(t.data_ptr(), static_cast<uint64_t>(t.nbytes()), plexus::DType::UInt8, from)
+          .wait();
+    }
   }
   void Restore(torch::nn::Sequential& model, torch::optim::Optimizer& opt, Progress* p) const {
     torch::NoGradGuard no_grad;
@@ -285,6 +326,7 @@ int Train(const TrainerOptions& opt) {
   }
 
   // 1. The communicator: rank, size and rendezvous from the launcher.
+  if (!opt.trace.empty()) ::setenv("PLEXUS_TRACE_DIR", opt.trace.c_str(), 1);
   auto comm = plexus::Communicator::from_env();
   bool root = comm.rank() == 0;  // (rank 0 of the ranks left, --elastic)
   const int threads = opt.threads ? opt.threads : DefaultThreads(comm);
@@ -339,7 +381,11 @@ int Train(const TrainerOptions& opt) {
     if (opt.hook == "bf16") d->register_comm_hook(plexus::reducer::Bf16CompressHook());
     return d;
   };
-  auto ddp = make_ddp();
+  // A rank plexus-run --elastic started again joins ranks under way: DDP
+  // is made once it has their state (its making is collective).
+  const bool newcomer = opt.elastic && comm.joined();
+  std::unique_ptr<plexus::ddp::DistributedDataParallel<torch::nn::SequentialImpl>> ddp;
+  if (!newcomer) ddp = make_ddp();
 
   // 3. Each rank sees its own shard, reshuffled every epoch (the sampler's
   // copies share the epoch).
@@ -409,9 +455,64 @@ int Train(const TrainerOptions& opt) {
   // --elastic: the state every rank holds alike at a step, to go back to.
   ElasticCommit commit;
   int64_t skip_steps = 0;  // after a rank left: steps of the epoch done before
-  if (elastic) commit.Take(model, *optimizer, progress, progress.epochs_done, 0);
+  if (elastic) commit.Take(model, *optimizer, progress, progress.epochs_done, 0, comm.size());
+  // --elastic: after Communicator::grow() (the others) or from_env() (a
+  // newcomer): the commit from the ranks that held it, the data
+  // re-partitioned over every rank, DDP made again.
+  std::optional<plexus::Communicator> grown;
+  struct Regroup {};  // thrown from a commit to leave the epoch's loop
+  // Once the ranks changed (one left, or joined): the last commit on the new
+  // communicator, the learning rate scaled if asked (the commit's lr and
+  // steps are those of the ranks it was taken on), DDP and the sampler made
+  // again; the commit's epoch goes on where it was, as many samples done,
+  // now over another number of ranks. Returns the lr's description.
+  auto go_on_from_commit = [&] {
+    commit.Restore(model, *optimizer, &progress);
+    const double factor = static_cast<double>(comm.size()) / commit.world;
+    if (opt.elastic_lr == "linear") {
+      for (auto& group : optimizer->param_groups()) {
+        group.options().set_lr(group.options().get_lr() * factor);
+      }
+    }
+    ddp = make_ddp();
+    loader = make_loader();
+    count_steps();
+    skip_steps = commit.step_in_epoch * commit.world / comm.size();
+    root = comm.rank() == 0;
+    stop = opt.max_steps && progress.global_step >= opt.max_steps;
+    return opt.elastic_lr == "linear" ? "x " + std::to_string(factor) : std::string("unchanged");
+  };
+  auto take_newcomers = [&](const std::vector<uint32_t>& before) {
+    commit.Share(comm);
+    const std::string lr = go_on_from_commit();
+    if (root) {
+      std::string joined, all;
+      for (uint32_t r : comm.job_ranks()) {
+        all += (all.empty() ? "" : ", ") + std::to_string(r);
+        if (std::find(before.begin(), before.end(), r) == before.end()) {
+          joined += (joined.empty() ? "" : ", ") + std::to_string(r);
+        }
+      }
+      std::printf(
+          "plexus-trainer: job rank(s) %s joined at step %lld; going on with %u ranks (job ranks "
+          "%s) from the commit at step %lld, lr %s\n",
+          joined.c_str(), static_cast<long long>(progress.global_step + 1), comm.size(),
+          all.c_str(), static_cast<long long>(progress.global_step), lr.c_str());
+      std::fflush(stdout);
+    }
+  };
+  if (newcomer) {
+    // (Without the others' state it has nothing to go on from: a failure
+    // here ends this rank, and the others go on without it.)
+    std::printf("plexus-trainer: job rank %u joined %u ranks under way\n",
+                comm.job_ranks()[comm.rank()], comm.size() - 1);
+    std::fflush(stdout);
+    take_newcomers({});
+  }
+  std::optional<std::vector<uint32_t>> share_with;  // after grow(): the ranks before
   for (;;) {
     try {
+      if (share_with) take_newcomers(*std::exchange(share_with, std::nullopt));
       for (int epoch = progress.epochs_done; epoch < epochs && !stop; ++epoch) {
         sampler->set_epoch(epoch);
         std::vector<StepTime> times;
@@ -450,11 +551,14 @@ int Train(const TrainerOptions& opt) {
           ++micro_in_step;
           current.forward += Ms(t0, t1);
           current.backward += Ms(t1, t2);
+          plexus::trace::Mark("forward", t0, t1);  // (the flight recorder's timeline)
+          plexus::trace::Mark("backward", t1, t2);
           if (!sync) continue;
           const auto t3 = Clock::now();
           optimizer->step();
           optimizer->zero_grad();
           const auto t4 = Clock::now();
+          plexus::trace::Mark("optimizer", t3, t4);
           current.optimizer = Ms(t3, t4);
           current.step = Ms(step_start, t4);
           const auto last = ddp->logging_data().reducer.last;
@@ -469,7 +573,10 @@ int Train(const TrainerOptions& opt) {
           ++step_in_epoch;
           ++steps_run;
           if (elastic && progress.global_step % opt.commit_every == 0) {
-            commit.Take(model, *optimizer, progress, epoch, step_in_epoch);
+            commit.Take(model, *optimizer, progress, epoch, step_in_epoch, comm.size());
+            // Ranks started again join here (plexus-run --elastic
+            // --max-restarts): every rank is at this commit.
+            if ((grown = comm.grow())) throw Regroup{};
           }
           // Auto (no --log-every): every tenth of an epoch, at most once a second.
           if (root && opt.log_every >= 0 && step_in_epoch % log_every == 0 &&
@@ -550,6 +657,13 @@ int Train(const TrainerOptions& opt) {
         }
       }
       break;  // every epoch done
+    } catch (const Regroup&) {
+      // (The state goes out at the top of the loop, where a newcomer that
+      // dies meanwhile is a failure like any other.)
+      share_with = comm.job_ranks();
+      ddp.reset();  // its hooks off the model
+      comm = std::move(*grown);
+      grown.reset();
     } catch (const std::exception& e) {
       // 6. --elastic: a rank left (plexus-run --elastic took it out). Go back
       // to the last commit, which every rank left holds alike, on a
@@ -558,27 +672,12 @@ int Train(const TrainerOptions& opt) {
       const auto failed_at = Clock::now();
       const int64_t failed_step = progress.global_step;
       const std::vector<uint32_t> before = comm.job_ranks();
-      const uint32_t old_size = comm.size();
       std::fprintf(stderr, "plexus-trainer: step %lld failed: %s\n",
                    static_cast<long long>(failed_step + 1), e.what());
       comm.abort();  // what DDP still waits for fails at once
       ddp.reset();   // its hooks off the model
       comm = comm.shrink();
-      commit.Restore(model, *optimizer, &progress);
-      const double factor = static_cast<double>(comm.size()) / old_size;
-      if (opt.elastic_lr == "linear") {
-        for (auto& group : optimizer->param_groups()) {
-          group.options().set_lr(group.options().get_lr() * factor);
-        }
-      }
-      ddp = make_ddp();
-      loader = make_loader();
-      count_steps();
-      // The commit's epoch goes on where it was: as many samples done, now
-      // over fewer ranks.
-      skip_steps = commit.step_in_epoch * old_size / comm.size();
-      root = comm.rank() == 0;
-      stop = opt.max_steps && progress.global_step >= opt.max_steps;
+      const std::string lr = go_on_from_commit();
       if (root) {
         std::string left, kept;
         for (uint32_t r : before) {
@@ -593,12 +692,36 @@ int Train(const TrainerOptions& opt) {
             left.c_str(), static_cast<long long>(failed_step + 1), comm.size(), kept.c_str(),
             static_cast<long long>(progress.global_step),
             static_cast<long long>(failed_step - progress.global_step), Ms(failed_at, Clock::now()),
-            opt.elastic_lr == "linear" ? ("x " + std::to_string(factor)).c_str() : "unchanged");
+            lr.c_str());
         std::fflush(stdout);
       }
     }
   }
 
+  if (elastic) {
+    // Whatever left and joined, every rank must end with the same model.
+    uint64_t hash = 1469598103934665603ull;  // FNV-1a over the parameters' bytes
+    for (const auto& p : model->parameters()) {
+      const auto t = p.detach().contiguous();
+      const auto* b = static_cast<const unsigned char*>(t.data_ptr());
+      for (size_t i = 0; i < t.nbytes(); ++i) hash = (hash ^ b[i]) * 1099511628211ull;
+    }
+    std::vector<uint64_t> hashes(comm.size());
+    comm.allgather(&hash, hashes.data(), 1, plexus::DType::UInt64).wait();
+    std::string ranks;
+    for (uint32_t r : comm.job_ranks()) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    const bool same =
+        std::all_of(hashes.begin(), hashes.end(), [&](uint64_t h) { return h == hash; });
+    if (root || !same) {
+      std::printf(
+          "plexus-trainer: parameters %s on the %u ranks at the end (job ranks %s): hash "
+          "%016llx%s\n",
+          same ? "identical" : "DIFFER", comm.size(), ranks.c_str(),
+          static_cast<unsigned long long>(hash), same ? "" : " here");
+      std::fflush(stdout);
+    }
+    if (!same) return 1;
+  }
   if (root && !opt.save_weights.empty()) SaveWeights(*model, opt.save_weights);
   if (root && !opt.json.empty()) {
     const EpochRecord last = records.empty() ? EpochRecord{} : records.back();

@@ -72,6 +72,10 @@ Output and state:
                           again by a launcher (PLEXUS_RESTART_COUNT or
                           TORCHELASTIC_RESTART_COUNT above 0) with a
                           checkpoint there, it resumes without being asked
+  --trace DIR             every rank writes its flight recorder (its last
+                          collectives, and each step's forward, backward and
+                          optimizer) to DIR/rank-R.json at the end or on a
+                          failure: plexus-trace DIR (PLEXUS_TRACE_DIR=DIR)
   --init FILE             initial weights from a tensor file (names as in
                           named_parameters) instead of --seed's
   --save-weights FILE     final weights to a tensor file (rank 0)
@@ -82,13 +86,17 @@ Elastic (under plexus-run --elastic):
   --elastic               when a rank leaves (dies, or freezes and is taken
                           out), go on with the ranks left: roll back to the
                           last commit, re-partition the data over the new
-                          world, continue; the log says who left and when
+                          world, continue; the log says who left and when.
+                          A rank plexus-run starts again (--max-restarts)
+                          joins at the next commit and gets the others'
+                          state; at the end every rank checks that all hold
+                          the same parameters
   --commit-every K        steps between commits of model, optimizer and
                           progress (in memory; default 10): at most K steps
-                          are lost
+                          are lost; ranks started again join at a commit
   --elastic-lr none|linear
-                          after a rank leaves: keep the learning rate
-                          (default) or scale it by new world / old world
+                          after a rank leaves or joins: keep the learning
+                          rate (default) or scale it by new world / old world
   -h, --help              this help
 
 Environment: PLEXUS_BACKEND, PLEXUS_TIMEOUT and the launcher's variables
@@ -177,6 +185,7 @@ TrainerOptions ParseOptions(int argc, char** argv) {
       {"--warmup-steps", i32(o.warmup_steps, 0)},
       {"--json", str(o.json)},
       {"--checkpoint", str(o.checkpoint)},
+      {"--trace", str(o.trace)},
       {"--init", str(o.init)},
       {"--save-weights", str(o.save_weights)},
       {"--export", str(o.export_dir)},

@@ -37,12 +37,13 @@ struct TrainerOptions {
   std::string json;          // final record (rank 0)
   std::string checkpoint;    // directory: rank 0 saves at the end of every epoch
   bool resume = false;       // continue from --checkpoint
+  std::string trace;         // directory: every rank's flight-recorder dump (PLEXUS_TRACE_DIR)
   std::string init;          // load initial weights from a tensor file
   std::string save_weights;  // final weights to a tensor file (rank 0)
   std::string export_dir;    // write data.ptf and init.ptf there and exit
   // Elastic (under plexus-run --elastic): go on without a rank that left.
   bool elastic = false;
-  int commit_every = 10;          // steps between in-memory commits of the state
+  int commit_every = 10;            // steps between in-memory commits of the state
   std::string elastic_lr = "none";  // none | linear (lr scaled by the world size)
 };
 

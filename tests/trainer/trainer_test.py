@@ -344,19 +344,105 @@ def restart(a, work):
               "weights bit-identical to the uninterrupted run")
 
 
+def restart_mpi(a, work):
+    """The restart path under MPI, which cannot go on without a rank (so
+    plexus-trainer --elastic is off there, and says so): mpirun started again
+    by the job's script, as a user's would, with PLEXUS_RESTART_COUNT=1 on
+    the second start. Rank 1 killed (SIGKILL) or frozen (SIGSTOP: the others
+    time out and exit, and mpirun ends the job) after epoch 2's checkpoint;
+    the trainer resumes by itself and the final weights are those of an
+    uninterrupted mpirun run (3 ranks)."""
+    need_mpi(a)
+    env = dict(ENV, PLEXUS_BACKEND="mpi", PLEXUS_TIMEOUT="5")
+    common = ["--data", "digits", "--epochs", "12", "--seed", "3"]
+
+    def argv(*args):
+        return ["bash", a.mpirun_sh, a.mpirun, "3", a.trainer, *common, *args]
+
+    full_w = os.path.join(work, "full-mpi.ptf")
+    rc, out = run(argv("--save-weights", full_w), env)
+    if rc != 0 and "digits.ptf not found" in out:
+        print("skipped: the digits set was not exported (scikit-learn missing at build time)")
+        sys.exit(SKIP)
+    if rc != 0:
+        fail(f"the uninterrupted mpirun run exited {rc}")
+    rc, out = run(argv("--elastic", "--epochs", "1"), env)
+    if rc != 0 or "--elastic is off on the mpi backend" not in out:
+        fail(f"--elastic on mpi: exit {rc}, and no word at start that it is off")
+    for sig in (signal.SIGKILL, signal.SIGSTOP):
+        name = signal.Signals(sig).name
+        res_w, ck = os.path.join(work, f"mpi-{name}.ptf"), os.path.join(work, f"ck-mpi-{name}")
+        mark = f"plexus-restart-mpi-{name}-{os.getpid()}"
+        print("$ " + " ".join(argv("--checkpoint", ck)), flush=True)
+        p = subprocess.Popen(argv("--checkpoint", ck, "--save-weights", res_w),
+                             env=dict(env, PLEXUS_TEST_MARK=mark), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        out, victim = [], None
+        try:
+            for line in p.stdout:
+                out.append(line)
+                if victim is None and re.search(r"epoch 2/\d+ done", line):
+                    victim = marked_pid(mark, "OMPI_COMM_WORLD_RANK=1")
+                    if victim is None:
+                        fail("could not find rank 1's process")
+                    print(f"{name} to rank 1 (pid {victim}) after epoch 2's checkpoint", flush=True)
+                    os.kill(victim, sig)
+            rc = p.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            fail(f"{name}: the mpirun job hung")
+        if victim is None:
+            fail(f"{name}: the job never finished epoch 2")
+        if rc == 0:
+            fail(f"{name}: the first start exited 0 although rank 1 was lost")
+        rc, text = run(argv("--checkpoint", ck, "--save-weights", res_w),
+                       dict(env, PLEXUS_RESTART_COUNT="1"))
+        m = re.search(r"resumed from \S+ after epoch (\d+) \(step \d+\), restart 1", text)
+        if rc != 0 or not m or int(m.group(1)) < 2:
+            fail(f"{name}: the second start exited {rc}, or did not say it resumed from epoch 2 "
+                 "or later")
+        if read_weights(full_w) != read_weights(res_w):
+            fail(f"{name}: the final weights differ from the uninterrupted mpirun run's")
+        print(f"{name} to rank 1 under mpirun: the first start failed, the second resumed from "
+              f"epoch {m.group(1)}'s checkpoint: exit 0, final weights bit-identical to the "
+              "uninterrupted run")
+
+
+def marked_pid(mark, want):
+    """The pid of the process whose environment holds PLEXUS_TEST_MARK=mark
+    and the entry want (mpirun's ranks are not our children)."""
+    for _ in range(50):
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env = f.read().split(b"\0")
+            except OSError:
+                continue
+            if f"PLEXUS_TEST_MARK={mark}".encode() in env and want.encode() in env:
+                return int(pid)
+        time.sleep(0.1)
+    return None
+
+
 def elastic(a, work):
-    """plexus-run --elastic, plexus-trainer --elastic: rank 2 of 3 killed
-    (SIGKILL), or frozen (SIGSTOP: the others time out and plexus-run takes it
-    out), after epoch 2: training goes on on 2 ranks from the last commit, at
-    most --commit-every steps lost, soon after the failure, and ends with the
-    test accuracy of a whole run."""
+    """plexus-run --elastic --max-restarts 1, plexus-trainer --elastic: rank 2
+    of 3 killed (SIGKILL), or frozen (SIGSTOP: the others time out and
+    plexus-run takes it out), after epoch 2: training goes on on 2 ranks from
+    the last commit, at most --commit-every steps lost, soon after the
+    failure; plexus-run starts rank 2 again, it joins at a commit and takes
+    the others' state, and the run ends on 3 ranks with the same parameters
+    on every rank and the test accuracy of a whole run. (Batch 8 and 30
+    epochs: long enough after the failure for the newcomer to start.)"""
     commit_every = 5
     for sig, bound in ((signal.SIGKILL, 2.0), (signal.SIGSTOP, 5 + 3.0)):
         name = signal.Signals(sig).name
         env = dict(ENV, PLEXUS_BACKEND="tcp", PLEXUS_TIMEOUT="5")
         j = os.path.join(work, f"elastic-{name}.json")
-        argv = [a.plexus_run, "-n", "3", "--elastic", a.trainer, "--data", "digits", "--elastic",
-                "--commit-every", str(commit_every), "--json", j]
+        argv = [a.plexus_run, "-n", "3", "--elastic", "--max-restarts", "1", a.trainer, "--data",
+                "digits", "--epochs", "30", "--batch-size", "8", "--elastic", "--commit-every",
+                str(commit_every), "--json", j]
         print("$ " + " ".join(argv), flush=True)
         p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, start_new_session=True)
@@ -378,7 +464,8 @@ def elastic(a, work):
             os.killpg(p.pid, signal.SIGKILL)
             fail(f"{name}: the job hung")
         text = "".join(out)
-        print("".join(l for l in out if "plexus-run" in l or "left" in l or "epoch 20" in l))
+        print("".join(l for l in out if "plexus-run" in l or "left" in l or "joined" in l
+                      or "epoch 30" in l or "identical" in l))
         if rc == 1 and "digits.ptf not found" in text:
             print("skipped: the digits set was not exported (scikit-learn missing at build time)")
             sys.exit(SKIP)
@@ -395,14 +482,59 @@ def elastic(a, work):
             fail(f"{name}: {lost} steps lost, more than --commit-every {commit_every}")
         if went_on is None or went_on > bound:
             fail(f"{name}: went on {went_on} s after the signal, more than {bound} s")
-        if "the job ended on 2 of 3 ranks (--elastic); left: rank 2" not in text:
-            fail(f"{name}: plexus-run did not end saying the job ended on 2 of 3 ranks")
+        if not re.search(r"started rank 2 \(pid \d+\) again \(restart 1 of --max-restarts 1\)",
+                         text):
+            fail(f"{name}: plexus-run did not say it started rank 2 again")
+        j2 = re.search(r"job rank\(s\) 2 joined at step (\d+); going on with 3 ranks \(job ranks "
+                       r"0, 1, 2\) from the commit at step (\d+)", text)
+        if not j2 or int(j2.group(2)) % commit_every != 0:
+            fail(f"{name}: the trainer did not say rank 2 joined at a commit, on 3 ranks")
+        if not re.search(r"parameters identical on the 3 ranks at the end \(job ranks 0, 1, 2\): "
+                         r"hash [0-9a-f]{16}", text):
+            fail(f"{name}: no check that the 3 ranks end with identical parameters")
+        if not re.search(r"the job ended on 3 of 3 ranks \(--elastic\); left: rank 2 .*; started "
+                         r"again: rank 2 \(pid \d+\) at [0-9.]+ s, joined at [0-9.]+ s", text):
+            fail(f"{name}: plexus-run did not end saying rank 2 left, started again and joined")
         r = load(j)
         acc = r["final_test_accuracy"]
-        if r["world_size"] != 2 or acc < 0.95:
+        if r["world_size"] != 3 or acc < 0.95:
             fail(f"{name}: ended on {r['world_size']} ranks with test accuracy {acc:.4f}")
-        print(f"{name} to rank 2: went on on 2 ranks {went_on:.2f} s later, {lost} steps lost, "
-              f"test accuracy {100 * acc:.2f} % at the end")
+        print(f"{name} to rank 2: went on on 2 ranks {went_on:.2f} s later, {lost} steps lost; "
+              f"rank 2 joined again at step {j2.group(1)}; 3 ranks at the end with identical "
+              f"parameters, test accuracy {100 * acc:.2f} %")
+
+
+def trace(a, work):
+    """plexus-trainer --trace DIR: every rank dumps its flight recorder at the
+    end; plexus-trace reads them (same collectives everywhere, no missing
+    rank) and its timeline holds each rank's collectives and the trainer's
+    forward, backward and optimizer spans (plexus::trace::Mark)."""
+    env = dict(ENV, PLEXUS_BACKEND="tcp")
+    d, chrome = os.path.join(work, "trace"), os.path.join(work, "trace.json")
+    rc, out = run(tcp_argv(a, "--data", "digits", "--epochs", "1", "--trace", d), env)
+    if rc != 0 and "digits.ptf not found" in out:
+        print("skipped: the digits set was not exported (scikit-learn missing at build time)")
+        sys.exit(SKIP)
+    if rc != 0:
+        fail(f"the run exited {rc}")
+    tool = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "tools", "plexus-trace", "plexus-trace")
+    p = subprocess.run([sys.executable, tool, d, "--chrome", chrome], capture_output=True,
+                       text=True)
+    print(p.stdout + p.stderr)
+    if p.returncode != 0 or "dumps from 2 of 2 ranks (exit)" not in p.stdout or \
+            "every rank posted the same collectives" not in p.stdout:
+        fail("plexus-trace did not read both ranks' dumps as one job without a problem")
+    events = load(chrome)["traceEvents"]
+    for r in (0, 1):
+        names = {e["name"] for e in events if e.get("pid") == r and e["ph"] == "X"}
+        for want in ("forward", "backward", "optimizer"):
+            if want not in names:
+                fail(f"rank {r}'s track has no {want} span")
+        if not any(n.startswith("allreduce #") for n in names):
+            fail(f"rank {r}'s track has no allreduce")
+    print("--trace: both ranks dumped; plexus-trace found no problem; the timeline holds each "
+          "rank's allreduces and its forward, backward and optimizer spans")
 
 
 def rank_pid(launcher_pid, rank):
@@ -460,6 +592,7 @@ def main():
                  "curves": lambda: curves(a, work), "resume": lambda: resume(a, work),
                  "torchrun": lambda: torchrun(a, work), "kill": lambda: kill(a, work),
                  "restart": lambda: restart(a, work), "elastic": lambda: elastic(a, work),
+                 "restart-mpi": lambda: restart_mpi(a, work), "trace": lambda: trace(a, work),
                  "options": lambda: options(a, work),
                  "cli": lambda: cli(a, work)}
         if a.mode not in modes:

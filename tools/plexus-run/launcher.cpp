@@ -1,5 +1,6 @@
 #include "launcher.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -43,6 +44,34 @@ constexpr std::chrono::milliseconds kTakeOutGrace{1000};
 void PrintError(const std::string& text) {
   std::string line = "plexus-run: " + text + "\n";
   (void)WriteAll(STDERR_FILENO, line.data(), line.size());
+}
+
+// Whether dir holds a flight-recorder dump (rank-R.json).
+bool HasDumps(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return false;
+  bool found = false;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    found = found || (name.rfind("rank-", 0) == 0 && name.size() > 10 &&
+                      name.compare(name.size() - 5, 5, ".json") == 0);
+  }
+  ::closedir(d);
+  return found;
+}
+
+// Whether process pid has a handler for sig (/proc/PID/status, SigCgt).
+bool CatchesSignal(pid_t pid, int sig) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/status").c_str(), "r");
+  if (!f) return false;
+  char line[256];
+  unsigned long long caught = 0;
+  bool found = false;
+  while (!found && std::fgets(line, sizeof line, f)) {
+    found = std::sscanf(line, "SigCgt: %llx", &caught) == 1;
+  }
+  std::fclose(f);
+  return found && ((caught >> (sig - 1)) & 1);
 }
 
 std::string Plural(int n, const char* word) {
@@ -103,9 +132,11 @@ class Launcher {
     bool left = false;     // --elastic: out of the job (failed, or taken out)
     std::string reason{};  // --elastic: why it was taken out, when it was
     std::optional<std::chrono::steady_clock::time_point> blamed_at{};  // --elastic
-    int how = 0;         // siginfo si_code: CLD_EXITED, CLD_KILLED or CLD_DUMPED
-    int value = 0;       // siginfo si_status: the exit code or the signal
-    int stopped_by = 0;  // the signal that had stopped it when the job was stopped
+    bool restart_pending = false;  // --elastic: left, to be started again
+    uint64_t joins_at = 0;         // --elastic: started again, joining at this generation
+    int how = 0;                   // siginfo si_code: CLD_EXITED, CLD_KILLED or CLD_DUMPED
+    int value = 0;                 // siginfo si_status: the exit code or the signal
+    int stopped_by = 0;            // the signal that had stopped it when the job was stopped
     Stream out;
     Stream err;
   };
@@ -136,6 +167,17 @@ class Launcher {
   // --elastic: kills the ranks the others' stall marks name.
   void TakeOutStalled();
   std::string ElasticSummary() const;
+  // --elastic with --max-restarts: starts a rank that left again once every
+  // rank has reached the latest generation; notes newcomers that joined.
+  void RestartLeft();
+  // Notes the newcomers that joined (their mark reached their generation);
+  // true when every running rank has reached the latest generation and one
+  // of them is not a newcomer. reached: each job rank's mark.
+  bool NoteJoined(std::vector<uint64_t>* reached);
+  // --elastic: once every other rank has exited, a newcomer still waiting
+  // to join never will: it is stopped.
+  void EndWaitingNewcomers();
+  std::vector<int> Members() const;
 
   const LaunchConfig& config_;
   std::string program_path_;
@@ -162,8 +204,13 @@ class Launcher {
   int sigkilled_count_ = 0;   // of those, how many outlived the grace period
 
   // --elastic
-  uint64_t generation_ = 0;  // departures so far
+  uint64_t generation_ = 0;  // departures and joins so far
   std::vector<std::string> departures_;
+  std::vector<std::string> rejoined_;  // "rank 2 (pid 7) at 3.1 s, joined at 4.0 s"
+  int rejoins_left_ = 0;
+  bool ending_newcomers_ = false;
+  std::vector<std::vector<std::string>> env_;  // each rank's, PLEXUS_ELASTIC_JOIN added on restart
+  std::vector<std::string> stale_lines_;       // stall lines from before the last restart
   Clock::time_point started_at_ = Clock::now();
   Clock::time_point stall_checked_at_{};
 };
@@ -190,10 +237,16 @@ int Launcher::Run() {
 
   if (!InstallSignals()) return kExitRankFailed;
   if (config_.timeout.count() > 0) job_deadline_ = Clock::now() + config_.timeout;
+  env_ = config_.rank_env;
+  rejoins_left_ = config_.rejoins;
   SpawnAll();  // on failure it has already begun stopping the ranks it started
   Loop();
   ReapAll();
   int code = Report();
+  if (code != kExitOk && !config_.trace_dir.empty() && HasDumps(config_.trace_dir)) {
+    PrintError("the ranks' flight-recorder dumps are in " + config_.trace_dir + ": plexus-trace " +
+               config_.trace_dir + " says what each did");
+  }
   RestoreSignals();
   return code;
 }
@@ -276,7 +329,7 @@ bool Launcher::Spawn(int index) {
   // multithreaded process only async-signal-safe calls are allowed.
   CStringArray argv(config_.argv);
   CStringArray sh_argv(sh_argv_);
-  CStringArray envp(config_.rank_env[index]);
+  CStringArray envp(env_[index]);
   const char* path = program_path_.c_str();
   // Rank 0 may read our stdin (e.g. piped input), unless it is a terminal: a
   // rank in its own process group that reads the terminal is stopped by SIGTTIN.
@@ -351,6 +404,8 @@ void Launcher::Loop() {
     if (config_.elastic && !stopping_ && now - stall_checked_at_ >= kStallCheck) {
       stall_checked_at_ = now;
       TakeOutStalled();
+      RestartLeft();
+      EndWaitingNewcomers();
       check_exits = true;
     }
     if (stopping_ && !killed_ && (now >= stop_deadline_ || AllExited())) KillRemaining();
@@ -494,6 +549,23 @@ void Launcher::BeginStop(Cause cause, int sig) {
       r.stopped_by = info.si_status;
     }
   }
+  // PLEXUS_TRACE_DIR: every rank that can writes its flight recorder's ring
+  // first (SIGUSR1; the ranks that failed wrote theirs already), so that the
+  // one that hangs, which no error reaches, has its say too.
+  // Only to a rank that catches SIGUSR1 (Plexus's recorder does once it has
+  // a communicator), and not to its group: for the others the signal would
+  // kill (a rank still starting, a shell, a data-loader worker).
+  if (!config_.trace_dir.empty() && cause != Cause::kInterrupted) {
+    for (const Rank& r : ranks_) {
+      if (!r.exited && r.pid > 0 && CatchesSignal(r.pid, SIGUSR1)) ::kill(r.pid, SIGUSR1);
+    }
+    // (A loop: the ranks' exits interrupt the sleep with SIGCHLD.)
+    const Clock::time_point dumped_by = Clock::now() + std::chrono::milliseconds(500);
+    for (Clock::time_point now; (now = Clock::now()) < dumped_by;) {
+      ::usleep(static_cast<useconds_t>(
+          std::chrono::duration_cast<std::chrono::microseconds>(dumped_by - now).count()));
+    }
+  }
   // A stopped rank is not continued (SIGCONT): it would wake up into the
   // failed collective and blur whom the others waited for. SIGKILL at the end
   // of the grace period ends it.
@@ -603,15 +675,131 @@ void Launcher::Leave(int index) {
   std::string why = DescribeExit(r.how, r.value);
   if (!r.reason.empty()) why = r.reason + "; " + why;
   departures_.push_back(RankWithPid(index) + " at " + when + ": " + why);
+  r.joins_at = 0;
   ++generation_;
-  std::vector<int> members;
-  for (size_t i = 0; i < ranks_.size(); ++i) {
-    if (!ranks_[i].left) members.push_back(config_.first_rank + static_cast<int>(i));
-  }
+  const std::vector<int> members = Members();
   if (config_.publish_members) config_.publish_members(generation_, members);
+  // (The restarts left, less those promised to ranks already waiting.)
+  const int promised = static_cast<int>(std::count_if(
+      ranks_.begin(), ranks_.end(), [](const Rank& other) { return other.restart_pending; }));
+  r.restart_pending = rejoins_left_ - promised > 0 && !ending_newcomers_ && !members.empty();
   PrintError(
       RankWithPid(index) + " " + why + "; the job goes on without it (--elastic): " +
-      (members.empty() ? std::string("no rank is left") : ListRanks(members, false) + " left"));
+      (members.empty() ? std::string("no rank is left") : ListRanks(members, false) + " left") +
+      (r.restart_pending ? "; it starts again once they have gone on" : ""));
+}
+
+std::vector<int> Launcher::Members() const {
+  std::vector<int> members;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    // (A rank that finished, exit 0, is in no later generation.)
+    if (!ranks_[i].left && !ranks_[i].exited) {
+      members.push_back(config_.first_rank + static_cast<int>(i));
+    }
+  }
+  return members;
+}
+
+bool Launcher::NoteJoined(std::vector<uint64_t>* reached_out) {
+  if (!config_.read_generations) return false;
+  const std::vector<uint64_t> reached = config_.read_generations();
+  auto at = [&](size_t i) {
+    const size_t job_rank = static_cast<size_t>(config_.first_rank) + i;
+    return job_rank < reached.size() ? reached[job_rank] : 0;
+  };
+  const double now_s = std::chrono::duration<double>(Clock::now() - started_at_).count();
+  char when[32];
+  std::snprintf(when, sizeof when, "%.1f s", now_s);
+  // Every rank still running has reached the latest generation, and one of
+  // them was there before (a newcomer needs someone to join).
+  bool settled = true, running = false;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    Rank& r = ranks_[i];
+    if (r.left || r.exited) continue;
+    if (r.joins_at != 0 && at(i) >= r.joins_at) {
+      r.joins_at = 0;
+      rejoined_.back() += std::string(", joined at ") + when;
+      PrintError(RankWithPid(static_cast<int>(i)) +
+                 " joined the others (--elastic): " + ListRanks(Members(), false) + " in the job");
+    }
+    settled = settled && at(i) >= generation_;
+    running = running || r.joins_at == 0;
+  }
+  if (reached_out) *reached_out = reached;
+  return settled && running;
+}
+
+void Launcher::RestartLeft() {
+  if (stopping_ || ending_newcomers_) return;
+  const bool pending = std::any_of(ranks_.begin(), ranks_.end(),
+                                   [](const Rank& r) { return r.restart_pending || r.joins_at; });
+  if (!pending || !NoteJoined(nullptr)) return;
+  const double now_s = std::chrono::duration<double>(Clock::now() - started_at_).count();
+  char when[32];
+  std::snprintf(when, sizeof when, "%.1f s", now_s);
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    Rank& r = ranks_[i];
+    if (!r.restart_pending) continue;
+    if (rejoins_left_ <= 0) {
+      r.restart_pending = false;
+      continue;
+    }
+    // Its output first (it is dead: what is left is in the pipe), then the
+    // new process gets pipes of its own.
+    for (Stream* stream : {&r.out, &r.err}) {
+      char buf[65536];
+      ssize_t n;
+      while (stream->fd >= 0 &&
+             ((n = ::read(stream->fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))) {
+        if (n > 0) stream->prefixer.Feed(buf, static_cast<size_t>(n));
+      }
+      stream->prefixer.Flush();
+      CloseFd(&stream->fd);
+    }
+    // What the old process left behind (children in its group) goes too:
+    // nothing may speak as this rank beside the new one.
+    ::kill(-r.pid, SIGKILL);
+    int status;
+    while (::waitpid(r.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    const int restart = config_.rejoins - rejoins_left_ + 1;
+    --rejoins_left_;
+    r = Rank{.out = {-1, std::move(r.out.prefixer)}, .err = {-1, std::move(r.err.prefixer)}};
+    r.joins_at = ++generation_;
+    const std::vector<int> members = Members();
+    if (config_.publish_members) config_.publish_members(generation_, members);
+    if (config_.read_stall_lines) {
+      // (Kept when the read fails: the lines of before still concern the old.)
+      std::vector<std::string> lines = config_.read_stall_lines();
+      if (!lines.empty()) stale_lines_ = std::move(lines);
+    }
+    env_[i] = config_.rank_env[i];
+    env_[i].push_back("PLEXUS_ELASTIC_JOIN=" + std::to_string(generation_));
+    if (!Spawn(static_cast<int>(i))) return;
+    rejoined_.push_back(RankWithPid(static_cast<int>(i)) + " at " + when);
+    PrintError("started " + RankWithPid(static_cast<int>(i)) + " again (restart " +
+               std::to_string(restart) + " of --max-restarts " + std::to_string(config_.rejoins) +
+               "); it joins at the others' next Communicator::grow()");
+    return;  // one at a time
+  }
+}
+
+void Launcher::EndWaitingNewcomers() {
+  if (stopping_) return;
+  bool waiting = false;
+  for (const Rank& r : ranks_) {
+    if (r.left || r.exited) continue;
+    if (r.joins_at == 0) return;  // a rank of the job still runs
+    waiting = true;
+  }
+  if (!waiting) return;
+  ending_newcomers_ = true;  // (no rank is started again from now on)
+  NoteJoined(nullptr);       // it may have joined since the last look
+  for (Rank& r : ranks_) {
+    if (r.left || r.exited || r.joins_at == 0) continue;
+    r.reason = "the others finished before it joined, stopped";
+    ::kill(-r.pid, SIGKILL);
+  }
 }
 
 void Launcher::TakeOutStalled() {
@@ -629,6 +817,8 @@ void Launcher::TakeOutStalled() {
   for (int r = 0; r < static_cast<int>(lines.size()); ++r) {
     std::istringstream in(lines[r]);
     std::string what;
+    // Lines from before a rank was started again concern communicators gone.
+    if (r < static_cast<int>(stale_lines_.size()) && lines[r] == stale_lines_[r]) continue;
     if (!(in >> said[r].comm >> said[r].seq >> what)) continue;
     // A rank that left no longer speaks for anyone.
     if (r >= first && r - first < n && ranks_[r - first].left) continue;
@@ -667,6 +857,9 @@ std::string Launcher::ElasticSummary() const {
   std::string text = "the job ended on " + std::to_string(left) + " of " +
                      std::to_string(ranks_.size()) + " ranks (--elastic); left: ";
   for (size_t i = 0; i < departures_.size(); ++i) text += (i ? "; " : "") + departures_[i];
+  for (size_t i = 0; i < rejoined_.size(); ++i) {
+    text += (i ? "; " : "; started again: ") + rejoined_[i];
+  }
   return text;
 }
 

@@ -86,6 +86,17 @@ struct LaunchConfig {
   // succeeded when every rank still in it exited 0.
   bool elastic = false;
   std::function<void(uint64_t, const std::vector<int>&)> publish_members;
+  // --elastic with --max-restarts N: a rank that left is started again, N
+  // times in all, once every rank in the job has reached the latest
+  // generation (read_generations: each job rank's mark, 0 for none). It
+  // joins in a generation of its own (PLEXUS_ELASTIC_JOIN), at the others'
+  // next Communicator::grow(). One rank joins at a time.
+  int rejoins = 0;
+  // PLEXUS_TRACE_DIR (the ranks' flight-recorder dumps): when the job is
+  // stopped for a failure, the ranks are asked to dump (SIGUSR1) before
+  // they are stopped, and the report says where the dumps are.
+  std::string trace_dir;
+  std::function<std::vector<uint64_t>()> read_generations;
 };
 
 // "node 1, host b", or "node 1" where node_hosts does not know its host.

@@ -14,6 +14,7 @@
 #include <getopt.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -134,8 +135,10 @@ void PrintHelp() {
       "      --elastic           a rank that fails (or that the others' timeouts name\n"
       "                          as stopped, which is then killed) leaves the job and\n"
       "                          the others go on: they learn who is left through\n"
-      "                          Communicator::shrink() (PLEXUS_ELASTIC=1). One host\n"
-      "                          so far\n"
+      "                          Communicator::shrink() (PLEXUS_ELASTIC=1). With\n"
+      "                          --max-restarts N, a rank that left is started again\n"
+      "                          (N times in all) and joins the others at their next\n"
+      "                          Communicator::grow(). One host so far\n"
       "      --nnodes MIN:MAX    elastic: start once MAX nodes joined, or MIN and then\n"
       "                          --last-call passed; with --max-restarts, a lost node\n"
       "                          restarts the job on those left (at least MIN), and a\n"
@@ -174,7 +177,8 @@ void PrintHelp() {
       "                          store; PLEXUS_RESTART_COUNT says which start it is.\n"
       "                          With --nnodes, give it to every node: all restart\n"
       "                          together (a lost node ends the job; --max_restarts\n"
-      "                          too)\n"
+      "                          too). With --elastic: ranks are started again one\n"
+      "                          by one, the job is not\n"
       "  -h, --help              print this help and exit\n"
       "  -V, --version           print the version and exit\n"
       "\n"
@@ -270,6 +274,25 @@ std::chrono::milliseconds ParseSeconds(const char* option, const char* text) {
                " (expected a number of seconds >= 0)");
   }
   return std::chrono::milliseconds(static_cast<long long>(std::llround(value * 1000)));
+}
+
+// bytes random bytes as lowercase hex.
+bool RandomHex(size_t bytes, std::string* out) {
+  std::vector<uint8_t> raw(bytes);
+  size_t got = 0;
+  while (got < bytes) {
+    const ssize_t n = getrandom(raw.data() + got, bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    got += size_t(n);
+  }
+  static const char kDigits[] = "0123456789abcdef";
+  out->clear();
+  for (uint8_t b : raw) {
+    out->push_back(kDigits[b >> 4]);
+    out->push_back(kDigits[b & 15]);
+  }
+  return true;
 }
 
 // --make-token FILE: a fresh secret in a new file only its owner may read.
@@ -799,10 +822,33 @@ int RunStart(const Options& opts, const JobInfo& given_job, const std::string& p
   config.grace = opts.grace;
   config.timeout = opts.timeout;
   config.prefix_output = opts.prefix_output;
+  if (const char* dir = std::getenv("PLEXUS_TRACE_DIR"); dir && *dir) config.trace_dir = dir;
+  // The job's name in the ranks' flight-recorder dumps, which plexus-trace
+  // checks are of one job: fresh for each start (across hosts node 0's).
+  if (!std::getenv("PLEXUS_JOB_ID")) {
+    std::string id;
+    if (group && !group->job_id().empty()) {
+      id = group->job_id();
+    } else if (!group) {
+      (void)RandomHex(8, &id);
+    }
+    if (!id.empty()) base_env.push_back("PLEXUS_JOB_ID=" + id);
+  }
   config.rank_env.reserve(opts.nproc);
   for (int rank = 0; rank < opts.nproc; ++rank) {
     config.rank_env.push_back(BuildRankEnvironment(base_env, job, rank));
-    if (opts.elastic) config.rank_env.back().push_back("PLEXUS_ELASTIC=1");
+    if (opts.elastic) {
+      config.rank_env.back().push_back("PLEXUS_ELASTIC=1");
+      // The key the rank claims its store identity with: a rank started
+      // again gets it back (no other process may claim it meanwhile).
+      std::string key;
+      if (!RandomHex(32, &key)) {
+        std::fprintf(stderr, "plexus-run: --elastic: getrandom failed: %s\n", std::strerror(errno));
+        if (server) server->Stop();
+        return kExitRankFailed;
+      }
+      config.rank_env.back().push_back("PLEXUS_RANK_KEY=" + key);
+    }
   }
   // --elastic: who is left, said under node 0's own keys (no other process
   // may write them), where Communicator::shrink() reads it.
@@ -821,12 +867,19 @@ int RunStart(const Options& opts, const JobInfo& given_job, const std::string& p
     }
     std::shared_ptr<RendezvousStore> members_client = std::move(client);
     config.elastic = true;
+    config.rejoins = opts.max_restarts;
     config.publish_members = [members_client](uint64_t generation, const std::vector<int>& left) {
       std::string value = std::to_string(generation);
       for (int r : left) value += " " + std::to_string(r);
-      const Status st =
-          members_client->Set(store::NodeKey(0, "launch/members"),
+      // Each generation under a key of its own, never changed (grow() reads
+      // the one the ranks agreed on), and the latest again.
+      Status st =
+          members_client->Set(store::NodeKey(0, "launch/members/" + std::to_string(generation)),
                               Bytes(value.begin(), value.end()), std::chrono::seconds(5));
+      if (st.ok()) {
+        st = members_client->Set(store::NodeKey(0, "launch/members"),
+                                 Bytes(value.begin(), value.end()), std::chrono::seconds(5));
+      }
       if (!st.ok()) {
         std::fprintf(stderr, "plexus-run: --elastic: cannot tell the ranks who is left: %s\n",
                      st.ToString().c_str());
@@ -858,6 +911,23 @@ int RunStart(const Options& opts, const JobInfo& given_job, const std::string& p
         return NodeRankList(std::vector<int>(r.begin(), r.end()), per_node, hosts);
       };
     }
+    // --elastic: the generation each rank has reached (Communicator::shrink
+    // and grow mark it); 0 where it marked none.
+    config.read_generations = [connect, nproc] {
+      std::vector<uint64_t> reached(size_t(nproc), 0);
+      auto client = connect();
+      for (int r = 0; client && r < nproc; ++r) {
+        Bytes value;
+        if (client
+                ->Get(store::RankKey(uint32_t(r), "elastic/generation"), &value,
+                      std::chrono::milliseconds(0))
+                .ok()) {
+          reached[size_t(r)] =
+              std::strtoull(std::string(value.begin(), value.end()).c_str(), nullptr, 10);
+        }
+      }
+      return reached;
+    };
     config.read_stall_mismatch = [connect, nproc, list_ranks] {
       auto client = connect();
       return client ? detail::StallMismatch(*client, uint32_t(nproc), list_ranks) : std::string();
@@ -903,6 +973,12 @@ int RunStart(const Options& opts, const JobInfo& given_job, const std::string& p
       failure->kind = group->VerdictKind();
       failure->line = group->Failure();
     }
+    // The ranks' flight-recorder dumps, from every node into node 0's
+    // PLEXUS_TRACE_DIR, when the job failed.
+    if (code != kExitOk && !config.trace_dir.empty()) {
+      const std::string collected = group->ShareTraces(config.trace_dir);
+      if (!collected.empty()) std::fprintf(stderr, "plexus-run: node 0: %s\n", collected.c_str());
+    }
     group->Leave(code == kExitOk);
   }
   if (server) server->Stop();
@@ -940,7 +1016,8 @@ int RunStarts(const Options& opts, JobInfo job, const std::string& public_creden
     // ranks' failure, and starting them again would not help. Nor a node lost
     // where the job needs every node (--nnodes M; MIN:MAX goes on without
     // it), or a failure of unknown kind.
-    if (opts.max_restarts == 0 || !failure.kind || *failure.kind == FailureKind::kLauncher ||
+    if (opts.max_restarts == 0 || opts.elastic || !failure.kind ||
+        *failure.kind == FailureKind::kLauncher ||
         (*failure.kind == FailureKind::kNodeLost && opts.min_nodes == opts.nnodes)) {
       return code;
     }

@@ -1,6 +1,7 @@
 #include "node_group.hpp"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +30,18 @@ constexpr std::chrono::milliseconds kLostOnceFailing = 5000ms;
 
 // Node K's own keys ("plexus/node/K/launch/NAME"): the store takes them from
 // node K's launcher only (its connection holds the identity node/K).
+// 16 hex digits, fresh for each start of a job.
+std::string RandomJobId() {
+  uint64_t bits = 0;
+  if (::getrandom(&bits, sizeof bits, 0) != ssize_t(sizeof bits)) {
+    bits = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+           uint64_t(::getpid());
+  }
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(bits));
+  return text;
+}
+
 std::string NodeKey(int node, const std::string& name) {
   return store::NodeKey(uint32_t(node), "launch/" + name);
 }
@@ -177,9 +190,12 @@ bool NodeGroup::Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* 
                "--master-port and token?)";
       return false;
     }
-    const std::string info = "nproc=" + std::to_string(config.nproc) +
-                             " nnodes=" + std::to_string(config.nnodes) + " host=" + HostName() +
-                             " start=" + std::to_string(start);
+    std::string info = "nproc=" + std::to_string(config.nproc) +
+                       " nnodes=" + std::to_string(config.nnodes) + " host=" + HostName() +
+                       " start=" + std::to_string(start);
+    // Node 0 names this start of the job for the ranks' flight-recorder dumps
+    // (PLEXUS_JOB_ID), the same on every node.
+    if (config.node_rank == 0) info += " job=" + RandomJobId();
     st = store->Set(NodeKey(config.node_rank, "info"), ToBytes(info), kCallTimeout);
     if (st.ok() || !retry) break;
     std::this_thread::sleep_for(kJoinPoll);
@@ -229,6 +245,7 @@ bool NodeGroup::Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* 
       if (got.ok() && !value.empty() && their_start == start) {
         seen[j] = true;
         group->hosts_[j] = fields["host"];
+        if (j == 0) group->job_id_ = fields["job"];
         const std::string differs = Disagreement(config, j, fields);
         if (!differs.empty()) return refuse(differs);
       } else {
@@ -449,6 +466,79 @@ std::string NodeGroup::FinishOk() {
   // beat meanwhile, and a lost one or a lost store ends this wait.
   cv_.wait(lock, [&] { return all_done_ || !verdict_.empty(); });
   return all_done_ ? "" : verdict_;
+}
+
+std::string NodeGroup::ShareTraces(const std::string& dir) {
+  const std::vector<int> nodes = members();
+  const int nproc = config_.nproc;
+  auto path = [&](int rank) { return dir + "/rank-" + std::to_string(rank) + ".json"; };
+  auto first_rank = [&](int node) {
+    return int(std::find(nodes.begin(), nodes.end(), node) - nodes.begin()) * nproc;
+  };
+  if (config_.node_rank != 0) {
+    int sent = 0;
+    for (int r = first_rank(config_.node_rank); r < first_rank(config_.node_rank) + nproc; ++r) {
+      std::FILE* f = std::fopen(path(r).c_str(), "rb");
+      if (!f) continue;
+      Bytes content;
+      char buf[65536];
+      for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) {
+        content.insert(content.end(), buf, buf + n);
+        if (content.size() > kStoreMaxValueBytes) break;
+      }
+      std::fclose(f);
+      if (content.size() > kStoreMaxValueBytes) continue;
+      if (store_
+              ->Set(NodeKey(config_.node_rank, "trace/rank-" + std::to_string(r)), content,
+                    kCallTimeout)
+              .ok()) {
+        ++sent;
+      }
+    }
+    (void)store_->Set(NodeKey(config_.node_rank, "trace/sent"), ToBytes(std::to_string(sent)),
+                      kCallTimeout);
+    return "";
+  }
+  std::string got, none;
+  int files = 0;
+  // One deadline for all: the nodes stop their ranks (grace included) and
+  // send at about the same time.
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  for (int node : nodes) {
+    if (node == 0) continue;
+    Bytes value;
+    bool sent = false;
+    while (!(sent = store_->Get(NodeKey(node, "trace/sent"), &value, 0ms).ok()) &&
+           Clock::now() < deadline) {
+      std::this_thread::sleep_for(100ms);
+    }
+    int here = 0;
+    for (int r = first_rank(node); sent && r < first_rank(node) + nproc; ++r) {
+      Bytes content;
+      if (!store_->Get(NodeKey(node, "trace/rank-" + std::to_string(r)), &content, 0ms).ok()) {
+        continue;
+      }
+      // (A new file, never one a link points to: the directory may be shared.)
+      const std::string tmp = path(r) + ".tmp." + std::to_string(long(::getpid()));
+      const int fd =
+          ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+      std::FILE* f = fd >= 0 ? ::fdopen(fd, "wb") : nullptr;
+      if (fd >= 0 && !f) ::close(fd);
+      bool ok = f && std::fwrite(content.data(), 1, content.size(), f) == content.size();
+      if (f) ok = std::fclose(f) == 0 && ok;
+      if (ok && std::rename(tmp.c_str(), path(r).c_str()) == 0) {
+        ++here;
+      } else {
+        std::remove(tmp.c_str());
+      }
+    }
+    files += here;
+    (here ? got : none) += ((here ? got : none).empty() ? "" : ", ") + std::to_string(node);
+  }
+  if (got.empty() && none.empty()) return "";
+  return "collected " + std::to_string(files) + " flight-recorder dump(s) of node(s) " +
+         (got.empty() ? "none" : got) + " into " + dir +
+         (none.empty() ? "" : " (none came from node(s) " + none + ")");
 }
 
 void NodeGroup::Leave(bool ok) {

@@ -124,6 +124,13 @@ class NodeGroup {
   // nodes are (returns "") or the job failed elsewhere (returns the verdict).
   std::string FinishOk();
 
+  // After a failed job whose ranks wrote flight-recorder dumps to dir
+  // (PLEXUS_TRACE_DIR, on each node's own host): every node sends its ranks'
+  // dump files through the store, under its own keys, and node 0 writes the
+  // other nodes' into its dir (waiting at most 10 s in all). Returns, on
+  // node 0, what it collected ("" when nothing), a line to print.
+  std::string ShareTraces(const std::string& dir);
+
   // Last call: marks this node done (ok or not), says it has left, and on
   // node 0 waits (bounded) until the other live launchers have left too.
   // Stops the helper thread.
@@ -131,6 +138,10 @@ class NodeGroup {
 
   // The host name each node gave when it joined ("" where unknown).
   const std::vector<std::string>& hosts() const { return hosts_; }
+
+  // Node 0's name for this start of the job (PLEXUS_JOB_ID for the ranks'
+  // flight-recorder dumps); "" where node 0 gave none.
+  const std::string& job_id() const { return job_id_; }
 
   // The start this node joined (a late node of an elastic job joins node 0's).
   int start() const { return start_; }
@@ -181,6 +192,7 @@ class NodeGroup {
   std::string verdict_;
   std::optional<FailureKind> verdict_kind_;
   bool verdict_refused_ = false;  // a contradicting verdict was logged
+  std::string job_id_;
   bool store_gone_ = false;       // node 0 was declared gone (the store with it)
   bool all_done_ = false;
   bool pending_sent_ = true;  // false while a local report waits to be sent
