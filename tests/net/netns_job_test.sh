@@ -296,6 +296,8 @@ trace)
   done
   check "grep -q 'node 0: collected 4 flight-recorder dump(s) of node(s) 1, 2 into $NETNS_TMP/trace.0' '$NETNS_TMP/err.0'" \
     "node 0 collected nodes 1 and 2's 4 dumps into its directory"
+  modes=$(stat -c %a "$NETNS_TMP"/trace.0/rank-*.json 2>/dev/null | sort -u | tr '\n' ' ')
+  check "[ '$modes' = '600 ' ]" "node 0's dumps, its own and those it collected, are its user's only (mode ${modes:-none})"
   python3 "$tool" "$NETNS_TMP/trace.0" >"$NETNS_TMP/verdict" 2>&1
   sed 's/^/  plexus-trace: /' "$NETNS_TMP/verdict"
   check "grep -q 'dumps from 6 of 6 ranks' '$NETNS_TMP/verdict'" "plexus-trace read the dumps of all 6 ranks"

@@ -44,6 +44,8 @@ check() { # condition message
 }
 check "[ $trc = 0 ]" "plexus-trace exited 0 ($trc)"
 check "! grep -q Traceback '$work/verdict'" "plexus-trace did not crash"
+modes=$(stat -c %a "$PLEXUS_TRACE_DIR"/rank-*.json 2>/dev/null | sort -u | tr '\n' ' ')
+check "[ '$modes' = '600 ' ]" "the dumps are readable by their owner only (mode ${modes:-none})"
 case $mode in
   slow)
     check "[ $rc = 0 ]" "the job exited 0"

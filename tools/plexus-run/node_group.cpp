@@ -1,7 +1,6 @@
 #include "node_group.hpp"
 
 #include <fcntl.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +10,7 @@
 #include <map>
 #include <sstream>
 
+#include "store/job_token.hpp"
 #include "store/store_protocol.hpp"
 
 namespace plexus::run {
@@ -30,15 +30,16 @@ constexpr std::chrono::milliseconds kLostOnceFailing = 5000ms;
 
 // Node K's own keys ("plexus/node/K/launch/NAME"): the store takes them from
 // node K's launcher only (its connection holds the identity node/K).
-// 16 hex digits, fresh for each start of a job.
+// 16 hex digits, fresh for each start of a job (the dumps' job name, not a
+// secret: without randomness, the clock and pid).
 std::string RandomJobId() {
-  uint64_t bits = 0;
-  if (::getrandom(&bits, sizeof bits, 0) != ssize_t(sizeof bits)) {
-    bits = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-           uint64_t(::getpid());
-  }
+  std::string id, error;
+  if (store::RandomHex(8, &id, &error)) return id;
   char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(bits));
+  std::snprintf(text, sizeof text, "%016llx",
+                static_cast<unsigned long long>(
+                    uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+                    uint64_t(::getpid())));
   return text;
 }
 
@@ -518,10 +519,11 @@ std::string NodeGroup::ShareTraces(const std::string& dir) {
       if (!store_->Get(NodeKey(node, "trace/rank-" + std::to_string(r)), &content, 0ms).ok()) {
         continue;
       }
-      // (A new file, never one a link points to: the directory may be shared.)
+      // (A new file, never one a link points to: the directory may be shared;
+      // only its owner may read it, as the ranks' own dumps.)
       const std::string tmp = path(r) + ".tmp." + std::to_string(long(::getpid()));
       const int fd =
-          ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+          ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
       std::FILE* f = fd >= 0 ? ::fdopen(fd, "wb") : nullptr;
       if (fd >= 0 && !f) ::close(fd);
       bool ok = f && std::fwrite(content.data(), 1, content.size(), f) == content.size();

@@ -390,8 +390,9 @@ void DumpTraces(const char* reason) {
     std::filesystem::create_directories(dir, ec);
     const std::string path = std::string(dir) + "/rank-" + std::to_string(job_rank) + ".json";
     const std::string tmp = path + ".tmp." + std::to_string(long(::getpid()));
-    // (A new file, never one a link points to: DIR may be shared.)
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    // (A new file, never one a link points to: DIR may be shared. Only its
+    // owner may read it: it names the job's ranks, hosts and timings.)
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     FILE* f = fd >= 0 ? ::fdopen(fd, "w") : nullptr;
     if (fd >= 0 && !f) ::close(fd);
     bool ok = f && std::fwrite(j.data(), 1, j.size(), f) == j.size();
