@@ -14,7 +14,6 @@
 #include <getopt.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -274,25 +273,6 @@ std::chrono::milliseconds ParseSeconds(const char* option, const char* text) {
                " (expected a number of seconds >= 0)");
   }
   return std::chrono::milliseconds(static_cast<long long>(std::llround(value * 1000)));
-}
-
-// bytes random bytes as lowercase hex.
-bool RandomHex(size_t bytes, std::string* out) {
-  std::vector<uint8_t> raw(bytes);
-  size_t got = 0;
-  while (got < bytes) {
-    const ssize_t n = getrandom(raw.data() + got, bytes - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return false;
-    got += size_t(n);
-  }
-  static const char kDigits[] = "0123456789abcdef";
-  out->clear();
-  for (uint8_t b : raw) {
-    out->push_back(kDigits[b >> 4]);
-    out->push_back(kDigits[b & 15]);
-  }
-  return true;
 }
 
 // --make-token FILE: a fresh secret in a new file only its owner may read.
@@ -830,7 +810,8 @@ int RunStart(const Options& opts, const JobInfo& given_job, const std::string& p
     if (group && !group->job_id().empty()) {
       id = group->job_id();
     } else if (!group) {
-      (void)RandomHex(8, &id);
+      std::string error;  // (without randomness the dumps go without a job id)
+      (void)store::RandomHex(8, &id, &error);
     }
     if (!id.empty()) base_env.push_back("PLEXUS_JOB_ID=" + id);
   }
@@ -841,9 +822,9 @@ int RunStart(const Options& opts, const JobInfo& given_job, const std::string& p
       config.rank_env.back().push_back("PLEXUS_ELASTIC=1");
       // The key the rank claims its store identity with: a rank started
       // again gets it back (no other process may claim it meanwhile).
-      std::string key;
-      if (!RandomHex(32, &key)) {
-        std::fprintf(stderr, "plexus-run: --elastic: getrandom failed: %s\n", std::strerror(errno));
+      std::string key, error;
+      if (!store::RandomHex(32, &key, &error)) {
+        std::fprintf(stderr, "plexus-run: --elastic: %s\n", error.c_str());
         if (server) server->Stop();
         return kExitRankFailed;
       }

@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "plexus/backend.h"
 #include "plexus/log.hpp"
@@ -129,11 +131,11 @@ void SetAutomaticToken(const std::string& token) {
   g_automatic = token;
 }
 
-bool MakeJobToken(std::string* token, std::string* error) {
-  unsigned char bytes[32];
+bool RandomHex(size_t bytes, std::string* out, std::string* error) {
+  std::vector<unsigned char> raw(bytes);
   size_t got = 0;
-  while (got < sizeof bytes) {
-    const ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+  while (got < bytes) {
+    const ssize_t n = getrandom(raw.data() + got, bytes - got, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       *error = std::string("getrandom: ") + std::strerror(errno);
@@ -143,12 +145,17 @@ bool MakeJobToken(std::string* token, std::string* error) {
   }
   static constexpr char kHex[] = "0123456789abcdef";
   std::string text;
-  for (unsigned char b : bytes) {
+  text.reserve(2 * bytes);
+  for (unsigned char b : raw) {
     text.push_back(kHex[b >> 4]);
     text.push_back(kHex[b & 15]);
   }
-  *token = std::move(text);
+  *out = std::move(text);
   return true;
+}
+
+bool MakeJobToken(std::string* token, std::string* error) {
+  return RandomHex(32, token, error);
 }
 
 bool ConfigFromEnvironment(const char* key, std::string* value) {

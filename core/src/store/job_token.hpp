@@ -49,8 +49,11 @@ Status TokenFromEnvironment(std::string* token);
 // server or backend of the job exists; thread-safe to read afterwards.
 void SetAutomaticToken(const std::string& token);
 
-// A fresh job secret: 32 random bytes (getrandom) as 64 lowercase hex digits.
-// False with *error when the system has no randomness to give.
+// bytes random bytes (getrandom) as 2 x bytes lowercase hex digits in *out.
+// False with *error (*out untouched) when the system has no randomness to give.
+bool RandomHex(size_t bytes, std::string* out, std::string* error);
+
+// A fresh job secret: 32 random bytes as 64 lowercase hex digits (RandomHex).
 bool MakeJobToken(std::string* token, std::string* error);
 
 // The largest PLEXUS_TOKEN_FILE accepted (a secret is one line; this is not a
