@@ -179,43 +179,41 @@ algos::Status UcxTransport::Connect(const plexus_comm_config_v1& config, ErrMode
   PostControlRecv();
 
   // Hellos both ways with every peer.
-  const algos::OpSignature hello{0, kHelloColl, 0, 0, 0, 0};
-  std::vector<Transfer> batch(2 * (size_ - 1));
-  size_t i = 0;
-  algos::Status st;
-  for (uint32_t p = 0; p < size_ && st.ok(); ++p) {
-    if (p == rank_) continue;
-    for (bool send : {false, true}) {
-      Transfer& t = batch[i++];
-      t.is_send = send;
-      t.peer = p;
-      t.sig = hello;
-      t.tag = MakeTag(TagKind::kHello, comm_id_, send ? rank_ : p, 0, 0);
-      t.probe_mask = kMaskAll;  // a hello cannot be mismatched
-      st = send ? PostSend(p, nullptr, 0, t.tag, &t.request)
-                : PostRecv(nullptr, 0, t.tag, kMaskAll, &t.request, &t.info);
-      if (!st.ok()) break;
-      t.complete = t.request == nullptr;
-      if (!t.complete) active_.push_back(&t);
+  std::vector<uint32_t> others;
+  for (uint32_t p = 0; p < size_; ++p) {
+    if (p != rank_) others.push_back(p);
+  }
+  if (algos::Status st = Handshake(others, 0, 1, 0); !st.ok()) return st;
+
+  // Warm the shared-memory FIFOs (see WarmSharedMemory in the header).
+  std::vector<uint32_t> shm;
+  std::vector<std::string> lanes(size_);
+  for (uint32_t p = 0; p < size_; ++p) {
+    if (!eps_[p]) continue;
+    lanes[p] = LaneTransports(eps_[p]);
+    if (lanes[p].find("sysv/") != std::string::npos ||
+        lanes[p].find("posix/") != std::string::npos) {
+      shm.push_back(p);
     }
   }
-  auto all_done = [&] {
-    for (const Transfer& t : batch) {
-      if (!t.complete) return false;
-    }
-    return true;
-  };
-  last_progress_ = Clock::now();
-  while (st.ok() && !all_done()) st = Drive(all_done);
-  if (!st.ok()) {
-    Cancel();
-    return st;
+  if (!shm.empty()) {
+    const uint32_t fifo = MmFifoSize();
+    // Every message from any peer walks this rank's FIFO one element on; the
+    // sender's own first writes into each receiver's segment fault in the
+    // sender. With many peers on the host, 8 FIFOs' worth in all is enough
+    // for the first and bounds the second (63 peers: 8 each).
+    const uint32_t per_peer = std::clamp<uint32_t>(8 * fifo / uint32_t(shm.size()), 1, fifo);
+    if (algos::Status st = Handshake(shm, 1, per_peer, kWarmBytes); !st.ok()) return st;
+    warm_up_ = "shared memory warmed up: " + std::to_string(per_peer) + " messages of " +
+               std::to_string(kWarmBytes / 1024) + " KiB each way with " +
+               std::to_string(shm.size()) + " peer(s) (UCX_MM_FIFO_SIZE " + std::to_string(fifo) +
+               ")";
   }
 
   std::set<std::string> seen;
   for (uint32_t p = 0; p < size_; ++p) {
     if (!eps_[p]) continue;
-    std::string list = LaneTransports(eps_[p]);
+    const std::string& list = lanes[p];
     for (size_t b = 0; b < list.size();) {
       size_t e = list.find(' ', b);
       if (e == std::string::npos) e = list.size();
@@ -225,6 +223,53 @@ algos::Status UcxTransport::Connect(const plexus_comm_config_v1& config, ErrMode
     }
   }
   return {};
+}
+
+algos::Status UcxTransport::Handshake(const std::vector<uint32_t>& peers, uint32_t first_seq,
+                                      uint32_t rounds, size_t bytes) {
+  const algos::OpSignature hello{0, kHelloColl, 0, 0, 0, 0};
+  std::vector<uint8_t> out(bytes), in(bytes * peers.size());
+  std::vector<Transfer> batch(2 * rounds * peers.size());
+  size_t i = 0;
+  algos::Status st;
+  for (uint32_t r = 0; r < rounds && st.ok(); ++r) {
+    for (size_t k = 0; k < peers.size() && st.ok(); ++k) {
+      const uint32_t p = peers[k];
+      for (bool send : {false, true}) {
+        Transfer& t = batch[i++];
+        t.is_send = send;
+        t.peer = p;
+        t.sig = hello;
+        t.tag = MakeTag(TagKind::kHello, comm_id_, send ? rank_ : p, first_seq + r, 0);
+        t.probe_mask = kMaskAll;  // a hello cannot be mismatched
+        // (Every receive from p lands in p's one buffer: nobody reads it.)
+        t.data = send ? out.data() : in.data() + k * bytes;
+        t.bytes = bytes;
+        st = send ? PostSend(p, t.data, bytes, t.tag, &t.request)
+                  : PostRecv(t.data, bytes, t.tag, kMaskAll, &t.request, &t.info);
+        if (!st.ok()) break;
+        t.complete = t.request == nullptr;
+        if (!t.complete) active_.push_back(&t);
+      }
+    }
+  }
+  auto all_done = [&] {
+    for (size_t j = 0; j < i; ++j) {
+      if (!batch[j].complete) return false;
+    }
+    return true;
+  };
+  last_progress_ = Clock::now();
+  while (st.ok() && !all_done()) st = Drive(all_done);
+  if (!st.ok()) Cancel();
+  return st;
+}
+
+uint32_t MmFifoSize() {
+  // UCX reads UCX_MM_FIFO_SIZE itself; 64 is its default (UCX 1.13 to 1.18).
+  const char* text = std::getenv("UCX_MM_FIFO_SIZE");
+  const long n = text ? std::strtol(text, nullptr, 10) : 0;
+  return n >= 1 && n <= 65536 ? uint32_t(n) : 64;
 }
 
 }  // namespace plexus::ucx

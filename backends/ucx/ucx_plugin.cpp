@@ -284,7 +284,8 @@ struct UcxBackend : kit::QueuedBackend<plexus_comm> {
                                " are copied through shared memory (on one host the backend sets "
                                "UCX_RNDV_THRESH=" +
                                kOneHostRndvThresh + "; set it yourself to choose)"
-                         : std::string()));
+                         : std::string()) +
+                  (transport->warm_up().empty() ? "" : "; " + transport->warm_up()));
     }
     auto comm = std::make_unique<plexus_comm>();
     comm->algo = algo;

@@ -80,6 +80,9 @@ enum class ErrMode { kAuto, kPeer, kNone };
 // The collective code of comm_create's hellos, in messages and DescribeOp.
 constexpr plexus_collective_t kHelloColl = 0xff;
 
+// UCX_MM_FIFO_SIZE as UCX reads it from the environment, else UCX's default.
+uint32_t MmFifoSize();
+
 // algos::DescribeOp, and comm_create's hellos: "allreduce(seq 3, count 10,
 // float32, sum)", "the hello of comm_create", for error messages.
 std::string DescribeOperation(const algos::OpSignature& sig);
@@ -137,6 +140,8 @@ class UcxTransport final : public kit::QueueTransport {
   // The transports UCX picked to reach the peers ("posix/memory cma/memory"),
   // known after Connect.
   const std::string& transports() const { return transports_; }
+  // What Connect did to warm the shared-memory transport ("" if nothing).
+  const std::string& warm_up() const { return warm_up_; }
 
  private:
   struct PeerSlot {  // the argument of the endpoint error callback
@@ -152,6 +157,23 @@ class UcxTransport final : public kit::QueueTransport {
     std::string reason;
   };
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  // Connect's exchanges: rounds messages of bytes sent to every rank in
+  // peers and as many received from each, with hello tags numbered from
+  // first_seq, driven to completion (hellos: one round of 0 bytes).
+  //
+  // The second use warms the shared-memory transport. UCX's sysv/posix
+  // transport hands a message above its inline size (UCX_MM_FIFO_ELEM_SIZE)
+  // through a FIFO of UCX_MM_FIFO_SIZE elements (64), each with its own
+  // receive segment in shared memory; the first pass over each element
+  // page-faults in both processes. Measured here (2 ranks, 512 B allreduce,
+  // flight recorder per operation): the first 64 operations took 2.7 us,
+  // the rest 1.0 us; with UCX_MM_FIFO_SIZE=32 or 128 the slow stretch was 32
+  // or 128 operations long. So Connect sends each peer on shared memory one
+  // FIFO's worth of kWarmBytes messages (fewer each with many peers) before
+  // the communicator is handed out.
+  algos::Status Handshake(const std::vector<uint32_t>& peers, uint32_t first_seq, uint32_t rounds,
+                          size_t bytes);
+  static constexpr size_t kWarmBytes = 8192;
   algos::Status Post(Transfer* t);
 
   algos::Status PostSend(uint32_t peer, const void* data, size_t bytes, uint64_t tag,
@@ -221,6 +243,7 @@ class UcxTransport final : public kit::QueueTransport {
   std::vector<Report> reports_;  // by rank
   std::vector<uint8_t> drain_buf_;
   std::string transports_;
+  std::string warm_up_;
 };
 
 inline void Log(const plexus_host_v1& host, int32_t level, const std::string& message) {

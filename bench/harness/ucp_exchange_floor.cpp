@@ -2,16 +2,19 @@
 // how that grows with the work a program does between two of them.
 //
 //   plexus-run -n 2 ucp_exchange_floor --dir DIR [-n ITERS] [--work-ns 0,60,120,...]
+//                                      [--bytes 8,512,4096,...]
 //
 // Each rank (RANK / PLEXUS_RANK from the launcher, 0 or 1) creates a UCP
 // context and worker (tag matching, UCX's defaults from the environment),
 // publishes its worker address as a file in DIR (an empty directory both
-// ranks see) and reads its peer's. Then, per --work-ns value W, blocks of
-// ITERS iterations of: post a receive of 2 floats, send 2 floats, progress
-// until both complete, add them, then busy-wait W ns (a stand-in for the
-// software a library runs between two collectives). Rank 0 prints the median
-// time per iteration over 5 blocks. Nothing of Plexus is involved: this is
-// the floor a UCX backend stands on (see backends/ucx/README, Performance).
+// ranks see) and reads its peer's. Then, per --bytes value B (default 8) and
+// --work-ns value W, blocks of ITERS iterations of: post a receive of B/4
+// floats, send B/4 floats, progress until both complete, add them, then
+// busy-wait W ns (a stand-in for the software a library runs between two
+// collectives). Rank 0 prints the median time per iteration over 5 blocks.
+// (B beyond 64 shows where UCX changes protocol: run it with the backend's
+// UCX_RNDV_THRESH=1m to see what a one-host Plexus communicator gets.) Nothing of Plexus is
+// involved: this is the floor a UCX backend stands on (see backends/ucx/README, Performance).
 //
 // Exit status: 0 done (and every sum right), 1 a UCX error or a wrong sum,
 // 2 bad arguments.
@@ -37,11 +40,14 @@ struct Options {
   std::string dir;
   long iters = 200000;
   std::vector<long> work_ns = {0, 60, 120, 250, 500};
+  std::vector<long> bytes = {8};
 };
 
 const char kUsage[] =
     "usage: plexus-run -n 2 ucp_exchange_floor --dir DIR [-n ITERS] [--work-ns 0,60,...]\n"
-    "Raw UCP, no Plexus: a 2-rank 8-byte exchange + sum in a loop, with --work-ns\n"
+    "                                          [--bytes 8,512,...]\n"
+    "Raw UCP, no Plexus: a 2-rank exchange + sum of --bytes bytes of float32\n"
+    "(default 8; multiples of 4, at most 64 MiB) in a loop, with --work-ns\n"
     "nanoseconds of busy work between iterations (default 0,60,120,250,500), ITERS\n"
     "iterations per block (default 200000), 5 blocks per value; rank 0 prints the\n"
     "median time per iteration. DIR: an empty directory both ranks see, where they\n"
@@ -73,11 +79,19 @@ bool ParseOptions(int argc, char** argv, Options* o) {
         o->work_ns.push_back(std::atol(item.c_str()));
         if (o->work_ns.back() < 0) return false;
       }
+    } else if (a == "--bytes") {
+      o->bytes.clear();
+      std::stringstream list(v);
+      for (std::string item; std::getline(list, item, ',');) {
+        const long b = std::atol(item.c_str());
+        if (b < 4 || b % 4 != 0 || b > (64L << 20)) return false;
+        o->bytes.push_back(b);
+      }
     } else {
       return false;
     }
   }
-  return !o->dir.empty() && !o->work_ns.empty();
+  return !o->dir.empty() && !o->work_ns.empty() && !o->bytes.empty();
 }
 
 int RankFromEnv() {
@@ -161,38 +175,47 @@ int main(int argc, char** argv) {
   ucp_ep_h ep = nullptr;
   if (ucp_ep_create(worker, &eparams, &ep) != UCS_OK) return 1;
 
-  const float in[2] = {float(rank + 1), float(2 * rank + 1)};  // sums: 3 and 4
-  float got[2] = {0, 0};
+  // Element i: rank + 1 + (i % 7) on each rank, so the sum is 3 + 2 (i % 7).
+  const long most = *std::max_element(o.bytes.begin(), o.bytes.end()) / 4;
+  const size_t most_count = size_t(most);
+  std::vector<float> in(most_count), got(most_count), sum(most_count);
+  for (long i = 0; i < most; ++i) in[size_t(i)] = float(rank + 1 + i % 7);
+  size_t count = 0;
   uint64_t tag = 0;
   bool right = true;
   ucp_request_param_t none{};
   auto exchange = [&] {
-    void* recv = ucp_tag_recv_nbx(worker, got, sizeof got, tag, ~uint64_t{0}, &none);
-    void* send = ucp_tag_send_nbx(ep, in, sizeof in, tag, &none);
+    void* recv = ucp_tag_recv_nbx(worker, got.data(), count * 4, tag, ~uint64_t{0}, &none);
+    void* send = ucp_tag_send_nbx(ep, in.data(), count * 4, tag, &none);
     ++tag;
     const bool ok = Finish(worker, send) && Finish(worker, recv);
-    right = right && ok && in[0] + got[0] == 3.0f && in[1] + got[1] == 4.0f;
+    for (size_t i = 0; i < count; ++i) sum[i] = in[i] + got[i];
+    right = right && ok && sum[0] == 3.0f && sum[count - 1] == float(3 + 2 * ((count - 1) % 7));
   };
 
-  for (int k = 0; k < 10000; ++k) exchange();  // warm-up: endpoints wired, caches hot
-  for (long work : o.work_ns) {
-    std::vector<double> blocks;
-    for (int b = 0; b < 5; ++b) {
-      const auto start = Clock::now();
-      for (long k = 0; k < o.iters; ++k) {
-        exchange();
-        SpinFor(work);
+  for (long bytes : o.bytes) {
+    count = size_t(bytes / 4);
+    // Warm-up: endpoints wired, caches hot.
+    for (long k = 0; k < std::min(10000L, o.iters); ++k) exchange();
+    for (long work : o.work_ns) {
+      std::vector<double> blocks;
+      for (int b = 0; b < 5; ++b) {
+        const auto start = Clock::now();
+        for (long k = 0; k < o.iters; ++k) {
+          exchange();
+          SpinFor(work);
+        }
+        blocks.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
+                         double(o.iters));
       }
-      blocks.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
-                       double(o.iters));
-    }
-    std::sort(blocks.begin(), blocks.end());
-    if (rank == 0) {
-      std::printf(
-          "work %5ld ns between exchanges: %.3f us per 8-byte exchange+sum (median of 5 "
-          "blocks of %ld; min %.3f)\n",
-          work, blocks[2], o.iters, blocks[0]);
-      std::fflush(stdout);
+      std::sort(blocks.begin(), blocks.end());
+      if (rank == 0) {
+        std::printf(
+            "work %5ld ns between exchanges: %.3f us per %ld-byte exchange+sum (median of 5 "
+            "blocks of %ld; min %.3f)\n",
+            work, blocks[2], bytes, o.iters, blocks[0]);
+        std::fflush(stdout);
+      }
     }
   }
   exchange();  // the last one: neither rank closes its endpoint while the peer still sends
