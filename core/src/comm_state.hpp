@@ -72,15 +72,24 @@ struct CommState {
   // short grace for operations still running, not a whole timeout again.
   std::atomic<bool> failed{false};
 
-  // Requests of Works dropped while still running; completed and freed here.
+  // Requests of Works dropped while still running, with what the flight
+  // recorder knows of each (trace_slot 0: not recorded); completed, marked
+  // finished and freed here.
+  struct Orphan {
+    plexus_request* request;
+    PostedOp posted;
+  };
   std::mutex orphans_mutex;
-  std::vector<plexus_request*> orphans;
+  std::vector<Orphan> orphans;
 
   // Two-level collectives across hosts (hierarchy/two_level.hpp); null
   // for a flat communicator. Uses only its own groups, not comm.
   std::unique_ptr<TwoLevel> two_level;
 
-  void AdoptOrphan(plexus_request* req);
+  void AdoptOrphan(plexus_request* req, const PostedOp& posted = {});
+  // req (no longer in progress, status status) is done: marks its collective
+  // finished in the flight recorder and frees it.
+  void FreeFinished(plexus_request* req, const PostedOp& posted, int32_t status);
   ~CommState();
 };
 

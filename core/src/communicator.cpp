@@ -24,15 +24,21 @@
 namespace plexus {
 namespace detail {
 
-void CommState::AdoptOrphan(plexus_request* req) {
+void CommState::FreeFinished(plexus_request* req, const PostedOp& posted, int32_t status) {
+  if (posted.trace_slot && recorder) recorder->Finished(posted, status);
+  backend->FreeRequest(req);
+}
+
+void CommState::AdoptOrphan(plexus_request* req, const PostedOp& posted) {
   std::lock_guard<std::mutex> lock(orphans_mutex);
   // Free the ones that finished meanwhile so the list stays short.
-  std::erase_if(orphans, [&](plexus_request* r) {
-    if (backend->Test(r) == PLEXUS_IN_PROGRESS) return false;
-    backend->FreeRequest(r);
+  std::erase_if(orphans, [&](const Orphan& o) {
+    const int32_t status = backend->Test(o.request);
+    if (status == PLEXUS_IN_PROGRESS) return false;
+    FreeFinished(o.request, o.posted, status);
     return true;
   });
-  orphans.push_back(req);
+  orphans.push_back({req, posted});
 }
 
 int64_t CommState::ConfigGetter(void* ctx, const char* key, char* buf, size_t len) {
@@ -60,7 +66,8 @@ CommState::~CommState() {
   // waited for briefly, then aborted (a full timeout here doubled the time a
   // failed rank took to exit).
   const auto limit = failed ? std::min(timeout, std::chrono::milliseconds(2000)) : timeout;
-  for (plexus_request* r : orphans) {
+  for (const Orphan& o : orphans) {
+    plexus_request* r = o.request;
     if (!aborted && backend->Wait(r, limit.count()) == PLEXUS_ERR_TIMEOUT &&
         backend->Test(r) == PLEXUS_IN_PROGRESS) {
       LogLine(PLEXUS_LOG_WARN, "plexus",
@@ -77,7 +84,7 @@ CommState::~CommState() {
                   "' did not complete a request after abort; leaking it");
       continue;
     }
-    backend->FreeRequest(r);
+    FreeFinished(r, o.posted, backend->Test(r));
   }
   backend->DestroyComm(comm);
 }

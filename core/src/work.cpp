@@ -35,10 +35,13 @@ Work& Work::operator=(Work&& other) noexcept {
 
 Work::~Work() {
   if (!request_) return;
-  if (comm_->backend->Test(request_) == PLEXUS_IN_PROGRESS) {
-    comm_->AdoptOrphan(request_);  // still running: the communicator frees it later
+  // Dropped without a wait: still marked finished in the flight recorder
+  // when it ends, so that plexus-trace does not take it for a hang.
+  const int32_t status = comm_->backend->Test(request_);
+  if (status == PLEXUS_IN_PROGRESS) {
+    comm_->AdoptOrphan(request_, posted_);  // still running: the communicator frees it later
   } else {
-    comm_->backend->FreeRequest(request_);
+    comm_->FreeFinished(request_, posted_, status);
   }
 }
 

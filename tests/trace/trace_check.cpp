@@ -10,6 +10,11 @@
 //                                          broadcast where the others
 //                                          allreduce (PLEXUS_DEBUG=detail
 //                                          makes every rank fail there)
+//   trace_check dropped                    every other allreduce's Work is
+//                                          dropped without a wait (each
+//                                          into a buffer of its own); the
+//                                          dumps must still show them
+//                                          finished
 //
 // Every allreduce sums rank + 1 and is checked exactly. Exit 0 when every
 // iteration ran and was right; 1 on an error (which hang and mismatch
@@ -25,19 +30,29 @@
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode != "slow" && mode != "hang" && mode != "mismatch") {
+  if (mode != "slow" && mode != "hang" && mode != "mismatch" && mode != "dropped") {
     std::fprintf(stderr,
-                 "usage: trace_check slow RANK MS [ITERATIONS] | hang RANK AT | mismatch\n");
+                 "usage: trace_check slow RANK MS [ITERATIONS] | hang RANK AT | mismatch | "
+                 "dropped\n");
     return 2;
   }
   const int who = argc > 2 ? std::atoi(argv[2]) : 1;
   const int arg = argc > 3 ? std::atoi(argv[3]) : 0;
   const int iterations = mode == "slow" && argc > 4 ? std::atoi(argv[4]) : 40;
   try {
+    // Before comm: a dropped allreduce may write its buffer until comm is gone.
+    std::vector<std::vector<int64_t>> dropped;
     auto comm = plexus::Communicator::from_env();
     const int me = int(comm.rank());
     std::vector<int64_t> buf(4096);
+    dropped.reserve(size_t(iterations));
     for (int i = 0; i < iterations; ++i) {
+      if (mode == "dropped" && i % 2 == 1) {
+        dropped.emplace_back(buf.size(), int64_t(me + 1));
+        (void)comm.allreduce(dropped.back().data(), dropped.back().data(), buf.size(),
+                             plexus::DType::Int64, plexus::ReduceOp::Sum);
+        continue;
+      }
       if (mode == "slow" && me == who) std::this_thread::sleep_for(std::chrono::milliseconds(arg));
       if (mode == "hang" && me == who && i == arg) {
         std::printf("rank %d: stops posting at iteration %d\n", me, i);

@@ -11,12 +11,15 @@
 #     (counted from 0, as the errors count) and that it last finished #9.
 #   mismatch: rank 1 posts a broadcast where the others allreduce, under
 #     PLEXUS_DEBUG=detail; plexus-trace must say the ranks disagree there.
+#   dropped: every other allreduce's Work is dropped unwaited; the exit
+#     dumps must show every allreduce finished, and plexus-trace name no
+#     rank as missing.
 # Exit 77 (skipped) when PLEXUS_BACKEND's plugin is not built.
 #
-#   trace_test.sh PLEXUS_RUN TRACE_CHECK PLEXUS_TRACE CHROME_CHECK slow|hang|mismatch
+#   trace_test.sh PLEXUS_RUN TRACE_CHECK PLEXUS_TRACE CHROME_CHECK slow|hang|mismatch|dropped
 set -u
 run=${1:?plexus-run} prog=${2:?trace_check} tool=${3:?plexus-trace} chrome_check=${4:?}
-mode=${5:?slow, hang or mismatch}
+mode=${5:?slow, hang, mismatch or dropped}
 backend=${PLEXUS_BACKEND:-tcp}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -25,6 +28,7 @@ case $mode in
   slow) args=(slow 1 20 40) ;;
   hang) args=(hang 2 10) ;;
   mismatch) args=(mismatch); export PLEXUS_DEBUG=detail ;;
+  dropped) args=(dropped) ;;
 esac
 timeout -k 5 120 "$run" -n 3 "$prog" "${args[@]}" >"$work/out" 2>&1
 rc=$?
@@ -64,6 +68,20 @@ case $mode in
       "plexus-run says where the dumps are"
     check "grep -Eq '^  rank 2 never posted allreduce #10 on plexus/0 \\(ranks 0 and 1 did, and waited for it\\); it last finished #9 \\(allreduce\\) at [0-9:.]+ UTC' '$work/verdict'" \
       "plexus-trace: rank 2 never posted allreduce #10, it last finished #9"
+    ;;
+  dropped)
+    check "[ $rc = 0 ]" "the job exited 0"
+    unfinished=$(python3 -c '
+import glob, json, sys
+n = 0
+for path in glob.glob(sys.argv[1] + "/rank-*.json"):
+    for c in json.load(open(path))["communicators"]:
+        f = c["fields"]
+        n += sum(1 for row in c["ops"] if dict(zip(f, row))["finished_ns"] == 0)
+print(n)' "$PLEXUS_TRACE_DIR")
+    check "[ '$unfinished' = 0 ]" "every allreduce, dropped or waited, is finished in the dumps ($unfinished not)"
+    check "! grep -q 'never posted\|never finished\|disagree' '$work/verdict'" \
+      "plexus-trace names no rank as missing"
     ;;
   mismatch)
     check "[ $rc != 0 ]" "the job failed ($rc)"
