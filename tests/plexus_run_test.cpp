@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -765,6 +766,7 @@ TEST_SUITE("plexus-run") {
                              "--make-token",
                              "--node-timeout",
                              "--local-nodes",
+                             "--bind-to",
                              "--help",
                              "--version",
                              "RANK",
@@ -802,6 +804,7 @@ TEST_SUITE("plexus-run") {
         {"--grace", "-1", "-n", "1", "true"},
         {"--timeout", "soon", "-n", "1", "true"},
         {"--master-port", "70000", "-n", "1", "true"},
+        {"--bind-to", "socket", "-n", "1", "true"},
     };
     for (const auto& args : cases) {
       std::string joined;
@@ -812,6 +815,31 @@ TEST_SUITE("plexus-run") {
       CHECK(Contains(r.err, "plexus-run: "));
       CHECK(Contains(r.err, "--help"));
     }
+  }
+
+  TEST_CASE("--bind-to core: each rank on a CPU of its own; more ranks than CPUs: none") {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    REQUIRE(::sched_getaffinity(0, sizeof allowed, &allowed) == 0);
+    std::vector<int> cpus;
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    }
+    const int n = int(std::min<size_t>(cpus.size(), 4));
+    // (Cpus_allowed_list of a rank bound to CPU 3 reads "3".)
+    Result r = Run({"--bind-to", "core", "-n", std::to_string(n), "sh", "-c",
+                    "grep Cpus_allowed_list: /proc/self/status"});
+    CHECK(r.exit_code == 0);
+    for (int i = 0; i < n; ++i) {
+      CAPTURE(i);
+      CHECK(Contains(r.out, "[" + std::to_string(i) + "] Cpus_allowed_list:\t" +
+                                std::to_string(cpus[size_t(i)]) + "\n"));
+    }
+    const int over = int(cpus.size()) + 1;
+    Result o = Run({"--bind-to", "core", "-n", std::to_string(over), "true"});
+    CHECK(o.exit_code == 0);
+    CHECK(Contains(o.err, "--bind-to core: " + std::to_string(over) + " ranks on " +
+                              std::to_string(cpus.size()) + " CPUs here; not binding them"));
   }
 
   TEST_CASE("--timeout stops the whole job") {
@@ -849,11 +877,11 @@ TEST_SUITE("plexus-run") {
   // Slurm's variables as srun sets them for a task (simulated here; the real
   // Slurm runs in tests/slurm).
   TEST_CASE("under srun: several tasks on a node are refused, saying what to run") {
-    const std::vector<std::string> step = {
-        "SLURM_JOB_ID=12",        "SLURM_STEP_ID=0", "SLURM_NTASKS=2",
-        "SLURM_NODEID=0",         "SLURM_PROCID=0",  "SLURM_STEP_TASKS_PER_NODE=2",
-        "SLURM_STEP_NODELIST=n0", "PLEXUS_TOKEN",    "PLEXUS_TOKEN_FILE",
-        "PLEXUS_SLURM_MUNGE=0"};
+    const std::vector<std::string> step = {"SLURM_JOB_ID=12",        "SLURM_STEP_ID=0",
+                                           "SLURM_NTASKS=2",         "SLURM_NODEID=0",
+                                           "SLURM_PROCID=0",         "SLURM_STEP_TASKS_PER_NODE=2",
+                                           "SLURM_STEP_NODELIST=n0", "PLEXUS_TOKEN",
+                                           "PLEXUS_TOKEN_FILE",      "PLEXUS_SLURM_MUNGE=0"};
     // step with NAME=value replaced (the first of a name is the one seen).
     auto with = [&](std::vector<std::string> env, const std::vector<std::string>& changes) {
       for (const std::string& c : changes) {

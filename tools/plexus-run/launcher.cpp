@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/types.h>
@@ -336,6 +337,10 @@ bool Launcher::Spawn(int index) {
   const int stdin_fd = (index == 0 && !::isatty(STDIN_FILENO)) ? -1 : dev_null_;
   const struct sigaction child_sigpipe = saved_sigpipe_;
   const pid_t parent = ::getpid();
+  cpu_set_t cpu;
+  CPU_ZERO(&cpu);
+  const bool bind = size_t(index) < config_.rank_cpu.size() && config_.rank_cpu[index] >= 0;
+  if (bind) CPU_SET(config_.rank_cpu[index], &cpu);
 
   pid_t pid = ::fork();
   if (pid < 0) return fail("fork");
@@ -349,6 +354,8 @@ bool Launcher::Spawn(int index) {
     if (out_pipe[1] >= 0) ::dup2(out_pipe[1], STDOUT_FILENO);
     if (err_pipe[1] >= 0) ::dup2(err_pipe[1], STDERR_FILENO);
     ::sigaction(SIGPIPE, &child_sigpipe, nullptr);  // whatever plexus-run was given
+    // (A CPU that cannot be had leaves the rank unbound, as without the option.)
+    if (bind) (void)::sched_setaffinity(0, sizeof cpu, &cpu);
     ::execve(path, argv.get(), envp.get());
     if (errno == ENOEXEC) ::execve("/bin/sh", sh_argv.get(), envp.get());  // as execvp() does
     int e = errno;

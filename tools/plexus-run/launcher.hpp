@@ -53,6 +53,9 @@ struct LaunchConfig {
   std::chrono::milliseconds grace{3000};           // SIGTERM → SIGKILL delay
   std::chrono::milliseconds timeout{0};            // whole-job limit; 0 = none
   bool prefix_output = true;  // false: ranks write straight to our stdout/stderr
+  // --bind-to core: the CPU each rank (by index) is bound to, set in the
+  // child before exec; empty: not bound.
+  std::vector<int> rank_cpu;
   // After a rank failed: each rank's stall line from the store ("" where none),
   // "<communicator> <seq> <collective> <rank waited for> ..." as
   // core/src/stall_report.hpp writes it. Unset: no store to ask.

@@ -14,6 +14,7 @@
 #include <getopt.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -75,6 +76,7 @@ struct Options {
   std::chrono::milliseconds node_timeout{-1};  // -1: PLEXUS_TIMEOUT + 5 s
   bool host_store = true;
   bool prefix_output = true;
+  bool bind_to_core = false;  // --bind-to core
   std::chrono::milliseconds grace{3000};
   std::chrono::milliseconds timeout{0};
   int max_restarts = 0;                        // --max-restarts
@@ -166,6 +168,10 @@ void PrintHelp() {
       "                          (PLEXUS_STORE_HOSTED=0: rank 0 hosts it)\n"
       "      --no-prefix         no \"[rank] \" prefix: ranks write straight to\n"
       "                          plexus-run's stdout and stderr\n"
+      "      --bind-to core|none each rank (all its threads) on one CPU of those\n"
+      "                          plexus-run may use, rank i on the i-th, as mpirun's\n"
+      "                          --bind-to core; with more ranks than CPUs it binds\n"
+      "                          none and says so (default none)\n"
       "      --grace SECONDS     when stopping ranks, time between SIGTERM and SIGKILL\n"
       "                          (default 3)\n"
       "      --timeout SECONDS   stop the whole job after this long and exit 124\n"
@@ -273,6 +279,27 @@ std::chrono::milliseconds ParseSeconds(const char* option, const char* text) {
                " (expected a number of seconds >= 0)");
   }
   return std::chrono::milliseconds(static_cast<long long>(std::llround(value * 1000)));
+}
+
+// --bind-to core: rank i's CPU, the i-th of those this process may use; none
+// (an empty list) with more ranks than CPUs, as mpirun refuses to bind then.
+std::vector<int> RankCpus(int ranks) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  std::vector<int> cpus;
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    }
+  }
+  if (cpus.empty() || size_t(ranks) > cpus.size()) {
+    std::fprintf(stderr,
+                 "plexus-run: --bind-to core: %d ranks on %zu CPUs here; not binding them\n", ranks,
+                 cpus.size());
+    return {};
+  }
+  cpus.resize(size_t(ranks));
+  return cpus;
 }
 
 // --make-token FILE: a fresh secret in a new file only its owner may read.
@@ -480,6 +507,7 @@ Options ParseArgs(int argc, char** argv) {
     kMaxRestarts,
     kLastCall,
     kElastic,
+    kBindTo,
   };
   static const option kLongOptions[] = {
       {"nproc", required_argument, nullptr, 'n'},
@@ -504,6 +532,7 @@ Options ParseArgs(int argc, char** argv) {
       {"max_restarts", required_argument, nullptr, kMaxRestarts},
       {"last-call", required_argument, nullptr, kLastCall},
       {"elastic", no_argument, nullptr, kElastic},
+      {"bind-to", required_argument, nullptr, kBindTo},
       {"help", no_argument, nullptr, 'h'},
       {"version", no_argument, nullptr, 'V'},
       {nullptr, 0, nullptr, 0},
@@ -536,6 +565,16 @@ Options ParseArgs(int argc, char** argv) {
         break;
       case kNoPrefix:
         opts.prefix_output = false;
+        break;
+      case kBindTo:
+        if (std::strcmp(optarg, "core") == 0) {
+          opts.bind_to_core = true;
+        } else if (std::strcmp(optarg, "none") == 0) {
+          opts.bind_to_core = false;
+        } else {
+          UsageError(std::string("invalid value '") + optarg +
+                     "' for --bind-to (expected core or none)");
+        }
         break;
       case kGrace:
         opts.grace = ParseSeconds("--grace", optarg);
@@ -802,6 +841,7 @@ int RunStart(const Options& opts, const JobInfo& given_job, const std::string& p
   config.grace = opts.grace;
   config.timeout = opts.timeout;
   config.prefix_output = opts.prefix_output;
+  if (opts.bind_to_core) config.rank_cpu = RankCpus(opts.nproc);
   if (const char* dir = std::getenv("PLEXUS_TRACE_DIR"); dir && *dir) config.trace_dir = dir;
   // The job's name in the ranks' flight-recorder dumps, which plexus-trace
   // checks are of one job: fresh for each start (across hosts node 0's).
