@@ -185,7 +185,7 @@ algos::Status UcxTransport::Connect(const plexus_comm_config_v1& config, ErrMode
   }
   if (algos::Status st = Handshake(others, 0, 1, 0); !st.ok()) return st;
 
-  // Warm the shared-memory FIFOs (see WarmSharedMemory in the header).
+  // Warm the shared-memory FIFOs (why: Handshake in ucx_transport.hpp).
   std::vector<uint32_t> shm;
   std::vector<std::string> lanes(size_);
   for (uint32_t p = 0; p < size_; ++p) {
