@@ -122,6 +122,9 @@ struct plexus_backend_ctx {
   uint64_t max_count = 2147483647;  // most elements one MPI call is given (PLEXUS_MPI_MAX_COUNT)
   // Allreduce on host memory (PLEXUS_MPI_ALLREDUCE); set at init, then read only.
   plexus::mpi::AllreduceAlgorithm allreduce_algorithm = plexus::mpi::AllreduceAlgorithm::kAuto;
+  // Every rank of the job on this host, over Open MPI's shared memory
+  // (OneHostSharedMemory in mpi_backend.cpp); set by EnsureMpi, then read only.
+  bool shared_memory = false;
 
   std::mutex state_mutex;  // guards MPI initialisation and comm_create
   std::atomic<bool> mpi_ready{false};

@@ -314,7 +314,8 @@ int32_t PostAllreduceSchedules(plexus_comm* comm, const void* send, void* recv, 
   uint64_t scratch_bytes = 0;
   for (uint64_t k = 0; k < chunks; ++k) {
     const uint64_t n = std::min(max, count - k * max);
-    scratch_bytes += AllreduceSchedule::ScratchBytes(n, dtype, comm->size, in_place, algorithm);
+    scratch_bytes += AllreduceSchedule::ScratchBytes(n, dtype, comm->size, in_place, algorithm,
+                                                     ctx->shared_memory);
   }
   const uint64_t pack_offset = scratch_bytes;  // a multiple of es: aligned for the elements
   if (packed) scratch_bytes += count * es;
@@ -357,7 +358,9 @@ int32_t PostAllreduceSchedules(plexus_comm* comm, const void* send, void* recv, 
       a.size = comm->size;
       a.scratch = req->scratch ? req->scratch.get() + scratch_off : nullptr;
       a.algorithm = algorithm;
-      scratch_off += AllreduceSchedule::ScratchBytes(n, dtype, comm->size, in_place, algorithm);
+      a.shared_memory = ctx->shared_memory;
+      scratch_off += AllreduceSchedule::ScratchBytes(n, dtype, comm->size, in_place, algorithm,
+                                                     ctx->shared_memory);
       AllreduceSchedule& s = req->schedules.emplace_back(a);
       rc = s.Start(&call);
       finished = finished && s.done();

@@ -29,11 +29,26 @@ uint32_t FloorPow2(uint32_t n) {
 // round. With more ranks the ring takes 2 (n - 1) rounds against about
 // log2(n), so it starts at 64 KiB x n/2 (with 3 and 4 ranks on 2 cores the
 // ring measured 0.96 and 0.86 there, recursive doubling 1.16 and 0.90).
-bool UseRing(uint64_t count, size_t es, uint32_t size, AllreduceAlgorithm algorithm) {
+// On Open MPI's shared memory (vader: a 4 KiB eager limit, a rendezvous
+// above it) the 2-rank ring wins from 16 KiB, and also where the whole vector
+// is just over the eager limit while its halves are under it; added time
+// over MPI_Allreduce in the same process, us per call (2026-12-06, plain
+// mpirun, 2 ranks pinned; 3-6 KiB: two or three launches):
+//             3K    4K       6K       8K    16K    32K    64K    128K   256K   512K   1M
+//   ring      +2.2  +0.4-.8  +0.3-.9  +1.3  -0.53  -1.92  -4.93  -1.82  -16.2  -36.8  -98.1
+//   rec. dbl  +0.4  +1.4-2   +2.3-3   +0.6  +0.62  +3.78  +9.34  +20.9  +29.1  +71.1  +23.8
+// (3 ranks on 2 cores there: recursive doubling still wins at 16-64 KiB and
+// the ring from 128 KiB, as the rule for n >= 3 has it.)
+constexpr uint64_t kSharedMemoryEager = 4096 - 64;  // vader's eager limit less a header's room
+bool UseRing(uint64_t count, size_t es, uint32_t size, AllreduceAlgorithm algorithm,
+             bool shared_memory) {
   if (size < 2 || count < size) return false;  // the ring needs a block per rank
   if (algorithm == AllreduceAlgorithm::kRing) return true;
   if (algorithm == AllreduceAlgorithm::kRecursiveDoubling) return false;
   const uint64_t bytes = count * es;
+  if (size == 2 && shared_memory) {
+    return (bytes > kSharedMemoryEager && bytes <= 2 * kSharedMemoryEager) || bytes >= (16 << 10);
+  }
   if (size == 2) return (bytes >= (64 << 10) && bytes < (128 << 10)) || bytes >= (512 << 10);
   return bytes >= (uint64_t(64) << 10) * (size / 2);
 }
@@ -48,10 +63,11 @@ inline const uint8_t* Bytes(const void* p, uint64_t off) {
 }  // namespace
 
 uint64_t AllreduceSchedule::ScratchBytes(uint64_t count, plexus_dtype_t dtype, uint32_t size,
-                                         bool in_place, AllreduceAlgorithm algorithm) {
+                                         bool in_place, AllreduceAlgorithm algorithm,
+                                         bool shared_memory) {
   const size_t es = algos::DtypeSize(dtype);
   if (size < 2 || count == 0) return 0;
-  if (UseRing(count, es, size, algorithm)) {
+  if (UseRing(count, es, size, algorithm, shared_memory)) {
     // In place, one block (the largest) receives the left neighbour's partial sums.
     return in_place ? (count / size + (count % size ? 1 : 0)) * es : 0;
   }
@@ -61,7 +77,7 @@ uint64_t AllreduceSchedule::ScratchBytes(uint64_t count, plexus_dtype_t dtype, u
 AllreduceSchedule::AllreduceSchedule(const Args& args)
     : a_(args), es_(algos::DtypeSize(args.dtype)) {
   if (a_.size < 2 || a_.count == 0) return;
-  if (UseRing(a_.count, es_, a_.size, a_.algorithm)) {
+  if (UseRing(a_.count, es_, a_.size, a_.algorithm, a_.shared_memory)) {
     ring_ = true;
     PlanRing();
   } else {

@@ -90,11 +90,14 @@ class AllreduceSchedule {
     uint32_t size = 1;
     uint8_t* scratch = nullptr;  // ScratchBytes(...) bytes, when that is non-zero
     AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;  // not kMpi
+    // Every rank on one host, over shared memory (the same on every rank):
+    // moves the 2-rank ring's threshold down (UseRing).
+    bool shared_memory = false;
   };
 
   // Bytes of scratch memory the schedule for these arguments needs.
   static uint64_t ScratchBytes(uint64_t count, plexus_dtype_t dtype, uint32_t size, bool in_place,
-                               AllreduceAlgorithm algorithm);
+                               AllreduceAlgorithm algorithm, bool shared_memory);
 
   explicit AllreduceSchedule(const Args& args);
 

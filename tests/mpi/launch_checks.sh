@@ -13,6 +13,12 @@
 #                                              the automatic choice (rank 0 loads the
 #                                              backend alone first) picks mpi and does not
 #                                              deadlock in MPI_Init
+#   launch_checks.sh layout MPIRUN_SH MPIRUN PROG
+#                                              mpirun -np 2 on this host: the backend says
+#                                              at INFO that every rank is here over shared
+#                                              memory (the 2-rank ring from 16 KiB), and with
+#                                              OMPI_MCA_btl=self,tcp that shared memory is
+#                                              left out (the thresholds measured over TCP)
 #
 # PROG is tests/mpi/same_results, given an output directory.
 set -uo pipefail
@@ -65,6 +71,35 @@ case ${1:-} in
     check "only plexus_backend_get_v1 is exported" test "$symbols" = "plexus_backend_get_v1"
     check "it links libmpi" bash -c "ldd '$plugin' | grep -q libmpi"
     check "it does not link libplexus" bash -c "! ldd '$plugin' | grep -q 'libplexus\.so'"
+    ;;
+  layout)
+    mpirun_sh=$2 mpirun=$3 prog=$4
+    for btl in default self,tcp; do
+      rm -rf "${dir:?}"/*
+      # (mpirun.sh's own --mca btl comes after the environment's and wins, so
+      # the TCP-only run goes through mpirun directly.)
+      if [ $btl = default ]; then
+        PLEXUS_BACKEND=mpi PLEXUS_LOG_LEVEL=info PLEXUS_TIMEOUT=60 timeout 120 \
+          bash "$mpirun_sh" "$mpirun" 2 "$prog" "$dir" >"$out" 2>&1
+      else
+        PLEXUS_BACKEND=mpi PLEXUS_LOG_LEVEL=info PLEXUS_TIMEOUT=60 PLEXUS_MASTER_ADDR=127.0.0.1 \
+          PLEXUS_MASTER_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])') \
+          PLEXUS_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n') \
+          timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none --mca pml ob1 \
+          -x PLEXUS_BACKEND -x PLEXUS_LOG_LEVEL -x PLEXUS_TIMEOUT -x PLEXUS_MASTER_ADDR \
+          -x PLEXUS_MASTER_PORT -x PLEXUS_TOKEN --mca btl "$btl" -np 2 "$prog" "$dir" >"$out" 2>&1
+      fi
+      rc=$?
+      cat "$out"
+      [ $rc -eq 77 ] && exit 77
+      check "mpirun -np 2 (btl $btl) exits 0 (got $rc)" test $rc -eq 0
+      if [ $btl = default ]; then
+        want="every rank on this host, over shared memory: allreduce with 2 ranks takes the ring at 4-8 KiB and from 16 KiB"
+      else
+        want="every rank on this host, shared memory left out (btl self,tcp): allreduce with 2 ranks takes the ring at 64-128 KiB and from 512 KiB"
+      fi
+      check "both ranks log '$want' (btl $btl)" test "$(grep -cF "$want" "$out")" -eq 2
+    done
     ;;
   auto)
     mpirun_sh=$2 mpirun=$3 prog=$4

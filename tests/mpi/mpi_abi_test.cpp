@@ -240,8 +240,10 @@ void RecvMismatchChecks(plexus_comm* comm, uint32_t rank) {
 
 // Allreduces that disagree fail as REMOTE on both ranks, naming the
 // difference, and leave their communicator unusable (each runs on its own):
-// counts (1024 on rank 0, 2048 on rank 1) at once, without writing past
-// rank 0's buffer; dtypes (int32 against float32) after the communicator's
+// counts (256 on rank 0, 512 on rank 1: both recursive doubling; with 1024
+// rank 1 would take the ring on shared memory, whose first message is as
+// long as rank 0's whole vector) at once, without writing past rank 0's
+// buffer; dtypes (int32 against float32) after the communicator's
 // timeout_ms.
 void AllreduceMismatchChecks(plexus_backend_ctx* ctx, uint32_t rank) {
   static int32_t in[2048], out[4096];
@@ -252,14 +254,14 @@ void AllreduceMismatchChecks(plexus_backend_ctx* ctx, uint32_t rank) {
     plexus_comm_config_v1 cfg = Config(rank, 2, "abi-test/mismatch-count");
     plexus_comm* c = nullptr;
     Check(t->comm_create(ctx, &cfg, &c, why, sizeof why) == PLEXUS_OK, "comm for the count check");
-    const uint64_t count = rank == 0 ? 1024 : 2048;
+    const uint64_t count = rank == 0 ? 256 : 512;
     plexus_request* req = nullptr;
     Check(t->allreduce(c, in, out, count, PLEXUS_DTYPE_INT32, PLEXUS_OP_SUM, nullptr, &req) ==
               PLEXUS_OK,
           "post an allreduce of " + std::to_string(count));
     const std::string want = rank == 0
-                                 ? "rank 1 sent 2048 int32 elements where this rank expects 1024"
-                                 : "rank 0 sent 1024 int32 elements where this rank expects 2048";
+                                 ? "rank 1 sent 512 int32 elements where this rank expects 256"
+                                 : "rank 0 sent 256 int32 elements where this rank expects 512";
     Expect(c, WaitFree(req), PLEXUS_ERR_REMOTE, "allreduce counts that disagree",
            {"allreduce", want.c_str()});
     int written = 0;
