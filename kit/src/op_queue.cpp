@@ -39,10 +39,10 @@ OpQueue::~OpQueue() {
 
 void OpQueue::Complete(plexus_request* req, const algos::Status& st) {
   std::lock_guard<std::mutex> lock(req->mutex);
-  req->status = st.code;
   if (!st.ok()) req->error = st.message;
-  // Under the lock: once a waiter sees the status it may free req (op_queue.hpp).
-  req->done_cv.notify_all();
+  req->status.store(st.code, std::memory_order_release);
+  // Under the lock: req is freed only under its mutex, after this (op_queue.hpp).
+  if (req->waiters > 0) req->done_cv.notify_all();
 }
 
 int32_t OpQueue::Enqueue(PendingOp op, plexus_request** req) {
@@ -312,27 +312,29 @@ void OpQueue::Abort() {
 // --- requests ---------------------------------------------------------------
 
 int32_t QueuedRequests::Test(plexus_request& req) {
-  std::lock_guard<std::mutex> lock(req.mutex);
-  return req.status;
+  return req.status.load(std::memory_order_acquire);
 }
 
 int32_t QueuedRequests::Wait(plexus_request& req, int64_t timeout_ms) {
   if (timeout_ms < 0) timeout_ms = req.default_timeout_ms;
   timeout_ms = std::min<int64_t>(timeout_ms, int64_t(1) << 40);  // no overflow in wait_for
-  std::unique_lock<std::mutex> lock(req.mutex);
   // An operation run on this thread cannot be left when the wait's own time
   // is up, so only a wait as long as the operation's deadline runs it here.
   // A request still in progress belongs to a live queue (comm_destroy
   // completes every pending one), so req.queue is only used then.
-  if (req.status == PLEXUS_IN_PROGRESS && timeout_ms >= req.default_timeout_ms && req.queue) {
-    lock.unlock();
+  int32_t status = req.status.load(std::memory_order_acquire);
+  if (status == PLEXUS_IN_PROGRESS && timeout_ms >= req.default_timeout_ms && req.queue) {
     req.queue->RunInlineIfNext(&req);
-    lock.lock();
+    status = req.status.load(std::memory_order_acquire);
   }
-  if (req.status != PLEXUS_IN_PROGRESS) return req.status;  // (typically: run inline just now)
-  const bool done = req.done_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-                                         [&] { return req.status != PLEXUS_IN_PROGRESS; });
-  return done ? req.status : PLEXUS_ERR_TIMEOUT;
+  if (status != PLEXUS_IN_PROGRESS) return status;  // (typically: run inline just now)
+  std::unique_lock<std::mutex> lock(req.mutex);
+  ++req.waiters;
+  const bool done = req.done_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] {
+    return req.status.load(std::memory_order_acquire) != PLEXUS_IN_PROGRESS;
+  });
+  --req.waiters;
+  return done ? req.status.load(std::memory_order_acquire) : PLEXUS_ERR_TIMEOUT;
 }
 
 int32_t QueuedRequests::Free(plexus_request* req) {

@@ -17,15 +17,21 @@
 //
 // Completion protocol (one for every backend, proven by the ThreadSanitizer
 // run in tests/kit): the thread that completes a request sets its status
-// and notifies its condition variable while holding the request's mutex. A
-// waiter that sees the status may free the request at once; it can only see
-// it after that mutex is released, when the completing thread no longer
-// touches the request. (Notifying after unlocking let a waiter free the
-// condition variable while the notify was still inside it: a use-after-free
-// that could leave the worker blocked in pthread_cond_broadcast and the
-// next operation never run.)
+// and, when a thread sleeps on it, notifies its condition variable, all
+// while holding the request's mutex. A waiter may read the status without
+// the mutex (it is atomic), but only QueuedRequests::Free ends the request,
+// and Free takes the mutex first: so the request is freed only after the
+// completing thread has released it and no longer touches it. (Notifying
+// after unlocking let a waiter free the condition variable while the notify
+// was still inside it: a use-after-free that could leave the worker blocked
+// in pthread_cond_broadcast and the next operation never run.) A wait that
+// runs its operation inline reads the status without taking the mutex and
+// nobody is notified: two lock round trips and a broadcast less per small
+// operation (an 8-byte allreduce at world size 1 on ucx, plexus-bench, three
+// alternating runs: 0.29-0.30 us before, 0.26-0.27 us after).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -54,9 +60,11 @@ struct plexus_request {
   plexus::kit::OpQueue* queue = nullptr;  // not owned; used only while pending
   std::mutex mutex;
   std::condition_variable done_cv;
-  int32_t status = PLEXUS_IN_PROGRESS;  // guarded by mutex
-  std::string error;                    // why status < 0 (request_error); guarded by mutex
-  int64_t default_timeout_ms = 0;       // wait(req, negative) waits this long
+  // Written under mutex (error first); read with or without it.
+  std::atomic<int32_t> status{PLEXUS_IN_PROGRESS};
+  int waiters = 0;                 // threads asleep on done_cv; guarded by mutex
+  std::string error;               // why status < 0 (request_error); guarded by mutex
+  int64_t default_timeout_ms = 0;  // wait(req, negative) waits this long
 };
 
 namespace plexus::kit {
