@@ -359,7 +359,8 @@ void HandOver(plexus_request* req, Abandoned a) {
 void AbandonSchedules(plexus_request* req) {
   Abandoned a;
   for (auto& s : req->schedules) {
-    if (!s.done()) a.schedules.push_back(std::move(s));
+    // (One still waiting for its tag slot has nothing in MPI: it is dropped.)
+    if (!s.done() && s.started()) a.schedules.push_back(std::move(s));
   }
   HandOver(req, std::move(a));
 }
@@ -368,7 +369,10 @@ void AbandonSchedules(plexus_request* req) {
 // plain requests (no further steps). sched_mutex held.
 void FailSchedules(plexus_request* req) {
   Abandoned a;
-  for (auto& s : req->schedules) s.TakeRequests(&a.requests, &a.discards);
+  {
+    MpiLock lock(*req->comm->ctx);  // (TakeRequests cancels posted receives)
+    for (auto& s : req->schedules) s.TakeRequests(&a.requests, &a.discards);
+  }
   HandOver(req, std::move(a));
 }
 
@@ -425,14 +429,27 @@ int32_t ScheduleTimeout(plexus_request* req) {
       MpiLock lock(*comm->ctx);
       if (MPI_Iprobe(peer, MPI_ANY_TAG, comm->mpi, &flag, &st) == MPI_SUCCESS && flag) {
         const int64_t slot = comm->SlotOfTag(st.MPI_TAG);
+        const int base = comm->CollTag(req->seq + k, req->dtype, s.op());
+        const int kind = (st.MPI_TAG - kP2pTag - 1) % kTagKinds;
+        const bool same_kind = kind == (base - kP2pTag - 1) % kTagKinds;
+        const uint64_t expected = s.ExpectedCount();
         if (st.MPI_TAG == kP2pTag) {
           message += "; " + name + " sent a point-to-point message (send) instead";
           code = PLEXUS_ERR_REMOTE;
-        } else if (slot == comm->TagSlot(req->seq + k) &&
-                   st.MPI_TAG != comm->CollTag(req->seq + k, req->dtype, s.op())) {
+        } else if (slot == comm->TagSlot(req->seq + k) && same_kind &&
+                   comm->CountOfTag(st.MPI_TAG) != s.CountField(expected)) {
+          // The same allreduce with another count: its messages carry their
+          // lengths in the tag, so they never matched.
+          int got = 0;
+          MPI_Get_count(&st, req->type, &got);
+          message += "; " + name + " sent " + std::to_string(got) + " " +
+                     algos::DtypeName(req->dtype) + " elements where this rank expects " +
+                     std::to_string(expected) + ": the ranks passed different counts";
+          code = PLEXUS_ERR_REMOTE;
+          DrainMessage(comm, peer, st.MPI_TAG, &drained);
+        } else if (slot == comm->TagSlot(req->seq + k) && !same_kind) {
           // (A message with this allreduce's own tag is a later step's, queued
           // behind the one awaited: no mismatch; the timeout text below holds.)
-          const int kind = (st.MPI_TAG - kP2pTag - 1) % kTagKinds;
           const auto dtype = plexus_dtype_t(kind / 8);
           const auto op = plexus_reduce_op_t(kind % 8);
           message += "; " + name + " posted this allreduce with dtype " + algos::DtypeName(dtype) +
@@ -476,18 +493,47 @@ bool AdvanceRequest(plexus_request* req) {
   int rc = MPI_SUCCESS;
   const char* call = "";
   bool done = true;
-  size_t steps = 0;
+  bool waiting_for_slot = false;
+  size_t steps = req->first_open_steps;
   const AllreduceSchedule* failed = nullptr;
   {
     MpiLock lock(*comm->ctx);
-    for (auto& s : req->schedules) {
+    // (Schedules finish roughly in order: skip the finished ones in front.)
+    while (req->first_open < req->schedules.size() && req->schedules[req->first_open].done()) {
+      req->first_open_steps += req->schedules[req->first_open++].steps_done();
+    }
+    for (size_t k = req->first_open; k < req->schedules.size(); ++k) {
+      AllreduceSchedule& s = req->schedules[k];
       if (!s.done()) {
-        rc = s.Advance(&call);
+        if (!s.started()) {
+          // Waiting for its tag slot (plexus_comm::TakeSlot). After a
+          // failure of the communicator it never starts.
+          if (const int32_t broken = comm->broken_code(); broken != PLEXUS_OK) {
+            lock.unlock();
+            FailSchedules(req);
+            SetStatus(req, broken);
+            return true;
+          }
+          if (!comm->TakeSlot(req->seq + k)) {
+            // The later ones wait behind it (their slots' holders are
+            // younger still): try again from here on the next round.
+            done = false;
+            waiting_for_slot = true;
+            break;
+          }
+          rc = s.Start(&call);
+        } else {
+          rc = s.Advance(&call);
+        }
         if (rc != MPI_SUCCESS) {
           failed = &s;
           break;
         }
-        if (!s.done()) done = false;
+        if (s.done()) {
+          comm->ReleaseSlot(req->seq + k);
+        } else {
+          done = false;
+        }
       }
       steps += s.steps_done();
     }
@@ -510,6 +556,10 @@ bool AdvanceRequest(plexus_request* req) {
   }
   if (!done) {
     const auto now = std::chrono::steady_clock::now();
+    // Waiting behind other operations is not a stall while they finish.
+    if (waiting_for_slot && comm->slot_released_at > req->progress_at) {
+      req->progress_at = comm->slot_released_at;
+    }
     if (steps != req->progress_steps) {
       req->progress_steps = steps;
       req->progress_at = now;
@@ -641,6 +691,7 @@ int32_t plexus_backend_ctx::EnsureMpi(std::string* error) {
         attr && *static_cast<int*>(attr) > plexus::mpi::kP2pTag) {
       tag_ub = *static_cast<int*>(attr);
     }
+    tags = plexus::mpi::TagLayout::For(tag_ub);
   }
   bool cuda = false;
 #if defined(MPIX_CUDA_AWARE_SUPPORT)
@@ -790,20 +841,53 @@ int32_t plexus_comm::Usable(const char* what) {
   return broken_;
 }
 
+plexus::mpi::TagLayout plexus::mpi::TagLayout::For(int tag_ub) {
+  // (slot, count) pairs the tags above kP2pTag hold, kTagKinds kinds each.
+  const int64_t pairs = std::max<int64_t>((int64_t(tag_ub) - kP2pTag - 1) / kTagKinds, 1);
+  int bits = 0;  // floor(log2(pairs))
+  while (bits < 62 && (int64_t(1) << (bits + 1)) <= pairs) ++bits;
+  TagLayout t;
+  // 256 slots first; count bits only if at least 16 elements fit.
+  t.count_bits = bits - 8 >= 4 ? std::min(14, bits - 8) : 0;
+  t.slots = uint64_t(1) << std::min(16, bits - t.count_bits);
+  return t;
+}
+
 int64_t plexus_comm::TagSlot(uint64_t k) const {
-  const uint64_t slots =
-      uint64_t(std::max((ctx->tag_ub - plexus::mpi::kP2pTag - 1) / plexus::mpi::kTagKinds, 1));
-  return int64_t(k % slots);
+  return int64_t(k % ctx->tags.slots);
 }
 
 int64_t plexus_comm::SlotOfTag(int tag) const {
   if (tag <= plexus::mpi::kP2pTag) return -1;
-  return (tag - plexus::mpi::kP2pTag - 1) / plexus::mpi::kTagKinds;
+  return ((tag - plexus::mpi::kP2pTag - 1) / plexus::mpi::kTagKinds) >> ctx->tags.count_bits;
+}
+
+uint64_t plexus_comm::CountOfTag(int tag) const {
+  if (tag <= plexus::mpi::kP2pTag) return 0;
+  const uint64_t pair = uint64_t(tag - plexus::mpi::kP2pTag - 1) / plexus::mpi::kTagKinds;
+  return pair & ((uint64_t(1) << ctx->tags.count_bits) - 1);
 }
 
 int plexus_comm::CollTag(uint64_t k, plexus_dtype_t dtype, plexus_reduce_op_t op) const {
-  return plexus::mpi::kP2pTag + 1 + int(TagSlot(k)) * plexus::mpi::kTagKinds +
+  return plexus::mpi::kP2pTag + 1 +
+         int(uint64_t(TagSlot(k)) << ctx->tags.count_bits) * plexus::mpi::kTagKinds +
          plexus::mpi::TagKind(dtype, op);
+}
+
+bool plexus_comm::TakeSlot(uint64_t k) {
+  if (slot_next_.empty()) {
+    slot_next_.resize(ctx->tags.slots);
+    for (uint64_t s = 0; s < slot_next_.size(); ++s) slot_next_[s] = s;
+  }
+  // Strictly in sequence: k - slots has finished and nothing else can come
+  // first (a free slot alone is not enough: k + slots could take it before
+  // k, which waits behind another slot).
+  return slot_next_[size_t(TagSlot(k))] == k;
+}
+
+void plexus_comm::ReleaseSlot(uint64_t k) {
+  if (!slot_next_.empty()) slot_next_[size_t(TagSlot(k))] = k + ctx->tags.slots;
+  slot_released_at = std::chrono::steady_clock::now();
 }
 
 std::unique_ptr<uint8_t[]> plexus_comm::TakeScratch(uint64_t bytes, uint64_t* capacity) {

@@ -76,13 +76,29 @@ struct Abandoned {
   std::unique_ptr<VArgs> vargs;                      // arrays MPI may still read
 };
 
-// The parts of an own schedule's tag: kP2pTag + 1 + slot * kTagKinds + kind,
-// where slot is the allreduce's sequence number (modulo what MPI_TAG_UB
-// allows) and kind encodes its dtype and op, so that allreduces that differ
-// in dtype or op never exchange messages (they time out, and the timeout
-// names the difference).
+// The parts of an own schedule's tag:
+//   kP2pTag + 1 + ((slot << count_bits) | count) * kTagKinds + kind
+// where slot is the allreduce's sequence number modulo the slots MPI_TAG_UB
+// leaves (TagLayout), kind encodes its dtype and op, so that allreduces that
+// differ in dtype or op never exchange messages (they time out, and the
+// timeout names the difference), and count is the message's exact element
+// count when it is below 2^count_bits, else 0. A message whose tag carries
+// its count is received with a plain MPI_Irecv of that count: no message of
+// another length can match it, so the matched probe (and the copy Open MPI
+// makes of an eager message that arrives before it) is not needed there.
 constexpr int kTagKinds = 256;
 int TagKind(plexus_dtype_t dtype, plexus_reduce_op_t op);
+
+// How the bits of the own schedules' tags are shared out, from MPI_TAG_UB:
+// up to 14 bits of exact count (16383 elements: a 64 KiB float32 block, TCP's
+// eager limit) as long as 256 slots are left, and at most 2^16 slots. With
+// Open MPI's ob1 (tag_ub 2^31 - 1): 14 count bits, 256 slots; with a 2^23
+// tag space, 6 count bits and 256 slots.
+struct TagLayout {
+  int count_bits = 0;
+  uint64_t slots = 1;
+  static TagLayout For(int tag_ub);
+};
 
 }  // namespace plexus::mpi
 
@@ -134,6 +150,7 @@ struct plexus_backend_ctx {
   plexus::mpi::HalfOps half_ops;
   std::string library_version;  // "Open MPI v4.1.4", for log lines
   int tag_ub = 32767;           // MPI_TAG_UB (the standard's minimum until MPI says)
+  plexus::mpi::TagLayout tags;  // from tag_ub, set by EnsureMpi with it
 
   // Serialises every MPI call when MPI granted less than MPI_THREAD_MULTIPLE.
   // serialize is written once, before the first communicator exists.
@@ -201,12 +218,30 @@ struct plexus_comm {
   int32_t Usable(const char* what);
 
   // Tag of the k-th own schedule posted on this communicator (the same k on
-  // every rank) for dtype and op: above kP2pTag, cycling below MPI_TAG_UB.
+  // every rank) for dtype and op, with count field 0: above kP2pTag, cycling
+  // below MPI_TAG_UB (see TagLayout; the schedule adds a message's count).
   int CollTag(uint64_t k, plexus_dtype_t dtype, plexus_reduce_op_t op) const;
   // The sequence slot of k in CollTag, and of a tag (-1: not an own tag).
   int64_t TagSlot(uint64_t k) const;
   int64_t SlotOfTag(int tag) const;
+  // The count field of an own tag (0: the count is not in the tag).
+  uint64_t CountOfTag(int tag) const;
   std::atomic<uint64_t> coll_seq{0};  // schedules posted so far
+
+  // Schedule k starts only once schedule k - slots (same tag slot) has
+  // finished on this rank, so the schedules of one slot run one after the
+  // other in sequence order on every rank: MPI then matches every tag's
+  // messages in the same order everywhere, however far the sequence has
+  // wrapped around and whatever order the ranks progress them in. A
+  // schedule whose turn has not come waits unstarted (AdvanceRequest starts
+  // it). Guarded by ctx->sched_mutex.
+  bool TakeSlot(uint64_t k);
+  void ReleaseSlot(uint64_t k);
+  // When a schedule last finished here (ReleaseSlot): an operation waiting
+  // for a slot is not stalled while others finish. Guarded by sched_mutex.
+  std::chrono::steady_clock::time_point slot_released_at{};
+  // PLEXUS_OK, or the status of the failure that broke the communicator.
+  int32_t broken_code() const { return broken_.load(std::memory_order_acquire); }
 
   // recv requests with chunks not matched yet, per peer, in posting order
   // (MPI matches a peer's messages in order; so must we). Guarded by
@@ -221,6 +256,7 @@ struct plexus_comm {
   void GiveScratch(std::unique_ptr<uint8_t[]> buf, uint64_t capacity);
 
  private:
+  std::vector<uint64_t> slot_next_;  // TagSlot(k) -> the schedule that may start next; sched_mutex
   std::mutex scratch_mutex_;
   std::unique_ptr<uint8_t[]> scratch_;  // guarded by scratch_mutex_
   uint64_t scratch_capacity_ = 0;
@@ -295,6 +331,10 @@ struct plexus_request {
   std::chrono::steady_clock::time_point progress_at;
   size_t progress_steps = 0;
   uint64_t seq = 0;  // own schedules: the first chunk's sequence number
+  // Own schedules: those before first_open are finished (AdvanceRequest
+  // skips them), first_open_steps their steps. Guarded by sched_mutex.
+  size_t first_open = 0;
+  size_t first_open_steps = 0;
   ~plexus_request();
 };
 

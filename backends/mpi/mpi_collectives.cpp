@@ -339,7 +339,10 @@ int32_t PostAllreduceSchedules(plexus_comm* comm, const void* send, void* recv, 
   int rc = MPI_SUCCESS;
   const char* call = "";
   bool finished = true;
+  bool deferred = false;
   {
+    // (sched_mutex before the MPI lock: it guards the tag slots.)
+    std::lock_guard<std::mutex> slots(ctx->sched_mutex);
     MpiLock lock(*ctx);
     uint64_t scratch_off = 0;
     for (uint64_t k = 0; k < chunks && rc == MPI_SUCCESS; ++k) {
@@ -359,10 +362,19 @@ int32_t PostAllreduceSchedules(plexus_comm* comm, const void* send, void* recv, 
       a.scratch = req->scratch ? req->scratch.get() + scratch_off : nullptr;
       a.algorithm = algorithm;
       a.shared_memory = ctx->shared_memory;
+      a.exact_max = ctx->tags.count_bits ? (uint64_t(1) << ctx->tags.count_bits) - 1 : 0;
       scratch_off += AllreduceSchedule::ScratchBytes(n, dtype, comm->size, in_place, algorithm,
                                                      ctx->shared_memory);
       AllreduceSchedule& s = req->schedules.emplace_back(a);
+      // The schedule a wrap-around of the tag slots before is still running:
+      // this one and the chunks after it start later (AdvanceRequest).
+      deferred = deferred || !comm->TakeSlot(seq + k);
+      if (deferred) {
+        finished = false;
+        continue;
+      }
       rc = s.Start(&call);
+      if (s.done()) comm->ReleaseSlot(seq + k);
       finished = finished && s.done();
     }
   }

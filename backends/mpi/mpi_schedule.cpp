@@ -209,16 +209,41 @@ void AllreduceSchedule::PlanRing() {
   }
 }
 
+int AllreduceSchedule::TagOf(uint64_t count) const {
+  return a_.tag + int(CountField(count)) * 256;  // (kTagKinds)
+}
+
+uint64_t AllreduceSchedule::ExpectedCount() const {
+  if (finished_ || next_ == 0) return 0;
+  const Step s = steps_[next_ - 1];
+  return s.recv_from >= 0 ? s.count : 0;
+}
+
 int AllreduceSchedule::Post(const Step& s, const char** call) {
-  if (s.recv_from >= 0) matching_ = true;
+  const bool exact = s.recv_from >= 0 && CountField(s.count) != 0;
+  plain_recv_ = false;
+  if (s.recv_from >= 0 && !exact) matching_ = true;
   if (s.send_to >= 0) {
-    const int rc =
-        MPI_Isend(s.send_buf, int(s.send_count), a_.type, s.send_to, a_.tag, a_.comm, &reqs_[1]);
+    const int rc = MPI_Isend(s.send_buf, int(s.send_count), a_.type, s.send_to, TagOf(s.send_count),
+                             a_.comm, &reqs_[1]);
     if (rc != MPI_SUCCESS) {
       *call = "MPI_Isend";
       reqs_[1] = MPI_REQUEST_NULL;
       return rc;
     }
+  }
+  if (exact) {
+    // The tag carries the count: only a message of exactly s.count elements
+    // can match, so a plain receive cannot be overrun.
+    const int rc = MPI_Irecv(s.recv_buf, int(s.count), a_.type, s.recv_from, TagOf(s.count),
+                             a_.comm, &reqs_[0]);
+    if (rc != MPI_SUCCESS) {
+      *call = "MPI_Irecv";
+      reqs_[0] = MPI_REQUEST_NULL;
+      return rc;
+    }
+    plain_recv_ = true;
+    return MPI_SUCCESS;
   }
   return matching_ ? Match(s, call) : MPI_SUCCESS;
 }
@@ -318,6 +343,8 @@ int AllreduceSchedule::Advance(const char** call) {
 
 void AllreduceSchedule::TakeRequests(std::vector<MPI_Request>* out,
                                      std::vector<std::unique_ptr<uint8_t[]>>* keep) {
+  if (plain_recv_ && reqs_[0] != MPI_REQUEST_NULL) (void)MPI_Cancel(&reqs_[0]);
+  plain_recv_ = false;
   for (MPI_Request& r : reqs_) {
     if (r != MPI_REQUEST_NULL) out->push_back(r);
     r = MPI_REQUEST_NULL;

@@ -40,7 +40,13 @@
 // allreduces in the same order), different from the tag of the ABI's
 // send/recv, and MPI never reorders messages of one tag between two ranks.
 // So the steps of different operations never match each other, whatever
-// order the ranks progress them in.
+// order the ranks progress them in. A message of fewer than 2^count_bits
+// elements also carries its count in the tag (see TagLayout in
+// mpi_backend.hpp) and is received with a plain MPI_Irecv of exactly that
+// count; longer ones go through the matched probe (Match). The sequence
+// wraps around after TagLayout::slots schedules; a schedule starts only once
+// the one slots before it has finished (plexus_comm::TakeSlot), so that
+// wrapping never pairs messages of different operations.
 //
 // Progress: a later step can only be posted by the backend, so every test()
 // and wait() of the process (on any request, any communicator) first advances
@@ -89,6 +95,9 @@ class AllreduceSchedule {
     uint32_t rank = 0;
     uint32_t size = 1;
     uint8_t* scratch = nullptr;  // ScratchBytes(...) bytes, when that is non-zero
+    // Messages of 1..exact_max elements carry their count in the tag (added
+    // to tag as count * kTagKinds) and are received with MPI_Irecv; 0: none.
+    uint64_t exact_max = 0;
     AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;  // not kMpi
     // Every rank on one host, over shared memory (the same on every rank):
     // moves the 2-rank ring's threshold down (UseRing).
@@ -110,11 +119,19 @@ class AllreduceSchedule {
   // whether it finished) or an MPI error code (*call names the failing call).
   int Advance(const char** call);
   bool done() const { return finished_; }
+  // Start() has run (false while the schedule waits for its tag slot).
+  bool started() const { return next_ > 0 || finished_; }
+  // The element count the current step receives (0: none, or not started),
+  // and the count field a message of count elements carries in its tag.
+  uint64_t ExpectedCount() const;
+  uint64_t CountField(uint64_t count) const { return count <= a_.exact_max ? count : 0; }
 
   // Moves the MPI requests still in flight into *out, and the memory they
   // may still write into *keep, after a failure: the schedule is finished
-  // (dead) afterwards. (An aborted schedule is not taken apart but kept
-  // running to its end, see Abandoned.)
+  // (dead) afterwards. A plain receive still posted is cancelled first (its
+  // peer may never send; a matched probe's receive is already matched). (An
+  // aborted schedule is not taken apart but kept running to its end, see
+  // Abandoned.) Call with the MPI lock.
   void TakeRequests(std::vector<MPI_Request>* out, std::vector<std::unique_ptr<uint8_t[]>>* keep);
 
   // Steps completed so far: the operation's progress, for its timeout.
@@ -192,7 +209,9 @@ class AllreduceSchedule {
   Args a_;
   size_t es_ = 0;
   bool ring_ = false;
+  int TagOf(uint64_t count) const;      // the tag of a message of count elements
   bool matching_ = false;               // the current step's message is not matched yet
+  bool plain_recv_ = false;             // reqs_[0] is a plain MPI_Irecv (exact count)
   std::unique_ptr<uint8_t[]> discard_;  // a mismatched message is received here
   std::string error_;
   StepList steps_;

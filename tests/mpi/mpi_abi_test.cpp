@@ -29,7 +29,9 @@
 // rank/size that disagrees with MPI_COMM_WORLD; wait() with a timeout returns
 // TIMEOUT and leaves the request pending (request_free refuses it); send/recv
 // count mismatches are REMOTE errors that write nothing past the receive
-// buffer, and so are allreduce count and dtype mismatches; comm_abort from another thread ends a
+// buffer, and so are allreduce count and dtype mismatches (counts carried in
+// the tags found at the timeout, naming both counts); 700 allreduces in
+// flight at once, past the tag slots' wrap-around, all exact; comm_abort from another thread ends a
 // wait() promptly with ABORTED and makes later posts fail; an aborted
 // collective that the peer completes later is cleaned up before MPI_Finalize.
 #include <dlfcn.h>
@@ -242,7 +244,9 @@ void RecvMismatchChecks(plexus_comm* comm, uint32_t rank) {
 // difference, and leave their communicator unusable (each runs on its own):
 // counts (256 on rank 0, 512 on rank 1: both recursive doubling; with 1024
 // rank 1 would take the ring on shared memory, whose first message is as
-// long as rank 0's whole vector) at once, without writing past rank 0's
+// long as rank 0's whole vector) after the communicator's timeout_ms (the
+// counts are in the messages' tags, so the messages never match), naming
+// both counts, without writing past rank 0's
 // buffer; dtypes (int32 against float32) after the communicator's
 // timeout_ms.
 void AllreduceMismatchChecks(plexus_backend_ctx* ctx, uint32_t rank) {
@@ -252,6 +256,7 @@ void AllreduceMismatchChecks(plexus_backend_ctx* ctx, uint32_t rank) {
   char why[512] = "";
   {
     plexus_comm_config_v1 cfg = Config(rank, 2, "abi-test/mismatch-count");
+    cfg.timeout_ms = 1000;  // (the counts are in the tags: found at the timeout)
     plexus_comm* c = nullptr;
     Check(t->comm_create(ctx, &cfg, &c, why, sizeof why) == PLEXUS_OK, "comm for the count check");
     const uint64_t count = rank == 0 ? 256 : 512;
@@ -262,7 +267,7 @@ void AllreduceMismatchChecks(plexus_backend_ctx* ctx, uint32_t rank) {
     const std::string want = rank == 0
                                  ? "rank 1 sent 512 int32 elements where this rank expects 256"
                                  : "rank 0 sent 256 int32 elements where this rank expects 512";
-    Expect(c, WaitFree(req), PLEXUS_ERR_REMOTE, "allreduce counts that disagree",
+    Expect(c, WaitFree(req, 10000), PLEXUS_ERR_REMOTE, "allreduce counts that disagree",
            {"allreduce", want.c_str()});
     int written = 0;
     for (uint64_t i = count; i < 4096; ++i) written += out[i] != -7;
@@ -363,6 +368,60 @@ size_t DtypeBytes(uint32_t d) {
 uint8_t Pat(uint32_t from, uint32_t to, uint64_t i, size_t b) {
   return uint8_t(1 + from * 61 + to * 17 + i * 7 + b * 3);
 }
+// 700 allreduces in flight at once (more than the 256 tag slots, so the
+// sequence wraps around while earlier ones still run), all int32 sums: every
+// other one 8192 elements (on 2 ranks over shared memory the ring, two
+// steps, blocks whose counts are in the tags), the rest 1-40 elements, every
+// 50th 40000 (ring blocks past the counts the tags hold: the matched probe).
+// Rank 0 posts them all before it tests anything; rank 1 advances what it
+// has posted after each post (so its second steps go out early) and falls
+// behind by a millisecond every 50; rank 0 waits in reverse order. Every
+// result must be exact: a schedule that started before the one 256 earlier
+// had finished could take that one's second-step message.
+void ManyInFlightChecks(plexus_comm* comm, uint32_t rank, uint32_t size) {
+  constexpr int kOps = 700;
+  std::vector<std::vector<int32_t>> in(kOps), out(kOps);
+  std::vector<plexus_request*> reqs(kOps, nullptr);
+  int posted = 0;
+  for (int i = 0; i < kOps; ++i) {
+    const size_t count = i % 50 == 49 ? 40000 : i % 2 == 0 ? 8192 : 1 + size_t(i * 7) % 40;
+    in[i].resize(count);
+    out[i].assign(count, -1);
+    for (size_t j = 0; j < count; ++j) in[i][j] = int32_t(rank * 1000 + i + j);
+    if (t->allreduce(comm, in[i].data(), out[i].data(), count, PLEXUS_DTYPE_INT32, PLEXUS_OP_SUM,
+                     nullptr, &reqs[i]) == PLEXUS_OK) {
+      ++posted;
+    }
+    if (rank == 1) {
+      for (int j = std::max(0, i - 8); j <= i; ++j) {
+        if (reqs[j]) (void)t->test(reqs[j]);
+      }
+      if (i % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  Check(posted == kOps,
+        std::to_string(posted) + " of " + std::to_string(kOps) + " allreduces posted at once");
+  int failed = 0, wrong = 0;
+  for (int n = 0; n < kOps; ++n) {
+    const int i = rank == 0 ? kOps - 1 - n : n;
+    if (!reqs[i]) continue;
+    if (WaitFree(reqs[i], 60000) != PLEXUS_OK) {
+      ++failed;
+      continue;
+    }
+    for (size_t j = 0; j < out[i].size(); ++j) {
+      const int64_t want = int64_t(size) * (i + int64_t(j)) + 1000 * int64_t(size) * (size - 1) / 2;
+      if (out[i][j] != want) {
+        ++wrong;
+        break;
+      }
+    }
+  }
+  Check(failed == 0 && wrong == 0,
+        std::to_string(kOps) + " allreduces in flight at once: " + std::to_string(failed) +
+            " failed, " + std::to_string(wrong) + " with a wrong result");
+}
+
 void FillBlock(uint8_t* p, size_t es, uint64_t n, uint32_t from, uint32_t to) {
   for (uint64_t i = 0; i < n; ++i) {
     for (size_t b = 0; b < es; ++b) p[i * es + b] = Pat(from, to, i, b);
@@ -1131,6 +1190,7 @@ int main(int argc, char** argv) {
     AllgathervChecks(comm, rank, size);
     AlltoallvChecks(comm, rank, size);
     CoalescedChecks(comm, rank, size);
+    ManyInFlightChecks(comm, rank, size);
     SplitChecks(ctx, comm, rank, size, caps.thread_level == PLEXUS_THREAD_MULTIPLE);
     Barrier(comm);
     t->comm_destroy(comm);
@@ -1166,6 +1226,7 @@ int main(int argc, char** argv) {
   AllgathervChecks(comm, rank, size);
   AlltoallvChecks(comm, rank, size);
   CoalescedChecks(comm, rank, size);
+  ManyInFlightChecks(comm, rank, size);
   SplitChecks(ctx, comm, rank, size, caps.thread_level == PLEXUS_THREAD_MULTIPLE);
   Barrier(comm);
   t->comm_destroy(comm);
