@@ -437,14 +437,19 @@ int32_t ScheduleTimeout(plexus_request* req) {
           message += "; " + name + " sent a point-to-point message (send) instead";
           code = PLEXUS_ERR_REMOTE;
         } else if (slot == comm->TagSlot(req->seq + k) && same_kind &&
-                   comm->CountOfTag(st.MPI_TAG) != s.CountField(expected)) {
+                   (comm->CountOfTag(st.MPI_TAG) != s.CountField(expected) ||
+                    comm->RingOfTag(st.MPI_TAG) != s.ring())) {
           // The same allreduce with another count: its messages carry their
-          // lengths in the tag, so they never matched.
+          // lengths (and the schedule, which the count picks) in the tag, so
+          // they never matched.
           int got = 0;
           MPI_Get_count(&st, req->type, &got);
+          const bool ring = comm->RingOfTag(st.MPI_TAG);
           message += "; " + name + " sent " + std::to_string(got) + " " +
-                     algos::DtypeName(req->dtype) + " elements where this rank expects " +
-                     std::to_string(expected) + ": the ranks passed different counts";
+                     algos::DtypeName(req->dtype) + " elements (" +
+                     (ring ? "ring" : "recursive doubling") + ") where this rank expects " +
+                     std::to_string(expected) + " (" + s.algorithm_name() +
+                     "): the ranks passed different counts";
           code = PLEXUS_ERR_REMOTE;
           DrainMessage(comm, peer, st.MPI_TAG, &drained);
         } else if (slot == comm->TagSlot(req->seq + k) && !same_kind) {
@@ -847,9 +852,9 @@ plexus::mpi::TagLayout plexus::mpi::TagLayout::For(int tag_ub) {
   int bits = 0;  // floor(log2(pairs))
   while (bits < 62 && (int64_t(1) << (bits + 1)) <= pairs) ++bits;
   TagLayout t;
-  // 256 slots first; count bits only if at least 16 elements fit.
-  t.count_bits = bits - 8 >= 4 ? std::min(14, bits - 8) : 0;
-  t.slots = uint64_t(1) << std::min(16, bits - t.count_bits);
+  // 128 slots and the ring bit first; count bits only if 16 elements fit.
+  t.count_bits = bits - 8 >= 5 ? std::min(14, bits - 8) : 0;
+  t.slots = uint64_t(1) << std::min(16, std::max(bits - t.count_bits - 1, 0));
   return t;
 }
 
@@ -859,18 +864,23 @@ int64_t plexus_comm::TagSlot(uint64_t k) const {
 
 int64_t plexus_comm::SlotOfTag(int tag) const {
   if (tag <= plexus::mpi::kP2pTag) return -1;
-  return ((tag - plexus::mpi::kP2pTag - 1) / plexus::mpi::kTagKinds) >> ctx->tags.count_bits;
+  return ((tag - plexus::mpi::kP2pTag - 1) / plexus::mpi::kTagKinds) >> (ctx->tags.count_bits + 1);
 }
 
 uint64_t plexus_comm::CountOfTag(int tag) const {
   if (tag <= plexus::mpi::kP2pTag) return 0;
   const uint64_t pair = uint64_t(tag - plexus::mpi::kP2pTag - 1) / plexus::mpi::kTagKinds;
-  return pair & ((uint64_t(1) << ctx->tags.count_bits) - 1);
+  return (pair >> 1) & ((uint64_t(1) << ctx->tags.count_bits) - 1);
+}
+
+bool plexus_comm::RingOfTag(int tag) const {
+  if (tag <= plexus::mpi::kP2pTag) return false;
+  return (uint64_t(tag - plexus::mpi::kP2pTag - 1) / plexus::mpi::kTagKinds) & 1;
 }
 
 int plexus_comm::CollTag(uint64_t k, plexus_dtype_t dtype, plexus_reduce_op_t op) const {
   return plexus::mpi::kP2pTag + 1 +
-         int(uint64_t(TagSlot(k)) << ctx->tags.count_bits) * plexus::mpi::kTagKinds +
+         int(uint64_t(TagSlot(k)) << (ctx->tags.count_bits + 1)) * plexus::mpi::kTagKinds +
          plexus::mpi::TagKind(dtype, op);
 }
 

@@ -210,7 +210,7 @@ void AllreduceSchedule::PlanRing() {
 }
 
 int AllreduceSchedule::TagOf(uint64_t count) const {
-  return a_.tag + int(CountField(count)) * 256;  // (kTagKinds)
+  return a_.tag + int((CountField(count) << 1) | (ring_ ? 1 : 0)) * 256;  // (kTagKinds)
 }
 
 uint64_t AllreduceSchedule::ExpectedCount() const {
@@ -253,7 +253,7 @@ int AllreduceSchedule::Match(const Step& s, const char** call) {
   MPI_Message msg = MPI_MESSAGE_NULL;
   MPI_Status st;
   std::memset(&st, 0, sizeof st);
-  int rc = MPI_Improbe(s.recv_from, a_.tag, a_.comm, &flag, &msg, &st);
+  int rc = MPI_Improbe(s.recv_from, TagOf(s.count), a_.comm, &flag, &msg, &st);
   if (rc != MPI_SUCCESS) {
     *call = "MPI_Improbe";
     return rc;

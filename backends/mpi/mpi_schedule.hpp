@@ -96,7 +96,8 @@ class AllreduceSchedule {
     uint32_t size = 1;
     uint8_t* scratch = nullptr;  // ScratchBytes(...) bytes, when that is non-zero
     // Messages of 1..exact_max elements carry their count in the tag (added
-    // to tag as count * kTagKinds) and are received with MPI_Irecv; 0: none.
+    // to tag as count * 2 * kTagKinds, above the ring bit) and are received
+    // with MPI_Irecv; 0: none.
     uint64_t exact_max = 0;
     AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;  // not kMpi
     // Every rank on one host, over shared memory (the same on every rank):
@@ -143,6 +144,7 @@ class AllreduceSchedule {
   // After Advance failed: what went wrong, in words (may be empty).
   const std::string& error() const { return error_; }
   const char* algorithm_name() const;
+  bool ring() const { return ring_; }
   plexus_reduce_op_t op() const { return a_.op; }
 
  private:

@@ -242,11 +242,10 @@ void RecvMismatchChecks(plexus_comm* comm, uint32_t rank) {
 
 // Allreduces that disagree fail as REMOTE on both ranks, naming the
 // difference, and leave their communicator unusable (each runs on its own):
-// counts (256 on rank 0, 512 on rank 1: both recursive doubling; with 1024
-// rank 1 would take the ring on shared memory, whose first message is as
-// long as rank 0's whole vector) after the communicator's timeout_ms (the
-// counts are in the messages' tags, so the messages never match), naming
-// both counts, without writing past rank 0's
+// counts (512 on rank 0, 1024 on rank 1: on shared memory recursive doubling
+// and the ring, whose first block is as long as rank 0's whole vector) after
+// the communicator's timeout_ms (counts and schedules are in the messages'
+// tags, so the messages never match), naming both sides, without writing past rank 0's
 // buffer; dtypes (int32 against float32) after the communicator's
 // timeout_ms.
 void AllreduceMismatchChecks(plexus_backend_ctx* ctx, uint32_t rank) {
@@ -259,14 +258,16 @@ void AllreduceMismatchChecks(plexus_backend_ctx* ctx, uint32_t rank) {
     cfg.timeout_ms = 1000;  // (the counts are in the tags: found at the timeout)
     plexus_comm* c = nullptr;
     Check(t->comm_create(ctx, &cfg, &c, why, sizeof why) == PLEXUS_OK, "comm for the count check");
-    const uint64_t count = rank == 0 ? 256 : 512;
+    const uint64_t count = rank == 0 ? 512 : 1024;
     plexus_request* req = nullptr;
     Check(t->allreduce(c, in, out, count, PLEXUS_DTYPE_INT32, PLEXUS_OP_SUM, nullptr, &req) ==
               PLEXUS_OK,
           "post an allreduce of " + std::to_string(count));
     const std::string want = rank == 0
-                                 ? "rank 1 sent 512 int32 elements where this rank expects 256"
-                                 : "rank 0 sent 256 int32 elements where this rank expects 512";
+                                 ? "rank 1 sent 512 int32 elements (ring) where this rank "
+                                   "expects 512 (recursive doubling)"
+                                 : "rank 0 sent 512 int32 elements (recursive doubling) where "
+                                   "this rank expects 512 (ring)";
     Expect(c, WaitFree(req, 10000), PLEXUS_ERR_REMOTE, "allreduce counts that disagree",
            {"allreduce", want.c_str()});
     int written = 0;
@@ -368,7 +369,7 @@ size_t DtypeBytes(uint32_t d) {
 uint8_t Pat(uint32_t from, uint32_t to, uint64_t i, size_t b) {
   return uint8_t(1 + from * 61 + to * 17 + i * 7 + b * 3);
 }
-// 700 allreduces in flight at once (more than the 256 tag slots, so the
+// 700 allreduces in flight at once (more than the 128 tag slots, so the
 // sequence wraps around while earlier ones still run), all int32 sums: every
 // other one 8192 elements (on 2 ranks over shared memory the ring, two
 // steps, blocks whose counts are in the tags), the rest 1-40 elements, every
@@ -376,7 +377,7 @@ uint8_t Pat(uint32_t from, uint32_t to, uint64_t i, size_t b) {
 // Rank 0 posts them all before it tests anything; rank 1 advances what it
 // has posted after each post (so its second steps go out early) and falls
 // behind by a millisecond every 50; rank 0 waits in reverse order. Every
-// result must be exact: a schedule that started before the one 256 earlier
+// result must be exact: a schedule that started before the one 128 earlier
 // had finished could take that one's second-step message.
 void ManyInFlightChecks(plexus_comm* comm, uint32_t rank, uint32_t size) {
   constexpr int kOps = 700;
