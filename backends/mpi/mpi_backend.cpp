@@ -409,6 +409,10 @@ int32_t ScheduleTimeout(plexus_request* req) {
                         algos::DtypeName(req->dtype) + "): no progress for " +
                         Millis(comm->timeout_ms) + " (timeout_ms)";
   int32_t code = PLEXUS_ERR_TIMEOUT;
+  if (!req->schedules.empty() && !req->schedules.back().started()) {
+    message += ": waiting for earlier allreduces of this communicator to finish (more than " +
+               std::to_string(comm->ctx->tags.slots) + " in flight), and none moved";
+  }
   for (size_t k = 0; k < req->schedules.size(); ++k) {
     const AllreduceSchedule& s = req->schedules[k];
     bool receiving = false;
@@ -437,8 +441,8 @@ int32_t ScheduleTimeout(plexus_request* req) {
           message += "; " + name + " sent a point-to-point message (send) instead";
           code = PLEXUS_ERR_REMOTE;
         } else if (slot == comm->TagSlot(req->seq + k) && same_kind &&
-                   (comm->CountOfTag(st.MPI_TAG) != s.CountField(expected) ||
-                    comm->RingOfTag(st.MPI_TAG) != s.ring())) {
+                   !s.ExpectsFrom(peer, comm->CountOfTag(st.MPI_TAG),
+                                  comm->RingOfTag(st.MPI_TAG))) {
           // The same allreduce with another count: its messages carry their
           // lengths (and the schedule, which the count picks) in the tag, so
           // they never matched.
@@ -499,7 +503,7 @@ bool AdvanceRequest(plexus_request* req) {
   const char* call = "";
   bool done = true;
   bool waiting_for_slot = false;
-  size_t steps = req->first_open_steps;
+  size_t steps = 0;
   const AllreduceSchedule* failed = nullptr;
   {
     MpiLock lock(*comm->ctx);
@@ -507,6 +511,7 @@ bool AdvanceRequest(plexus_request* req) {
     while (req->first_open < req->schedules.size() && req->schedules[req->first_open].done()) {
       req->first_open_steps += req->schedules[req->first_open++].steps_done();
     }
+    steps = req->first_open_steps;
     for (size_t k = req->first_open; k < req->schedules.size(); ++k) {
       AllreduceSchedule& s = req->schedules[k];
       if (!s.done()) {
@@ -561,13 +566,14 @@ bool AdvanceRequest(plexus_request* req) {
   }
   if (!done) {
     const auto now = std::chrono::steady_clock::now();
-    // Waiting behind other operations is not a stall while they finish.
-    if (waiting_for_slot && comm->slot_released_at > req->progress_at) {
-      req->progress_at = comm->slot_released_at;
+    // Waiting behind other operations is not a stall while they move.
+    if (waiting_for_slot && comm->progress_at > req->progress_at) {
+      req->progress_at = comm->progress_at;
     }
     if (steps != req->progress_steps) {
       req->progress_steps = steps;
       req->progress_at = now;
+      comm->progress_at = now;
       return false;
     }
     if (comm->timeout_ms <= 0 ||
@@ -897,7 +903,7 @@ bool plexus_comm::TakeSlot(uint64_t k) {
 
 void plexus_comm::ReleaseSlot(uint64_t k) {
   if (!slot_next_.empty()) slot_next_[size_t(TagSlot(k))] = k + ctx->tags.slots;
-  slot_released_at = std::chrono::steady_clock::now();
+  progress_at = std::chrono::steady_clock::now();
 }
 
 std::unique_ptr<uint8_t[]> plexus_comm::TakeScratch(uint64_t bytes, uint64_t* capacity) {

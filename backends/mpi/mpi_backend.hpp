@@ -243,9 +243,10 @@ struct plexus_comm {
   // it). Guarded by ctx->sched_mutex.
   bool TakeSlot(uint64_t k);
   void ReleaseSlot(uint64_t k);
-  // When a schedule last finished here (ReleaseSlot): an operation waiting
-  // for a slot is not stalled while others finish. Guarded by sched_mutex.
-  std::chrono::steady_clock::time_point slot_released_at{};
+  // When a schedule here last moved (a step done, or finished): an
+  // operation waiting for a slot is not stalled while others move. Guarded
+  // by sched_mutex.
+  std::chrono::steady_clock::time_point progress_at{};
   // PLEXUS_OK, or the status of the failure that broke the communicator.
   int32_t broken_code() const { return broken_.load(std::memory_order_acquire); }
 

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -332,10 +333,10 @@ int32_t PostAllreduceSchedules(plexus_comm* comm, const void* send, void* recv, 
 
   // The tags: the same sequence numbers on every rank, since every rank posts
   // the same allreduces (and so the same chunks) in the same order.
+  req->schedules.reserve(chunks);  // (before the sequence numbers are taken: may throw)
   const uint64_t seq = comm->coll_seq.fetch_add(chunks);
   req->seq = seq;
   req->progress_at = std::chrono::steady_clock::now();
-  req->schedules.reserve(chunks);
   int rc = MPI_SUCCESS;
   const char* call = "";
   bool finished = true;
@@ -365,10 +366,21 @@ int32_t PostAllreduceSchedules(plexus_comm* comm, const void* send, void* recv, 
       a.exact_max = ctx->tags.count_bits ? (uint64_t(1) << ctx->tags.count_bits) - 1 : 0;
       scratch_off += AllreduceSchedule::ScratchBytes(n, dtype, comm->size, in_place, algorithm,
                                                      ctx->shared_memory);
-      AllreduceSchedule& s = req->schedules.emplace_back(a);
-      // The schedule a wrap-around of the tag slots before is still running:
-      // this one and the chunks after it start later (AdvanceRequest).
-      deferred = deferred || !comm->TakeSlot(seq + k);
+      AllreduceSchedule* made = nullptr;
+      try {
+        made = &req->schedules.emplace_back(a);
+        // The schedule a wrap-around of the tag slots before is still
+        // running: this one and the chunks after it start later
+        // (AdvanceRequest).
+        deferred = deferred || !comm->TakeSlot(seq + k);
+      } catch (const std::bad_alloc&) {
+        // The sequence numbers are taken: out of step with the peers now,
+        // as after a failed post (below).
+        rc = MPI_ERR_NO_MEM;
+        call = "allocating an allreduce schedule";
+        break;
+      }
+      AllreduceSchedule& s = *made;
       if (deferred) {
         finished = false;
         continue;

@@ -213,6 +213,15 @@ int AllreduceSchedule::TagOf(uint64_t count) const {
   return a_.tag + int((CountField(count) << 1) | (ring_ ? 1 : 0)) * 256;  // (kTagKinds)
 }
 
+bool AllreduceSchedule::ExpectsFrom(int peer, uint64_t count_field, bool ring) const {
+  if (ring != ring_ || next_ == 0) return false;
+  for (size_t i = next_ - 1; i < steps_.size(); ++i) {
+    const Step s = steps_[i];
+    if (s.recv_from == peer && CountField(s.count) == count_field) return true;
+  }
+  return false;
+}
+
 uint64_t AllreduceSchedule::ExpectedCount() const {
   if (finished_ || next_ == 0) return 0;
   const Step s = steps_[next_ - 1];

@@ -126,6 +126,9 @@ class AllreduceSchedule {
   // and the count field a message of count elements carries in its tag.
   uint64_t ExpectedCount() const;
   uint64_t CountField(uint64_t count) const { return count <= a_.exact_max ? count : 0; }
+  // Whether a message from peer with this count field and ring bit is one
+  // this schedule still receives (the current step or a later one).
+  bool ExpectsFrom(int peer, uint64_t count_field, bool ring) const;
 
   // Moves the MPI requests still in flight into *out, and the memory they
   // may still write into *keep, after a failure: the schedule is finished
