@@ -216,6 +216,10 @@ EOF
     # The ranks on namespace host 0 with its network address as the master
     # (one host, not loopback: the job still makes its own secret); the
     # stranger on namespace host 1, as a process on another machine would be.
+    # The ranks allreduce in a loop for 2 s: one allreduce ended the job in
+    # under 0.1 s, sometimes before the stranger (python under ip netns exec
+    # and setpriv) had reached the store at all (CI on 8ecb4f4: "cannot
+    # connect", so nothing to refuse).
     . "$(dirname "$0")/../net/netns_lib.sh"
     netns_setup 2 || exit 1
     trap 'netns_cleanup; cleanup' EXIT  # netns_setup set its own
@@ -231,7 +235,7 @@ EOF
         -u PLEXUS_RANK -u PLEXUS_WORLD_SIZE -u PLEXUS_INSECURE -u TORCHELASTIC_RUN_ID \
         RANK=$r WORLD_SIZE=3 LOCAL_RANK=$r LOCAL_WORLD_SIZE=3 MASTER_ADDR="$master" \
         MASTER_PORT=$port PLEXUS_TIMEOUT=20 PLEXUS_TEST_EVIL_MARKER="$marker" \
-        timeout -k 5 60 "$fault_rank" "$tmp/out" allreduce >"$tmp/rank$r.log" 2>&1 &
+        FAULT_RANK_SECONDS=2 timeout -k 5 60 "$fault_rank" "$tmp/out" loop >"$tmp/rank$r.log" 2>&1 &
       eval "pid$r=$!"
     done
     wait $pid0 $pid1 $pid2
