@@ -106,10 +106,6 @@ std::string Millis(int64_t ms) {
 
 }  // namespace
 
-int TagKind(plexus_dtype_t dtype, plexus_reduce_op_t op) {
-  return int((uint32_t(dtype) % 32) * 8 + uint32_t(op) % 8);
-}
-
 void MatchRecvs(plexus_comm* comm, uint32_t peer) {
   std::lock_guard<std::mutex> lock(comm->match_mutex);
   if (peer >= comm->unmatched.size()) return;
@@ -432,23 +428,20 @@ int32_t ScheduleTimeout(plexus_request* req) {
       std::memset(&st, 0, sizeof st);
       MpiLock lock(*comm->ctx);
       if (MPI_Iprobe(peer, MPI_ANY_TAG, comm->mpi, &flag, &st) == MPI_SUCCESS && flag) {
-        const int64_t slot = comm->SlotOfTag(st.MPI_TAG);
-        const int base = comm->CollTag(req->seq + k, req->dtype, s.op());
-        const int kind = (st.MPI_TAG - kP2pTag - 1) % kTagKinds;
-        const bool same_kind = kind == (base - kP2pTag - 1) % kTagKinds;
+        const std::optional<TagParts> parts = comm->ctx->tags.Parts(st.MPI_TAG);
+        const bool same_slot = parts && parts->slot == comm->TagSlot(req->seq + k);
+        const bool same_kind = parts && parts->kind == TagKind(req->dtype, s.op());
         const uint64_t expected = s.ExpectedCount();
         if (st.MPI_TAG == kP2pTag) {
           message += "; " + name + " sent a point-to-point message (send) instead";
           code = PLEXUS_ERR_REMOTE;
-        } else if (slot == comm->TagSlot(req->seq + k) && same_kind &&
-                   !s.ExpectsFrom(peer, comm->CountOfTag(st.MPI_TAG),
-                                  comm->RingOfTag(st.MPI_TAG))) {
+        } else if (same_slot && same_kind && !s.ExpectsFrom(peer, parts->count, parts->ring)) {
           // The same allreduce with another count: its messages carry their
           // lengths (and the schedule, which the count picks) in the tag, so
           // they never matched.
           int got = 0;
           MPI_Get_count(&st, req->type, &got);
-          const bool ring = comm->RingOfTag(st.MPI_TAG);
+          const bool ring = parts->ring;
           message += "; " + name + " sent " + std::to_string(got) + " " +
                      algos::DtypeName(req->dtype) + " elements (" +
                      (ring ? "ring" : "recursive doubling") + ") where this rank expects " +
@@ -456,11 +449,11 @@ int32_t ScheduleTimeout(plexus_request* req) {
                      "): the ranks passed different counts";
           code = PLEXUS_ERR_REMOTE;
           DrainMessage(comm, peer, st.MPI_TAG, &drained);
-        } else if (slot == comm->TagSlot(req->seq + k) && !same_kind) {
+        } else if (same_slot && !same_kind) {
           // (A message with this allreduce's own tag is a later step's, queued
           // behind the one awaited: no mismatch; the timeout text below holds.)
-          const auto dtype = plexus_dtype_t(kind / 8);
-          const auto op = plexus_reduce_op_t(kind % 8);
+          const auto dtype = plexus_dtype_t(parts->kind / 8);
+          const auto op = plexus_reduce_op_t(parts->kind % 8);
           message += "; " + name + " posted this allreduce with dtype " + algos::DtypeName(dtype) +
                      " and op " + algos::ReduceOpName(op) + ", this rank with " +
                      algos::DtypeName(req->dtype) + " and " +
@@ -852,42 +845,8 @@ int32_t plexus_comm::Usable(const char* what) {
   return broken_;
 }
 
-plexus::mpi::TagLayout plexus::mpi::TagLayout::For(int tag_ub) {
-  // (slot, count) pairs the tags above kP2pTag hold, kTagKinds kinds each.
-  const int64_t pairs = std::max<int64_t>((int64_t(tag_ub) - kP2pTag - 1) / kTagKinds, 1);
-  int bits = 0;  // floor(log2(pairs))
-  while (bits < 62 && (int64_t(1) << (bits + 1)) <= pairs) ++bits;
-  TagLayout t;
-  // 128 slots and the ring bit first; count bits only if 16 elements fit.
-  t.count_bits = bits - 8 >= 5 ? std::min(14, bits - 8) : 0;
-  t.slots = uint64_t(1) << std::min(16, std::max(bits - t.count_bits - 1, 0));
-  return t;
-}
-
-int64_t plexus_comm::TagSlot(uint64_t k) const {
-  return int64_t(k % ctx->tags.slots);
-}
-
-int64_t plexus_comm::SlotOfTag(int tag) const {
-  if (tag <= plexus::mpi::kP2pTag) return -1;
-  return ((tag - plexus::mpi::kP2pTag - 1) / plexus::mpi::kTagKinds) >> (ctx->tags.count_bits + 1);
-}
-
-uint64_t plexus_comm::CountOfTag(int tag) const {
-  if (tag <= plexus::mpi::kP2pTag) return 0;
-  const uint64_t pair = uint64_t(tag - plexus::mpi::kP2pTag - 1) / plexus::mpi::kTagKinds;
-  return (pair >> 1) & ((uint64_t(1) << ctx->tags.count_bits) - 1);
-}
-
-bool plexus_comm::RingOfTag(int tag) const {
-  if (tag <= plexus::mpi::kP2pTag) return false;
-  return (uint64_t(tag - plexus::mpi::kP2pTag - 1) / plexus::mpi::kTagKinds) & 1;
-}
-
-int plexus_comm::CollTag(uint64_t k, plexus_dtype_t dtype, plexus_reduce_op_t op) const {
-  return plexus::mpi::kP2pTag + 1 +
-         int(uint64_t(TagSlot(k)) << (ctx->tags.count_bits + 1)) * plexus::mpi::kTagKinds +
-         plexus::mpi::TagKind(dtype, op);
+uint64_t plexus_comm::TagSlot(uint64_t k) const {
+  return k % ctx->tags.slots;
 }
 
 bool plexus_comm::TakeSlot(uint64_t k) {

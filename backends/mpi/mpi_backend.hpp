@@ -36,15 +36,12 @@
 #include <vector>
 
 #include "mpi_schedule.hpp"
+#include "mpi_tags.hpp"
 #include "mpi_types.hpp"
 #include "plexus/backend.h"
 #include "plexus/kit/errors.hpp"
 
 namespace plexus::mpi {
-
-// Tag of every point-to-point message of the ABI's send/recv. The backend's
-// own allreduce schedules use the tags above it (CollTag).
-constexpr int kP2pTag = 0x504c;
 
 // Writes message through the host's logger; silent without one.
 void Log(const plexus_host_v1& host, int32_t level, const std::string& message);
@@ -74,34 +71,6 @@ struct Abandoned {
   std::unique_ptr<uint8_t[]> scratch;
   std::vector<std::unique_ptr<uint8_t[]>> discards;  // mismatched messages still arriving
   std::unique_ptr<VArgs> vargs;                      // arrays MPI may still read
-};
-
-// The parts of an own schedule's tag:
-//   kP2pTag + 1 + ((((slot << count_bits) | count) << 1) | ring) * kTagKinds + kind
-// where slot is the allreduce's sequence number modulo the slots MPI_TAG_UB
-// leaves (TagLayout), kind encodes its dtype and op, so that allreduces that
-// differ in dtype or op never exchange messages (they time out, and the
-// timeout names the difference), ring says which schedule sent it (ranks
-// whose counts differ may pick different ones, and a ring block of 2N
-// elements is as long as a recursive doubling's N: they must not pair), and
-// count is the message's exact element count when it is below
-// 2^count_bits, else 0. A message whose tag carries
-// its count is received with a plain MPI_Irecv of that count: no message of
-// another length can match it, so the matched probe (and the copy Open MPI
-// makes of an eager message that arrives before it) is not needed there.
-constexpr int kTagKinds = 256;
-int TagKind(plexus_dtype_t dtype, plexus_reduce_op_t op);
-
-// How the bits of the own schedules' tags are shared out, from MPI_TAG_UB:
-// the ring bit, up to 14 bits of exact count (16383 elements: a 64 KiB
-// float32 block, TCP's eager limit) as long as 128 slots are left, and at
-// most 2^16 slots. With Open MPI's ob1 (tag_ub 2^31 - 1): 14 count bits,
-// 128 slots; with a 2^23 tag space (Open MPI's ucx PML), 6 count bits and
-// 128 slots.
-struct TagLayout {
-  int count_bits = 0;
-  uint64_t slots = 1;
-  static TagLayout For(int tag_ub);
 };
 
 }  // namespace plexus::mpi
@@ -221,17 +190,10 @@ struct plexus_comm {
   // PLEXUS_OK, or the status every post must fail with now (aborted, broken).
   int32_t Usable(const char* what);
 
-  // Tag of the k-th own schedule posted on this communicator (the same k on
-  // every rank) for dtype and op, with count field 0: above kP2pTag, cycling
-  // below MPI_TAG_UB (see TagLayout; the schedule adds a message's count).
-  int CollTag(uint64_t k, plexus_dtype_t dtype, plexus_reduce_op_t op) const;
-  // The sequence slot of k in CollTag, and of a tag (-1: not an own tag).
-  int64_t TagSlot(uint64_t k) const;
-  int64_t SlotOfTag(int tag) const;
-  // The count field of an own tag (0: the count is not in the tag), and
-  // its ring bit (the schedule: ring, or recursive doubling).
-  uint64_t CountOfTag(int tag) const;
-  bool RingOfTag(int tag) const;
+  // The tag slot of the k-th own schedule posted on this communicator (the
+  // same k on every rank): k cycles through the slots MPI_TAG_UB leaves
+  // (mpi_tags.hpp).
+  uint64_t TagSlot(uint64_t k) const;
   std::atomic<uint64_t> coll_seq{0};  // schedules posted so far
 
   // Schedule k starts only once schedule k - slots (same tag slot) has

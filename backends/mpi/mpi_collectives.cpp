@@ -16,7 +16,7 @@ namespace plexus::mpi {
 namespace {
 
 // Tag of every message of send/recv; MPI's collectives use none, the own
-// allreduce schedules their own (plexus_comm::CollTag).
+// allreduce schedules their own (mpi_tags.hpp).
 constexpr int kTag = kP2pTag;
 
 // Byte offset into a caller's buffer (NULL stays NULL for empty operations).
@@ -357,13 +357,14 @@ int32_t PostAllreduceSchedules(plexus_comm* comm, const void* send, void* recv, 
       a.op_mpi = mop;
       a.type = req->type;
       a.comm = comm->mpi;
-      a.tag = comm->CollTag(seq + k, dtype, op);
+      a.tags = ctx->tags;
+      a.slot = comm->TagSlot(seq + k);
+      a.kind = TagKind(dtype, op);
       a.rank = comm->rank;
       a.size = comm->size;
       a.scratch = req->scratch ? req->scratch.get() + scratch_off : nullptr;
       a.algorithm = algorithm;
       a.shared_memory = ctx->shared_memory;
-      a.exact_max = ctx->tags.count_bits ? (uint64_t(1) << ctx->tags.count_bits) - 1 : 0;
       scratch_off += AllreduceSchedule::ScratchBytes(n, dtype, comm->size, in_place, algorithm,
                                                      ctx->shared_memory);
       AllreduceSchedule* made = nullptr;

@@ -210,7 +210,7 @@ void AllreduceSchedule::PlanRing() {
 }
 
 int AllreduceSchedule::TagOf(uint64_t count) const {
-  return a_.tag + int((CountField(count) << 1) | (ring_ ? 1 : 0)) * 256;  // (kTagKinds)
+  return a_.tags.Tag({a_.slot, CountField(count), ring_, a_.kind});
 }
 
 bool AllreduceSchedule::ExpectsFrom(int peer, uint64_t count_field, bool ring) const {

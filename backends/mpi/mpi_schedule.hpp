@@ -71,6 +71,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "mpi_tags.hpp"
 #include "plexus/backend.h"
 
 namespace plexus::mpi {
@@ -91,14 +92,13 @@ class AllreduceSchedule {
     MPI_Datatype type = MPI_DATATYPE_NULL;  // element type for the messages
     MPI_Op op_mpi = MPI_OP_NULL;            // op as an MPI op, for MPI_Reduce_local
     MPI_Comm comm = MPI_COMM_NULL;
-    int tag = 0;
+    // Its messages' tags: slot and kind (mpi_tags.hpp) in tags' layout.
+    TagLayout tags;
+    uint64_t slot = 0;
+    int kind = 0;
     uint32_t rank = 0;
     uint32_t size = 1;
     uint8_t* scratch = nullptr;  // ScratchBytes(...) bytes, when that is non-zero
-    // Messages of 1..exact_max elements carry their count in the tag (added
-    // to tag as count * 2 * kTagKinds, above the ring bit) and are received
-    // with MPI_Irecv; 0: none.
-    uint64_t exact_max = 0;
     AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;  // not kMpi
     // Every rank on one host, over shared memory (the same on every rank):
     // moves the 2-rank ring's threshold down (UseRing).
@@ -125,7 +125,7 @@ class AllreduceSchedule {
   // The element count the current step receives (0: none, or not started),
   // and the count field a message of count elements carries in its tag.
   uint64_t ExpectedCount() const;
-  uint64_t CountField(uint64_t count) const { return count <= a_.exact_max ? count : 0; }
+  uint64_t CountField(uint64_t count) const { return a_.tags.CountField(count); }
   // Whether a message from peer with this count field and ring bit is one
   // this schedule still receives (the current step or a later one).
   bool ExpectsFrom(int peer, uint64_t count_field, bool ring) const;
