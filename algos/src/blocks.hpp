@@ -77,7 +77,7 @@ inline int RootedRuns(uint32_t from, uint32_t to, uint32_t size, uint32_t root, 
 
 // Number of segments of at most seg_elems elements that cover len elements.
 inline uint64_t SegmentCount(uint64_t len, uint64_t seg_elems) {
-  return (len + seg_elems - 1) / seg_elems;
+  return len == 0 ? 0 : (len - 1) / seg_elems + 1;  // no overflow for any seg_elems
 }
 
 // Elements of segment k of a run of len elements.

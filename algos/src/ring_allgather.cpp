@@ -25,7 +25,10 @@ Status RingAllgather(PeerTransport& t, const OpSignature& sig, const void* sendb
 
   const uint32_t left = (r + n - 1) % n;
   const uint32_t right = (r + 1) % n;
-  const uint64_t seg = std::max<uint64_t>(1, kSegmentBytes / elem);
+  // Everything is received straight into place: the transport's direct
+  // message size, else the usual segments.
+  const uint64_t direct = t.DirectMessageBytes();
+  const uint64_t seg = std::max<uint64_t>(1, (direct ? direct : kSegmentBytes) / elem);
   const uint64_t segs = SegmentCount(sig.count, seg);
   for (uint32_t s = 0; s + 1 < n; ++s) {
     const uint32_t send_b = (r + n - s) % n;

@@ -13,7 +13,10 @@
 // optimum. Blocks larger than kSegmentBytes travel as several frames so the
 // scratch buffer stays small; a zero-length block sends no frame at all. As
 // many segments of a step are in flight as the transport's PipelineDepth
-// asks (two on one host; more across hosts, to fill a link's delay).
+// asks (two on one host; more across hosts, to fill a link's delay). The
+// allgather steps, which receive straight into recvbuf, cut their blocks at
+// the transport's DirectMessageBytes instead (whole blocks on UCX on one
+// host, where a large message moves in a single copy).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -43,13 +46,15 @@ Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendb
   const uint32_t left = (r + n - 1) % n;
   const uint32_t right = (r + 1) % n;
   const BlockLayout blocks(sig.count, n);
-  const uint64_t seg = std::max<uint64_t>(1, kSegmentBytes / elem);
+  const uint64_t reduce_seg = std::max<uint64_t>(1, kSegmentBytes / elem);
+  const uint64_t direct_seg =
+      t.DirectMessageBytes() ? std::max<uint64_t>(1, t.DirectMessageBytes() / elem) : reduce_seg;
   // One scratch buffer cut into `window` slots (one allocation, which the
   // per-thread cache keeps): as many as the transport wants in flight, no
   // more than a step has segments.
-  const uint64_t slot_bytes = std::min(blocks.max_length(), seg) * elem;
+  const uint64_t slot_bytes = std::min(blocks.max_length(), reduce_seg) * elem;
   const uint64_t window = std::clamp<uint64_t>(
-      std::min<uint64_t>(t.PipelineDepth(), SegmentCount(blocks.max_length(), seg)), 1,
+      std::min<uint64_t>(t.PipelineDepth(), SegmentCount(blocks.max_length(), reduce_seg)), 1,
       kMaxPipelineDepth);
   Scratch scratch(window * slot_bytes);
   auto slot = [&](uint64_t k) { return scratch.data() + (k % window) * slot_bytes; };
@@ -63,6 +68,7 @@ Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendb
   // over the block instead of two).
   auto step = [&](uint32_t send_b, uint32_t recv_b, bool reduce, bool first,
                   bool average = false) -> Status {
+    const uint64_t seg = reduce ? reduce_seg : direct_seg;
     const uint64_t send_len = blocks.length(send_b);
     const uint64_t recv_len = blocks.length(recv_b);
     const uint64_t segs = std::max(SegmentCount(send_len, seg), SegmentCount(recv_len, seg));

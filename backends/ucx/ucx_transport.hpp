@@ -142,6 +142,10 @@ class UcxTransport final : public kit::QueueTransport {
   const std::string& transports() const { return transports_; }
   // What Connect did to warm the shared-memory transport ("" if nothing).
   const std::string& warm_up() const { return warm_up_; }
+  // algos::PeerTransport::DirectMessageBytes: 0 (segments) unless set
+  // before the first operation (every peer on this host: whole blocks).
+  void set_direct_message_bytes(uint64_t bytes) { direct_message_bytes_ = bytes; }
+  uint64_t DirectMessageBytes() const override { return direct_message_bytes_; }
 
  private:
   struct PeerSlot {  // the argument of the endpoint error callback
@@ -244,6 +248,7 @@ class UcxTransport final : public kit::QueueTransport {
   std::vector<uint8_t> drain_buf_;
   std::string transports_;
   std::string warm_up_;
+  uint64_t direct_message_bytes_ = 0;
 };
 
 inline void Log(const plexus_host_v1& host, int32_t level, const std::string& message) {

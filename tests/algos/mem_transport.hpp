@@ -116,8 +116,11 @@ class MemWorld {
 template <class Base = algos::PeerTransport>
 class MemTransport : public Base {
  public:
-  MemTransport(MemWorld& world, uint32_t rank) : world_(world), rank_(rank) {}
+  // direct_message_bytes: what DirectMessageBytes() says (0: the default).
+  MemTransport(MemWorld& world, uint32_t rank, uint64_t direct_message_bytes = 0)
+      : world_(world), rank_(rank), direct_message_bytes_(direct_message_bytes) {}
   uint32_t rank() const override { return rank_; }
+  uint64_t DirectMessageBytes() const override { return direct_message_bytes_; }
   uint32_t size() const override { return world_.size(); }
   Status Exchange(const OpSignature& sig, std::span<const SendSpec> sends,
                   std::span<const RecvSpec> recvs) override {
@@ -133,20 +136,22 @@ class MemTransport : public Base {
  protected:
   MemWorld& world_;
   const uint32_t rank_;
+  const uint64_t direct_message_bytes_;
 };
 
 // Runs body(transport, rank) on `size` threads, one rank each; a rank whose
 // body fails tells the others (as a backend's queue does through its
-// transport's Fail). Returns every rank's status.
+// transport's Fail). Every transport says direct_message_bytes for
+// DirectMessageBytes(). Returns every rank's status.
 inline std::vector<Status> RunRanks(
     uint32_t size, const std::function<Status(algos::PeerTransport&, uint32_t)>& body,
-    int64_t timeout_ms = 20000) {
+    int64_t timeout_ms = 20000, uint64_t direct_message_bytes = 0) {
   MemWorld world(size, timeout_ms);
   std::vector<Status> result(size);
   std::vector<std::thread> threads;
   for (uint32_t r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
-      MemTransport<> t(world, r);
+      MemTransport<> t(world, r, direct_message_bytes);
       result[r] = body(t, r);
       if (!result[r].ok()) world.Fail(r, result[r]);
     });

@@ -82,6 +82,16 @@ class PeerTransport {
   // other hosts wants several; on one host two are best (measured on TCP
   // over loopback: 8 in flight made 8 MiB allreduces 1.8x slower).
   virtual uint32_t PipelineDepth() const { return 2; }
+
+  // The longest message an algorithm should send in a step whose receiver
+  // takes it straight into the caller's buffer (nothing to reduce, so no
+  // scratch segment to keep in the cache): 0 means the algorithm's own
+  // segment size, which keeps PipelineDepth() segments on the wire. A
+  // transport that moves a large message in one copy from buffer to buffer
+  // (UCX's rendezvous over cma, on one host) asks for more: one message of
+  // 32 MiB is copied once, as 128 segments of 256 KiB it is copied twice
+  // (in and out of the shared-memory FIFO).
+  virtual uint64_t DirectMessageBytes() const { return 0; }
 };
 
 }  // namespace plexus::algos
