@@ -47,8 +47,8 @@ Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendb
   const uint32_t right = (r + 1) % n;
   const BlockLayout blocks(sig.count, n);
   const uint64_t reduce_seg = std::max<uint64_t>(1, kSegmentBytes / elem);
-  const uint64_t direct_seg =
-      t.DirectMessageBytes() ? std::max<uint64_t>(1, t.DirectMessageBytes() / elem) : reduce_seg;
+  const uint64_t direct = t.DirectMessageBytes();
+  const uint64_t direct_seg = direct ? std::max<uint64_t>(1, direct / elem) : reduce_seg;
   // One scratch buffer cut into `window` slots (one allocation, which the
   // per-thread cache keeps): as many as the transport wants in flight, no
   // more than a step has segments.

@@ -452,8 +452,8 @@ int32_t ScheduleTimeout(plexus_request* req) {
         } else if (same_slot && !same_kind) {
           // (A message with this allreduce's own tag is a later step's, queued
           // behind the one awaited: no mismatch; the timeout text below holds.)
-          const auto dtype = plexus_dtype_t(parts->kind / 8);
-          const auto op = plexus_reduce_op_t(parts->kind % 8);
+          const plexus_dtype_t dtype = DtypeOfKind(parts->kind);
+          const plexus_reduce_op_t op = OpOfKind(parts->kind);
           message += "; " + name + " posted this allreduce with dtype " + algos::DtypeName(dtype) +
                      " and op " + algos::ReduceOpName(op) + ", this rank with " +
                      algos::DtypeName(req->dtype) + " and " +

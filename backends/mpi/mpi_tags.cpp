@@ -4,10 +4,6 @@
 
 namespace plexus::mpi {
 
-int TagKind(plexus_dtype_t dtype, plexus_reduce_op_t op) {
-  return int((uint32_t(dtype) % 32) * 8 + uint32_t(op) % 8);
-}
-
 TagLayout TagLayout::For(int tag_ub) {
   // (slot, count, ring) triples the tags above kP2pTag hold, kTagKinds kinds each.
   const int64_t pairs = std::max<int64_t>((int64_t(tag_ub) - kP2pTag - 1) / kTagKinds, 1);
@@ -18,11 +14,6 @@ TagLayout TagLayout::For(int tag_ub) {
   t.count_bits = bits - 8 >= 5 ? std::min(14, bits - 8) : 0;
   t.slots = uint64_t(1) << std::min(16, std::max(bits - t.count_bits - 1, 0));
   return t;
-}
-
-int TagLayout::Tag(const TagParts& p) const {
-  const uint64_t fields = (((p.slot << count_bits) | p.count) << 1) | (p.ring ? 1 : 0);
-  return kP2pTag + 1 + int(fields * kTagKinds) + p.kind;
 }
 
 std::optional<TagParts> TagLayout::Parts(int tag) const {

@@ -25,7 +25,16 @@ namespace plexus::mpi {
 
 constexpr int kP2pTag = 0x504c;
 constexpr int kTagKinds = 256;
-int TagKind(plexus_dtype_t dtype, plexus_reduce_op_t op);
+// The kind of a tag: dtype and op, and back (dtype modulo 32).
+inline int TagKind(plexus_dtype_t dtype, plexus_reduce_op_t op) {
+  return int((uint32_t(dtype) % 32) * 8 + uint32_t(op) % 8);
+}
+inline plexus_dtype_t DtypeOfKind(int kind) {
+  return plexus_dtype_t(kind / 8);
+}
+inline plexus_reduce_op_t OpOfKind(int kind) {
+  return plexus_reduce_op_t(kind % 8);
+}
 
 struct TagParts {
   uint64_t slot = 0;
@@ -50,7 +59,12 @@ struct TagLayout {
   uint64_t ExactMax() const { return count_bits ? (uint64_t(1) << count_bits) - 1 : 0; }
   uint64_t CountField(uint64_t count) const { return count <= ExactMax() ? count : 0; }
   // parts.slot < slots, parts.count <= ExactMax(), 0 <= parts.kind < kTagKinds.
-  int Tag(const TagParts& parts) const;
+  // Inline: every message a schedule posts computes its tag.
+  int Tag(const TagParts& parts) const {
+    const uint64_t fields =
+        (((parts.slot << count_bits) | parts.count) << 1) | (parts.ring ? 1 : 0);
+    return kP2pTag + 1 + int(fields * kTagKinds) + parts.kind;
+  }
   // The parts of an own tag; nothing for kP2pTag or any other tag.
   std::optional<TagParts> Parts(int tag) const;
 };
