@@ -19,6 +19,7 @@
 #include "plexus/kit/settings.hpp"
 #include "plexus/kit/table.hpp"
 #include "socket_transport.hpp"
+#include "tcp_log.hpp"
 
 struct plexus_backend_ctx {
   plexus_host_v1 host;
@@ -115,6 +116,21 @@ struct TcpBackend : kit::AlgosBackend<plexus_comm, plexus_backend_ctx> {
     comm->algo = algo;
     comm->transport = std::make_unique<SocketTransport>(
         config.rank, config.size, std::move(fds), config.timeout_ms, spin_us, uint32_t(depth));
+    if (config.size > 1) {
+      std::string shm;
+      kit::OneHostShmOptions shm_options;
+      shm_options.backend = kName;
+      shm_options.spin_us = spin_us;
+      if (algos::Status st =
+              kit::AttachOneHostShm(ctx.host, config, shm_options, *comm->transport, &shm);
+          !st.ok()) {
+        *error =
+            "tcp: rank " + std::to_string(config.rank) + " of " + config.name + ": " + st.message;
+        return st.code;
+      }
+      Log(ctx.host, PLEXUS_LOG_INFO,
+          std::string(config.name) + " rank " + std::to_string(config.rank) + ": " + shm);
+    }
     comm->queue = std::make_unique<kit::OpQueue>(ctx.host, *comm->transport,
                                                  kit::OpQueueOptions::For(kName, config, 64 << 10));
     *comm_out = comm.release();

@@ -18,7 +18,7 @@
 #include <cstring>
 #include <set>
 
-#include "ucx_local_peer.hpp"
+#include "plexus/kit/local_process.hpp"
 #include "ucx_tag.hpp"
 #include "ucx_transport.hpp"
 

@@ -285,6 +285,16 @@ struct UcxBackend : kit::QueuedBackend<plexus_comm> {
           "ucx: connecting rank " + std::to_string(config.rank) + " of " + name + ": " + st.message;
       return st.code;
     }
+    std::string shm;
+    if (config.size > 1) {
+      kit::OneHostShmOptions shm_options;
+      shm_options.backend = kName;
+      shm_options.spin_us = spin_us;
+      if (st = kit::AttachOneHostShm(ctx.host, config, shm_options, *transport, &shm); !st.ok()) {
+        *error = "ucx: rank " + std::to_string(config.rank) + " of " + name + ": " + st.message;
+        return st.code;
+      }
+    }
     if (config.size > 1) {
       LogHost(ctx.host, PLEXUS_LOG_INFO,
               name + " rank " + std::to_string(config.rank) + " of " + std::to_string(config.size) +
@@ -294,7 +304,7 @@ struct UcxBackend : kit::QueuedBackend<plexus_comm> {
                                "UCX_RNDV_THRESH=" +
                                kOneHostRndvThresh + "; set it yourself to choose)"
                          : std::string()) +
-                  (transport->warm_up().empty() ? "" : "; " + transport->warm_up()));
+                  (transport->warm_up().empty() ? "" : "; " + transport->warm_up()) + "; " + shm);
     }
     auto comm = std::make_unique<plexus_comm>();
     comm->algo = algo;

@@ -45,12 +45,16 @@
 
 #include "plexus/algos/transport.hpp"
 #include "plexus/backend.h"
+#include "plexus/kit/local_process.hpp"
 #include "plexus/kit/queue_transport.hpp"
-#include "ucx_local_peer.hpp"
 
 namespace plexus::ucx {
 
 using Clock = std::chrono::steady_clock;
+using kit::ProcessEnded;
+using kit::ProcessId;
+using kit::SameHost;
+using kit::ThisProcess;
 
 // One message to send or receive (sig: the operation it belongs to). Owned
 // by whoever posted it; it must stay alive until it is complete or Cancel()

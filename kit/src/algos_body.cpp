@@ -8,8 +8,17 @@
 namespace plexus::kit {
 namespace {
 
+// The one-host shared-memory allreduce as an algorithm: OpQueue runs bodies
+// with its QueueTransport, which holds the segment.
+algos::Status OneHostShmAllreduce(algos::PeerTransport& t, const algos::OpSignature& sig,
+                                  const void* sendbuf, void* recvbuf) {
+  return static_cast<QueueTransport&>(t).one_host_shm()->Allreduce(sig, sendbuf, recvbuf);
+}
+
 algos::AllreduceFn AllreduceOf(AllreduceAlgo allreduce) {
   switch (allreduce) {
+    case AllreduceAlgo::kOneHostShm:
+      return OneHostShmAllreduce;
     case AllreduceAlgo::kPairExchange:
       return algos::PairExchangeAllreduce;
     case AllreduceAlgo::kRecursiveDoubling:
@@ -34,6 +43,8 @@ OpBody AlgosBody(const Call& call, uint32_t size, AllreduceAlgo allreduce) {
       // in-place storage and cost an allocation per post (ucx 8 B allreduce
       // 1.03-1.05x the plugin before the kit, paired; 16 bytes fit).
       switch (allreduce) {
+        case AllreduceAlgo::kOneHostShm:
+          return [send, recv](T& t, const S& s) { return OneHostShmAllreduce(t, s, send, recv); };
         case AllreduceAlgo::kPairExchange:
           return [send, recv](T& t, const S& s) {
             return algos::PairExchangeAllreduce(t, s, send, recv);
@@ -117,6 +128,12 @@ int32_t PostAlgos(OpQueue& queue, const Call& call, AllreduceAlgo allreduce,
   const bool v_collective =
       call.coll == PLEXUS_COLL_ALLGATHERV || call.coll == PLEXUS_COLL_ALLTOALLV;
   const bool empty = call.count == 0 && call.coll != PLEXUS_COLL_BARRIER && !v_collective;
+  // On one host, allreduce (and its packed coalesced form) through shared
+  // memory when the backend attached it: every rank decides alike.
+  if (queue.one_host_shm() &&
+      (call.coll == PLEXUS_COLL_ALLREDUCE || call.coll == PLEXUS_COLL_ALLREDUCE_COALESCED)) {
+    allreduce = AllreduceAlgo::kOneHostShm;
+  }
   return queue.Post(sig, empty ? OpBody() : AlgosBody(call, queue.size(), allreduce), req_out);
 }
 

@@ -124,7 +124,10 @@ void OpQueue::RecordFailure(const algos::OpSignature& sig, const algos::Status& 
         options_.name + " rank " + std::to_string(options_.rank) + ": " + st.message;
     host_.log(host_.ctx, aborted ? PLEXUS_LOG_INFO : PLEXUS_LOG_ERROR, line.c_str());
   }
-  if (!aborted) transport_.Fail(sig, st);  // abort is local: it leaves the peers alone
+  if (!aborted) {  // abort is local: it leaves the peers alone
+    transport_.Fail(sig, st);
+    if (OneHostShm* shm = transport_.one_host_shm()) shm->Fail(st);
+  }
   errors_.Set(st.message);
   std::lock_guard<std::mutex> lock(mutex_);
   if (broken_.ok()) broken_ = st;
@@ -173,6 +176,7 @@ void OpQueue::RunMessages(PendingOp first) {
 
 void OpQueue::ExecuteCollective(PendingOp& op) {
   algos::Status st;
+  if (OneHostShm* shm = transport_.one_host_shm()) shm->Announce(op.sig);
   try {
     st = op.body(transport_, op.sig);
   } catch (const std::bad_alloc&) {
@@ -306,6 +310,7 @@ void OpQueue::Abort() {
     }
   }
   transport_.Abort();
+  if (OneHostShm* shm = transport_.one_host_shm()) shm->Abort();
   queue_cv_.notify_all();
 }
 

@@ -129,6 +129,8 @@ class OpQueue {
   ErrorSlot& errors() { return errors_; }
   uint32_t rank() const { return options_.rank; }
   uint32_t size() const { return options_.size; }
+  // The transport's one-host shared-memory segment, or null.
+  OneHostShm* one_host_shm() const { return transport_.one_host_shm(); }
 
  private:
   enum class Kind { kCollective, kMessage, kNothing };

@@ -1,5 +1,5 @@
-// /proc look-ups behind ucx_local_peer.hpp.
-#include "ucx_local_peer.hpp"
+// /proc look-ups behind local_process.hpp.
+#include "plexus/kit/local_process.hpp"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-namespace plexus::ucx {
+namespace plexus::kit {
 namespace {
 
 bool ReadSmallFile(const std::string& path, std::string* out) {
@@ -82,4 +82,4 @@ bool ProcessEnded(const ProcessId& p) {
   return state == 'Z' || state == 'X' || start != p.start_time;
 }
 
-}  // namespace plexus::ucx
+}  // namespace plexus::kit

@@ -1,16 +1,17 @@
 // Which peers run on this host, and whether such a peer's process still
-// exists. UCX 1.13's shared-memory transports report no peer failure unless
-// their error handling is switched on, which in turn leaves out cma (the
-// single-copy path for large messages). So endpoints to peers on this host
-// are made without UCX error handling, and the transport finds a dead local
-// peer itself by looking its process up in /proc (ucx_transport.cpp).
+// exists: what a backend needs to find a dead peer that shares memory with
+// it and reports nothing itself. The UCX backend makes endpoints to peers on
+// this host without UCX's error handling (which would leave out cma) and
+// looks their processes up here (ucx_transport.cpp); the one-host shared
+// memory path (one_host_shm.hpp) does the same while it waits for a peer.
 #pragma once
 
 #include <cstdint>
 
-namespace plexus::ucx {
+namespace plexus::kit {
 
-// Published with the worker address (ucx_connect.cpp); plain data.
+// Plain data: exchanged between ranks as bytes (the UCX worker address
+// exchange, the shared-memory segment's set-up).
 struct ProcessId {
   uint64_t host_key = 0;    // hash of boot id, pid namespace and host name; 0: unknown
   uint64_t start_time = 0;  // /proc/<pid>/stat field 22: tells a reused pid apart
@@ -29,4 +30,4 @@ inline bool SameHost(const ProcessId& a, const ProcessId& b) {
 // process started at another time. A stopped (SIGSTOP) process has not.
 bool ProcessEnded(const ProcessId& p);
 
-}  // namespace plexus::ucx
+}  // namespace plexus::kit

@@ -1,0 +1,580 @@
+// The one-host shared-memory allreduce (see one_host_shm.hpp for the why and
+// the protocol).
+#include "plexus/kit/one_host_shm.hpp"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <ctime>
+
+#include "plexus/algos/comm_setting.hpp"
+#include "plexus/algos/describe.hpp"
+#include "plexus/algos/dtype.hpp"
+#include "plexus/kit/queue_transport.hpp"
+#include "plexus/kit/settings.hpp"
+
+namespace plexus::kit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kMagic = 0x3130484d53584c50ull;  // "PLXSHM01"
+constexpr uint32_t kVersion = 1;
+constexpr size_t kTokenBytes = 16;
+constexpr size_t kNameBytes = 64;
+constexpr size_t kReasonBytes = 512;
+// The slots of one rank, both halves: PLEXUS_SHM_SLOT_KIB is one half.
+constexpr int64_t kDefaultSlotKib = 512;
+// The whole segment stays below this, whatever the number of ranks: slots
+// shrink first (to kMinSlotBytes), then there is no segment.
+constexpr uint64_t kMaxSegmentBytes = 256ull << 20;
+constexpr uint64_t kMinSlotBytes = 64 << 10;
+// While a rank sleeps on a peer: how often it wakes to look for an abort,
+// a failure or the peer's exit.
+constexpr int64_t kCheckMs = 100;
+// Past this much of a spin, the waiter yields the CPU between tries.
+constexpr auto kYieldAfter = std::chrono::microseconds(10);
+
+struct alignas(64) Header {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t ranks;
+  uint64_t slot_bytes;
+  uint8_t token[kTokenBytes];
+};
+
+// What rank r's chunk k carries, in half k % 2: peers compare it with their
+// own operation at the first chunk of each.
+struct alignas(64) SigLine {
+  uint64_t seq;
+  uint64_t count;
+  uint32_t coll;
+  uint32_t dtype;
+  uint32_t op;
+  uint32_t reserved;
+};
+
+int Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+  return int(syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0));
+}
+
+bool Reached(uint32_t published, uint32_t target) {
+  return int32_t(published - target) >= 0;
+}
+
+std::string Hex(const uint8_t* p, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    s += digits[p[i] >> 4];
+    s += digits[p[i] & 15];
+  }
+  return s;
+}
+
+bool Random(uint8_t* p, size_t n) {
+  while (n > 0) {
+    const ssize_t got = getrandom(p, n, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += got;
+    n -= size_t(got);
+  }
+  return true;
+}
+
+// Set-up messages, exchanged as bytes over the out-of-band channel.
+struct Hello {
+  ProcessId id;
+  uint32_t wants = 0;  // this rank's PLEXUS_SHM allows it and it sees all ranks on its host
+  uint32_t reserved = 0;
+};
+struct Offer {
+  uint32_t ok = 0;
+  uint32_t reserved = 0;
+  uint64_t bytes = 0;
+  char name[kNameBytes] = {};
+  uint8_t token[kTokenBytes] = {};
+};
+
+// Rank r's flags: each line has one writer, so that nobody's store evicts a
+// line someone else polls.
+struct RankLines {
+  alignas(64) std::atomic<uint32_t> published;  // written by the rank
+  alignas(64) std::atomic<uint32_t> sleepers;   // peers asleep on published
+  SigLine sig[2];                               // by half; written by the rank
+  // The collective this rank runs now (Announce), any of them, under a
+  // sequence lock: odd while it is written.
+  alignas(64) std::atomic<uint64_t> announce_version;
+  std::atomic<uint64_t> announced[4];        // seq, count, coll << 32 | dtype, op
+  alignas(64) std::atomic<uint32_t> failed;  // written by the rank, once
+  int32_t code;
+  char reason[kReasonBytes];
+};
+
+size_t LinesOffset() {
+  return sizeof(Header);
+}
+
+size_t SlotsOffset(uint32_t ranks) {
+  const size_t page = 4096;
+  const size_t end = LinesOffset() + size_t(ranks) * sizeof(RankLines);
+  return (end + page - 1) / page * page;
+}
+
+RankLines& LinesOf(uint8_t* base, uint32_t rank) {
+  return reinterpret_cast<RankLines*>(base + LinesOffset())[rank];
+}
+
+// The collective a rank announced; false when none yet or it is being
+// written just now.
+bool ReadAnnounced(const RankLines& line, algos::OpSignature* sig) {
+  const uint64_t v1 = line.announce_version.load(std::memory_order_acquire);
+  if (v1 == 0 || v1 % 2 != 0) return false;
+  uint64_t f[4];
+  // Acquire loads: the second look at the version cannot move before them.
+  for (int i = 0; i < 4; ++i) f[i] = line.announced[i].load(std::memory_order_acquire);
+  if (line.announce_version.load(std::memory_order_relaxed) != v1) return false;
+  *sig = {f[0],
+          plexus_collective_t(f[2] >> 32),
+          plexus_dtype_t(uint32_t(f[2])),
+          plexus_reduce_op_t(f[3]),
+          f[1],
+          0};
+  return true;
+}
+
+bool SameOperation(const algos::OpSignature& a, const algos::OpSignature& b) {
+  return a.seq == b.seq && a.coll == b.coll && a.dtype == b.dtype && a.op == b.op &&
+         a.count == b.count;
+}
+
+}  // namespace
+
+uint8_t* OneHostShm::Slot(uint32_t rank, uint32_t half) const {
+  return base_ + slots_offset_ + (uint64_t(rank) * 2 + half) * slot_bytes_;
+}
+
+algos::Status OneHostShm::Create(const plexus_host_v1& host, const plexus_comm_config_v1& config,
+                                 const OneHostShmOptions& options, std::unique_ptr<OneHostShm>* out,
+                                 std::string* why_not) {
+  out->reset();
+  const std::string who = std::string(options.backend) + " rank " + std::to_string(config.rank);
+  const std::string mode = algos::CommSetting(host, config, "PLEXUS_SHM");
+  if (!mode.empty() && mode != "auto" && mode != "off") {
+    return {PLEXUS_ERR_INVALID_ARGUMENT,
+            "PLEXUS_SHM='" + mode +
+                "' is not one of auto (shared memory where every rank is on "
+                "this host), off"};
+  }
+  int64_t slot_kib = kDefaultSlotKib;
+  if (std::string why;
+      !IntSetting(host, config, "PLEXUS_SHM_SLOT_KIB", 64, 1 << 20, "KiB", &slot_kib, &why)) {
+    return {PLEXUS_ERR_INVALID_ARGUMENT, why};
+  }
+  if (config.size < 2) {
+    *why_not = "one rank";
+    return {};
+  }
+  uint64_t slot_bytes = uint64_t(slot_kib) << 10;
+  while (slot_bytes > kMinSlotBytes &&
+         SlotsOffset(config.size) + uint64_t(config.size) * 2 * slot_bytes > kMaxSegmentBytes) {
+    slot_bytes /= 2;
+  }
+  const uint64_t bytes = SlotsOffset(config.size) + uint64_t(config.size) * 2 * slot_bytes;
+
+  // 1. Does every rank want it, and are they all on this host (same kernel,
+  //    pid and network namespaces, host name)?
+  Hello hello;
+  hello.id = ThisProcess();
+  hello.wants = mode != "off" && config.local_size == config.size && hello.id.host_key != 0 &&
+                bytes <= kMaxSegmentBytes;
+  std::vector<Hello> hellos(config.size);
+  if (int32_t rc = host.oob_allgather(host.ctx, config.oob, &hello, hellos.data(), sizeof(Hello),
+                                      config.timeout_ms);
+      rc != PLEXUS_OK) {
+    return {rc, who + ": out-of-band exchange for shared memory failed"};
+  }
+  for (uint32_t r = 0; r < config.size; ++r) {
+    if (!hellos[r].wants) {
+      *why_not = mode == "off" ? "PLEXUS_SHM=off"
+                               : "rank " + std::to_string(r) + " does not share this host's memory";
+      return {};
+    }
+    if (hellos[r].id.host_key != hellos[0].id.host_key) {
+      *why_not = "rank " + std::to_string(r) + " is on another host or namespace than rank 0";
+      return {};
+    }
+  }
+
+  // 2. Rank 0 makes the segment and offers it.
+  auto shm = std::unique_ptr<OneHostShm>(new OneHostShm);
+  shm->backend_ = options.backend;
+  shm->rank_ = config.rank;
+  shm->size_ = config.size;
+  shm->timeout_ms_ = config.timeout_ms;
+  shm->spin_ = std::chrono::microseconds(options.spin_us);
+  shm->slot_bytes_ = slot_bytes;
+  shm->slots_offset_ = SlotsOffset(config.size);
+  for (const Hello& h : hellos) shm->peers_.push_back(h.id);
+
+  Offer offer;
+  std::string failure;  // why this rank has no mapping
+  int fd = -1;
+  if (config.rank == 0) {
+    uint8_t name_bits[8];
+    if (!Random(name_bits, sizeof name_bits) || !Random(offer.token, kTokenBytes)) {
+      failure = std::string("getrandom: ") + std::strerror(errno);
+    } else {
+      const std::string name =
+          "/plexus-shm-" + std::to_string(getpid()) + "-" + Hex(name_bits, sizeof name_bits);
+      std::snprintf(offer.name, sizeof offer.name, "%s", name.c_str());
+      fd = shm_open(offer.name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      if (fd < 0) {
+        failure = std::string("shm_open ") + offer.name + ": " + std::strerror(errno);
+      } else if (int e = posix_fallocate(fd, 0, off_t(bytes)); e != 0) {
+        // Not ftruncate alone: a full /dev/shm would then be found by a
+        // SIGBUS on first touch, not by an error here.
+        failure =
+            "reserving " + std::to_string(bytes >> 10) + " KiB in /dev/shm: " + std::strerror(e);
+      }
+    }
+    offer.ok = failure.empty();
+    offer.bytes = bytes;
+  }
+  if (int32_t rc =
+          host.oob_broadcast(host.ctx, config.oob, &offer, sizeof offer, 0, config.timeout_ms);
+      rc != PLEXUS_OK) {
+    if (fd >= 0) {
+      shm_unlink(offer.name);
+      close(fd);
+    }
+    return {rc, who + ": out-of-band exchange for shared memory failed"};
+  }
+  offer.name[kNameBytes - 1] = '\0';
+
+  // 3. The peers open it, believing it only if it is this user's alone and
+  //    carries rank 0's token; everybody maps it.
+  if (offer.ok && config.rank != 0) {
+    fd = shm_open(offer.name, O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
+    struct stat st {};
+    if (fd < 0) {
+      failure = std::string("shm_open ") + offer.name + ": " + std::strerror(errno);
+    } else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+               (st.st_mode & 077) != 0 || uint64_t(st.st_size) != offer.bytes ||
+               offer.bytes != bytes) {
+      failure = std::string(offer.name) + " is not a segment of this user's alone of " +
+                std::to_string(bytes) + " bytes";
+    }
+  }
+  if (offer.ok && failure.empty()) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    if (p == MAP_FAILED) {
+      failure = std::string("mmap: ") + std::strerror(errno);
+    } else {
+      shm->base_ = static_cast<uint8_t*>(p);
+      shm->mapped_bytes_ = bytes;
+      auto* header = reinterpret_cast<Header*>(shm->base_);
+      if (config.rank == 0) {
+        // The rest of the segment is zero (fresh tmpfs pages): counters at 0.
+        header->magic = kMagic;
+        header->version = kVersion;
+        header->ranks = config.size;
+        header->slot_bytes = slot_bytes;
+        std::memcpy(header->token, offer.token, kTokenBytes);
+      }
+    }
+  }
+  if (fd >= 0) close(fd);
+
+  // 4. Everybody mapped? (Rank 0 has written the header before this.)
+  uint32_t mapped = offer.ok && failure.empty();
+  std::vector<uint32_t> all_mapped(config.size);
+  int32_t rc = host.oob_allgather(host.ctx, config.oob, &mapped, all_mapped.data(), sizeof mapped,
+                                  config.timeout_ms);
+  if (config.rank == 0 && offer.ok) shm_unlink(offer.name);
+  if (rc != PLEXUS_OK) return {rc, who + ": out-of-band exchange for shared memory failed"};
+  if (mapped && config.rank != 0) {
+    const auto* header = reinterpret_cast<const Header*>(shm->base_);
+    if (header->magic != kMagic || header->version != kVersion || header->ranks != config.size ||
+        header->slot_bytes != slot_bytes ||
+        std::memcmp(header->token, offer.token, kTokenBytes) != 0) {
+      failure = std::string(offer.name) + " does not carry rank 0's token";
+      mapped = 0;
+    }
+  }
+  // The token check's outcome must be the same everywhere too.
+  if (int32_t rc2 = host.oob_allgather(host.ctx, config.oob, &mapped, all_mapped.data(),
+                                       sizeof mapped, config.timeout_ms);
+      rc2 != PLEXUS_OK) {
+    return {rc2, who + ": out-of-band exchange for shared memory failed"};
+  }
+  for (uint32_t r = 0; r < config.size; ++r) {
+    if (!all_mapped[r]) {
+      *why_not =
+          r == config.rank ? failure : "rank " + std::to_string(r) + " could not map the segment";
+      if (!offer.ok && r == 0 && config.rank != 0) *why_not = "rank 0 could not make the segment";
+      return {};
+    }
+  }
+  *out = std::move(shm);
+  return {};
+}
+
+OneHostShm::~OneHostShm() {
+  if (base_) munmap(base_, mapped_bytes_);
+}
+
+std::string OneHostShm::Describe() const {
+  return std::to_string(size_) + " ranks, 2 x " + std::to_string(slot_bytes_ >> 10) +
+         " KiB slots per rank";
+}
+
+std::string OneHostShm::Prefix(const algos::OpSignature& sig) const {
+  return backend_ + " " + algos::DescribeOp(sig) + " over shared memory";
+}
+
+void OneHostShm::Publish(uint32_t value) {
+  RankLines& me = LinesOf(base_, rank_);
+  me.published.store(value, std::memory_order_seq_cst);
+  // seq_cst on both sides (here and in WaitFor): either the sleeper sees the
+  // new value before it sleeps, or this load sees the sleeper.
+  if (me.sleepers.load(std::memory_order_seq_cst) > 0) {
+    Futex(&me.published, FUTEX_WAKE, INT_MAX, nullptr);
+  }
+}
+
+void OneHostShm::WakeAll() {
+  for (uint32_t r = 0; r < size_; ++r)
+    Futex(&LinesOf(base_, r).published, FUTEX_WAKE, INT_MAX, nullptr);
+}
+
+void OneHostShm::Fail(const algos::Status& why) {
+  if (failed_.exchange(true)) return;
+  RankLines& me = LinesOf(base_, rank_);
+  me.code = why.code;
+  std::snprintf(me.reason, sizeof me.reason, "%s", why.message.c_str());
+  me.failed.store(1, std::memory_order_release);
+  WakeAll();
+}
+
+void OneHostShm::Abort() {
+  aborted_.store(true);
+  WakeAll();
+}
+
+algos::Status OneHostShm::CheckPeers(const algos::OpSignature& sig) const {
+  if (aborted_.load(std::memory_order_relaxed)) {
+    return {PLEXUS_ERR_ABORTED, Prefix(sig) + ": the communicator was aborted"};
+  }
+  for (uint32_t r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const RankLines& peer = LinesOf(base_, r);
+    if (peer.failed.load(std::memory_order_acquire)) {
+      char reason[kReasonBytes];
+      std::memcpy(reason, peer.reason, sizeof reason);
+      reason[sizeof reason - 1] = '\0';
+      return {PLEXUS_ERR_REMOTE,
+              Prefix(sig) + ": rank " + std::to_string(r) + " gave up on it: " + reason};
+    }
+    // A peer that runs another collective in this one's place (over its
+    // transport, say) would never come: say so now, not at the timeout.
+    if (algos::OpSignature theirs;
+        ReadAnnounced(peer, &theirs) && theirs.seq == sig.seq && !SameOperation(theirs, sig)) {
+      return Mismatch(sig, r, theirs);
+    }
+  }
+  return {};
+}
+
+algos::Status OneHostShm::Mismatch(const algos::OpSignature& sig, uint32_t peer,
+                                   const algos::OpSignature& theirs) const {
+  return {PLEXUS_ERR_REMOTE, backend_ + " over shared memory: collective mismatch: rank " +
+                                 std::to_string(peer) + " posted " + algos::DescribeOp(theirs) +
+                                 " where rank " + std::to_string(rank_) + " (this rank) posted " +
+                                 algos::DescribeOp(sig)};
+}
+
+void OneHostShm::Announce(const algos::OpSignature& sig) {
+  RankLines& me = LinesOf(base_, rank_);
+  // The read-modify-write acquires: the stores below cannot move before it.
+  const uint64_t v = me.announce_version.fetch_add(1, std::memory_order_acq_rel);
+  me.announced[0].store(sig.seq, std::memory_order_relaxed);
+  me.announced[1].store(sig.count, std::memory_order_relaxed);
+  me.announced[2].store(uint64_t(sig.coll) << 32 | sig.dtype, std::memory_order_relaxed);
+  me.announced[3].store(sig.op, std::memory_order_relaxed);
+  me.announce_version.store(v + 2, std::memory_order_release);
+}
+
+algos::Status OneHostShm::CheckSignatures(uint32_t half, const algos::OpSignature& sig) const {
+  for (uint32_t r = 0; r < size_; ++r) {
+    const SigLine& s = LinesOf(base_, r).sig[half];
+    if (s.seq == sig.seq && s.coll == sig.coll && s.dtype == sig.dtype && s.op == sig.op &&
+        s.count == sig.count) {
+      continue;
+    }
+    return Mismatch(sig, r, {s.seq, s.coll, s.dtype, s.op, s.count, 0});
+  }
+  return {};
+}
+
+algos::Status OneHostShm::WaitFor(uint32_t peer, uint32_t target, const algos::OpSignature& sig) {
+  RankLines& line = LinesOf(base_, peer);
+  const Clock::time_point start = Clock::now();
+  // Spin first: on shared memory the answer is often a few hundred ns away.
+  for (unsigned i = 1;; ++i) {
+    if (Reached(line.published.load(std::memory_order_acquire), target)) return {};
+    if (i % 64 != 0) continue;
+    const auto spun = Clock::now() - start;
+    if (spun >= spin_) break;
+    if (spun > kYieldAfter) sched_yield();
+    if (algos::Status st = CheckPeers(sig); !st.ok()) return st;
+  }
+  // Then sleep on the peer's counter, waking to look for failures.
+  Clock::time_point next_liveness = start + std::chrono::milliseconds(kCheckMs);
+  for (;;) {
+    if (algos::Status st = CheckPeers(sig); !st.ok()) return st;
+    const Clock::time_point now = Clock::now();
+    const int64_t waited_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count();
+    if (now >= next_liveness) {
+      next_liveness = now + std::chrono::milliseconds(kCheckMs);
+      if (ProcessEnded(peers_[peer])) {
+        return {PLEXUS_ERR_REMOTE, Prefix(sig) + ": rank " + std::to_string(peer) + " (pid " +
+                                       std::to_string(peers_[peer].pid) +
+                                       " on this host) has exited"};
+      }
+    }
+    if (waited_ms >= timeout_ms_) {
+      algos::OpSignature last;
+      const std::string its_last =
+          ReadAnnounced(line, &last) ? algos::DescribeOp(last) : std::string("none yet");
+      return {PLEXUS_ERR_TIMEOUT, backend_ + " over shared memory: rank " + std::to_string(rank_) +
+                                      " made no progress for " + std::to_string(waited_ms) +
+                                      " ms waiting for rank(s) " + std::to_string(peer) + " in " +
+                                      algos::DescribeOp(sig) + " (the collective rank " +
+                                      std::to_string(peer) + " runs: " + its_last + ")"};
+    }
+    line.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t seen = line.published.load(std::memory_order_seq_cst);
+    if (!Reached(seen, target)) {
+      const int64_t ms = std::min<int64_t>(kCheckMs, timeout_ms_ - waited_ms);
+      const timespec ts{time_t(ms / 1000), long(ms % 1000) * 1000000L};
+      Futex(&line.published, FUTEX_WAIT, seen, &ts);
+    }
+    line.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    if (Reached(line.published.load(std::memory_order_acquire), target)) return {};
+  }
+}
+
+algos::Status OneHostShm::WaitAll(uint32_t target, const algos::OpSignature& sig) {
+  for (uint32_t r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    if (Reached(LinesOf(base_, r).published.load(std::memory_order_acquire), target)) continue;
+    if (algos::Status st = WaitFor(r, target, sig); !st.ok()) return st;
+  }
+  return {};
+}
+
+algos::Status OneHostShm::Allreduce(const algos::OpSignature& sig, const void* sendbuf,
+                                    void* recvbuf) {
+  if (aborted_.load(std::memory_order_relaxed)) {
+    return {PLEXUS_ERR_ABORTED, Prefix(sig) + ": the communicator was aborted"};
+  }
+  const uint64_t esize = algos::DtypeSize(sig.dtype);
+  const uint64_t count = sig.count;
+  const auto* send = static_cast<const uint8_t*>(sendbuf);
+  auto* recv = static_cast<uint8_t*>(recvbuf);
+  const plexus_dtype_t dtype = sig.dtype;
+  const plexus_reduce_op_t op = sig.op;
+  const bool small = count * esize <= std::min(kReduceAllMaxBytes, slot_bytes_);
+  const uint64_t chunk_elems = slot_bytes_ / esize;
+  // Sums elements [lo, hi) of the chunk at `at` over all ranks, in rank
+  // order, into out: this rank's part from its own buffer (own), the
+  // others' from their slots. out may be own (in place): the kernels read
+  // each element before they write it.
+  auto sum = [&](uint8_t* out, const uint8_t* own, uint32_t half, uint64_t lo, uint64_t hi) {
+    const uint64_t n = hi - lo;
+    if (n == 0) return;
+    auto part = [&](uint32_t r) -> const uint8_t* {
+      return r == rank_ ? own : Slot(r, half) + lo * esize;
+    };
+    algos::ReduceTo(out, part(0), part(1), n, dtype, op);
+    for (uint32_t r = 2; r < size_; ++r) algos::ReduceInto(out, part(r), n, dtype, op);
+    if (op == PLEXUS_OP_AVG) algos::FinishAverage(out, n, dtype, size_);
+  };
+  for (uint64_t done = 0; done < count;) {
+    const uint64_t n = std::min(chunk_elems, count - done);
+    const uint32_t half = chunk_ & 1;
+    const uint32_t step1 = 2 * chunk_ + 1;
+    uint8_t* mine = Slot(rank_, half);
+    const uint8_t* in = send + done * esize;
+    uint8_t* out = recv + done * esize;
+    // My piece of a large chunk: peers never read it from my slot before I
+    // have put the sum there, so only the other pieces are copied in.
+    const uint64_t lo = small ? 0 : n * rank_ / size_;
+    const uint64_t hi = small ? 0 : n * (rank_ + 1) / size_;
+    std::memcpy(mine, in, lo * esize);
+    std::memcpy(mine + hi * esize, in + hi * esize, (n - hi) * esize);
+    // In place, a rank after the first two sums into its own input before
+    // it reads it: its piece goes through its slot too.
+    const uint8_t* own = in + lo * esize;
+    if (!small && in == out && rank_ >= 2) {
+      std::memcpy(mine + lo * esize, own, (hi - lo) * esize);
+      own = mine + lo * esize;
+    }
+    if (done == 0) {
+      LinesOf(base_, rank_).sig[half] = SigLine{sig.seq, sig.count, sig.coll, sig.dtype, sig.op, 0};
+    }
+    Publish(step1);
+    if (algos::Status st = WaitAll(step1, sig); !st.ok()) return st;
+    if (done == 0) {
+      if (algos::Status st = CheckSignatures(half, sig); !st.ok()) return st;
+    }
+    if (small) {
+      sum(out, in == out ? mine : in, half, 0, n);  // (in place: in is overwritten first)
+    } else {
+      sum(out + lo * esize, own, half, lo, hi);
+      std::memcpy(mine + lo * esize, out + lo * esize, (hi - lo) * esize);
+      Publish(step1 + 1);
+      if (algos::Status st = WaitAll(step1 + 1, sig); !st.ok()) return st;
+      for (uint32_t r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        const uint64_t rlo = n * r / size_;
+        const uint64_t rhi = n * (r + 1) / size_;
+        std::memcpy(out + rlo * esize, Slot(r, half) + rlo * esize, (rhi - rlo) * esize);
+      }
+    }
+    ++chunk_;
+    done += n;
+  }
+  return {};
+}
+
+algos::Status AttachOneHostShm(const plexus_host_v1& host, const plexus_comm_config_v1& config,
+                               const OneHostShmOptions& options, QueueTransport& transport,
+                               std::string* info) {
+  std::unique_ptr<OneHostShm> shm;
+  std::string why_not;
+  algos::Status st = OneHostShm::Create(host, config, options, &shm, &why_not);
+  if (!st.ok()) return st;
+  *info = shm ? "allreduce over shared memory (" + shm->Describe() + ")"
+              : "no shared memory: " + why_not;
+  transport.set_one_host_shm(std::move(shm));
+  return {};
+}
+
+}  // namespace plexus::kit
