@@ -55,14 +55,23 @@ struct alignas(64) Header {
 
 // What rank r's chunk k carries, in half k % 2: peers compare it with their
 // own operation at the first chunk of each.
+// Vectors of at most this many bytes travel in the line itself
+// (OneHostShm::kInlineBytes).
+constexpr size_t kLineData = 32;
+
 struct alignas(64) SigLine {
   uint64_t seq;
   uint64_t count;
   uint32_t coll;
   uint32_t dtype;
   uint32_t op;
-  uint32_t reserved;
+  // The step (2k+1) whose vector is in data: written last. A peer waiting
+  // for a vector this small watches this word, so the one line it fetches
+  // brings the signature and the data with it.
+  std::atomic<uint32_t> stamp;
+  uint8_t data[kLineData];
 };
+static_assert(sizeof(SigLine) == 64);
 
 int Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
   static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
@@ -431,12 +440,15 @@ algos::Status OneHostShm::CheckSignatures(uint32_t half, const algos::OpSignatur
   return {};
 }
 
-algos::Status OneHostShm::WaitFor(uint32_t peer, uint32_t target, const algos::OpSignature& sig) {
+algos::Status OneHostShm::WaitFor(uint32_t peer, uint32_t target, const algos::OpSignature& sig,
+                                  int inline_half) {
   RankLines& line = LinesOf(base_, peer);
+  const std::atomic<uint32_t>& watched =
+      inline_half < 0 ? line.published : line.sig[inline_half].stamp;
   const Clock::time_point start = Clock::now();
   // Spin first: on shared memory the answer is often a few hundred ns away.
   for (unsigned i = 1;; ++i) {
-    if (Reached(line.published.load(std::memory_order_acquire), target)) return {};
+    if (Reached(watched.load(std::memory_order_acquire), target)) return {};
     if (i % 64 != 0) continue;
     const auto spun = Clock::now() - start;
     if (spun >= spin_) break;
@@ -480,12 +492,45 @@ algos::Status OneHostShm::WaitFor(uint32_t peer, uint32_t target, const algos::O
   }
 }
 
-algos::Status OneHostShm::WaitAll(uint32_t target, const algos::OpSignature& sig) {
+algos::Status OneHostShm::WaitAll(uint32_t target, const algos::OpSignature& sig, int inline_half) {
   for (uint32_t r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    if (Reached(LinesOf(base_, r).published.load(std::memory_order_acquire), target)) continue;
-    if (algos::Status st = WaitFor(r, target, sig); !st.ok()) return st;
+    const RankLines& line = LinesOf(base_, r);
+    const std::atomic<uint32_t>& watched =
+        inline_half < 0 ? line.published : line.sig[inline_half].stamp;
+    if (Reached(watched.load(std::memory_order_acquire), target)) continue;
+    if (algos::Status st = WaitFor(r, target, sig, inline_half); !st.ok()) return st;
   }
+  return {};
+}
+
+void OneHostShm::WriteSignature(uint32_t half, const algos::OpSignature& sig) {
+  SigLine& line = LinesOf(base_, rank_).sig[half];
+  line.seq = sig.seq;
+  line.count = sig.count;
+  line.coll = sig.coll;
+  line.dtype = sig.dtype;
+  line.op = sig.op;
+}
+
+algos::Status OneHostShm::AllreduceInline(const algos::OpSignature& sig, const uint8_t* send,
+                                          uint8_t* recv) {
+  const uint64_t n = sig.count;
+  const uint64_t bytes = n * algos::DtypeSize(sig.dtype);
+  const uint32_t half = chunk_ & 1;
+  const uint32_t step1 = 2 * chunk_ + 1;
+  SigLine& mine = LinesOf(base_, rank_).sig[half];
+  WriteSignature(half, sig);
+  std::memcpy(mine.data, send, bytes);
+  mine.stamp.store(step1, std::memory_order_release);
+  Publish(step1);  // for peers asleep on the counter
+  if (algos::Status st = WaitAll(step1, sig, int(half)); !st.ok()) return st;
+  if (algos::Status st = CheckSignatures(half, sig); !st.ok()) return st;
+  auto part = [&](uint32_t r) -> const uint8_t* { return LinesOf(base_, r).sig[half].data; };
+  algos::ReduceTo(recv, part(0), part(1), n, sig.dtype, sig.op);
+  for (uint32_t r = 2; r < size_; ++r) algos::ReduceInto(recv, part(r), n, sig.dtype, sig.op);
+  if (sig.op == PLEXUS_OP_AVG) algos::FinishAverage(recv, n, sig.dtype, size_);
+  ++chunk_;
   return {};
 }
 
@@ -502,6 +547,7 @@ algos::Status OneHostShm::Allreduce(const algos::OpSignature& sig, const void* s
   const plexus_reduce_op_t op = sig.op;
   const bool small = count * esize <= std::min(kReduceAllMaxBytes, slot_bytes_);
   const uint64_t chunk_elems = slot_bytes_ / esize;
+  if (count * esize <= kInlineBytes) return AllreduceInline(sig, send, recv);
   // Sums elements [lo, hi) of the chunk at `at` over all ranks, in rank
   // order, into out: this rank's part from its own buffer (own), the
   // others' from their slots. out may be own (in place): the kernels read
@@ -536,9 +582,7 @@ algos::Status OneHostShm::Allreduce(const algos::OpSignature& sig, const void* s
       std::memcpy(mine + lo * esize, own, (hi - lo) * esize);
       own = mine + lo * esize;
     }
-    if (done == 0) {
-      LinesOf(base_, rank_).sig[half] = SigLine{sig.seq, sig.count, sig.coll, sig.dtype, sig.op, 0};
-    }
+    if (done == 0) WriteSignature(half, sig);
     Publish(step1);
     if (algos::Status st = WaitAll(step1, sig); !st.ok()) return st;
     if (done == 0) {

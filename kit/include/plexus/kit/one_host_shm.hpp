@@ -72,6 +72,9 @@ class OneHostShm {
   // One chunk of at most this many bytes is reduced whole by every rank
   // (one step instead of two).
   static constexpr uint64_t kReduceAllMaxBytes = 16 << 10;
+  // A vector of at most this many bytes travels in the line that carries
+  // its signature and step: a waiting peer fetches one cache line.
+  static constexpr uint64_t kInlineBytes = 32;
 
   // Collective: every rank of the communicator calls it in comm_create, at
   // the same point of its out-of-band calls. On success *out is the
@@ -112,8 +115,13 @@ class OneHostShm {
   uint8_t* Slot(uint32_t rank, uint32_t half) const;
   void Publish(uint32_t value);
   // Until every peer's published counter reaches target (or failure).
-  algos::Status WaitAll(uint32_t target, const algos::OpSignature& sig);
-  algos::Status WaitFor(uint32_t peer, uint32_t target, const algos::OpSignature& sig);
+  // inline_half >= 0: spin on the peers' inline line of that half (its
+  // stamp) rather than their counters.
+  algos::Status WaitAll(uint32_t target, const algos::OpSignature& sig, int inline_half = -1);
+  algos::Status WaitFor(uint32_t peer, uint32_t target, const algos::OpSignature& sig,
+                        int inline_half);
+  void WriteSignature(uint32_t half, const algos::OpSignature& sig);
+  algos::Status AllreduceInline(const algos::OpSignature& sig, const uint8_t* send, uint8_t* recv);
   algos::Status CheckPeers(const algos::OpSignature& sig) const;  // failures, abort
   algos::Status CheckSignatures(uint32_t half, const algos::OpSignature& sig) const;
   std::string Prefix(const algos::OpSignature& sig) const;
