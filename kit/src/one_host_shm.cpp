@@ -108,8 +108,8 @@ bool Random(uint8_t* p, size_t n) {
 // Set-up messages, exchanged as bytes over the out-of-band channel.
 struct Hello {
   ProcessId id;
-  uint32_t wants = 0;  // this rank's PLEXUS_SHM allows it and it sees all ranks on its host
-  uint32_t reserved = 0;
+  uint32_t wants = 0;        // this rank's PLEXUS_SHM allows it and it sees all ranks on its host
+  uint32_t bad_setting = 0;  // this rank fails comm_create for a malformed setting
 };
 struct Offer {
   uint32_t ok = 0;
@@ -166,6 +166,19 @@ bool ReadAnnounced(const RankLines& line, algos::OpSignature* sig) {
   return true;
 }
 
+// Has the peer whose lines these are published step target? A stamp is
+// compared for equality: it is written only by inline operations, so a
+// half that has had none for 2^31 steps would look ahead to a signed
+// difference; no peer can be ahead on a half (it writes the half again only
+// after this rank has published the next step). The counter moves with
+// every step, so a signed difference is right for it.
+bool Arrived(const RankLines& line, uint32_t target, int inline_half) {
+  if (inline_half >= 0) {
+    return line.sig[inline_half].stamp.load(std::memory_order_acquire) == target;
+  }
+  return Reached(line.published.load(std::memory_order_acquire), target);
+}
+
 bool SameOperation(const algos::OpSignature& a, const algos::OpSignature& b) {
   return a.seq == b.seq && a.coll == b.coll && a.dtype == b.dtype && a.op == b.op &&
          a.count == b.count;
@@ -182,21 +195,22 @@ algos::Status OneHostShm::Create(const plexus_host_v1& host, const plexus_comm_c
                                  std::string* why_not) {
   out->reset();
   const std::string who = std::string(options.backend) + " rank " + std::to_string(config.rank);
+  if (config.size < 2) {
+    *why_not = "one rank";
+    return {};
+  }
+  // A malformed setting fails comm_create on every rank, but only after the
+  // first exchange: the others must not wait for this rank until the timeout.
+  std::string bad_setting;
   const std::string mode = algos::CommSetting(host, config, "PLEXUS_SHM");
   if (!mode.empty() && mode != "auto" && mode != "off") {
-    return {PLEXUS_ERR_INVALID_ARGUMENT,
-            "PLEXUS_SHM='" + mode +
-                "' is not one of auto (shared memory where every rank is on "
-                "this host), off"};
+    bad_setting = "PLEXUS_SHM='" + mode +
+                  "' is not one of auto (shared memory where every rank is on this host), off";
   }
   int64_t slot_kib = kDefaultSlotKib;
   if (std::string why;
       !IntSetting(host, config, "PLEXUS_SHM_SLOT_KIB", 64, 1 << 20, "KiB", &slot_kib, &why)) {
-    return {PLEXUS_ERR_INVALID_ARGUMENT, why};
-  }
-  if (config.size < 2) {
-    *why_not = "one rank";
-    return {};
+    bad_setting = why;
   }
   uint64_t slot_bytes = uint64_t(slot_kib) << 10;
   while (slot_bytes > kMinSlotBytes &&
@@ -211,11 +225,19 @@ algos::Status OneHostShm::Create(const plexus_host_v1& host, const plexus_comm_c
   hello.id = ThisProcess();
   hello.wants = mode != "off" && config.local_size == config.size && hello.id.host_key != 0 &&
                 bytes <= kMaxSegmentBytes;
+  hello.bad_setting = !bad_setting.empty();
   std::vector<Hello> hellos(config.size);
   if (int32_t rc = host.oob_allgather(host.ctx, config.oob, &hello, hellos.data(), sizeof(Hello),
                                       config.timeout_ms);
       rc != PLEXUS_OK) {
     return {rc, who + ": out-of-band exchange for shared memory failed"};
+  }
+  if (!bad_setting.empty()) return {PLEXUS_ERR_INVALID_ARGUMENT, bad_setting};
+  for (uint32_t r = 0; r < config.size; ++r) {
+    if (hellos[r].bad_setting) {
+      return {PLEXUS_ERR_INVALID_ARGUMENT,
+              "rank " + std::to_string(r) + " has a malformed PLEXUS_SHM or PLEXUS_SHM_SLOT_KIB"};
+    }
   }
   for (uint32_t r = 0; r < config.size; ++r) {
     if (!hellos[r].wants) {
@@ -421,10 +443,11 @@ void OneHostShm::Announce(const algos::OpSignature& sig) {
   RankLines& me = LinesOf(base_, rank_);
   // The read-modify-write acquires: the stores below cannot move before it.
   const uint64_t v = me.announce_version.fetch_add(1, std::memory_order_acq_rel);
-  me.announced[0].store(sig.seq, std::memory_order_relaxed);
-  me.announced[1].store(sig.count, std::memory_order_relaxed);
-  me.announced[2].store(uint64_t(sig.coll) << 32 | sig.dtype, std::memory_order_relaxed);
-  me.announced[3].store(sig.op, std::memory_order_relaxed);
+  // Release stores: the odd version is visible before any of them.
+  me.announced[0].store(sig.seq, std::memory_order_release);
+  me.announced[1].store(sig.count, std::memory_order_release);
+  me.announced[2].store(uint64_t(sig.coll) << 32 | sig.dtype, std::memory_order_release);
+  me.announced[3].store(sig.op, std::memory_order_release);
   me.announce_version.store(v + 2, std::memory_order_release);
 }
 
@@ -443,12 +466,10 @@ algos::Status OneHostShm::CheckSignatures(uint32_t half, const algos::OpSignatur
 algos::Status OneHostShm::WaitFor(uint32_t peer, uint32_t target, const algos::OpSignature& sig,
                                   int inline_half) {
   RankLines& line = LinesOf(base_, peer);
-  const std::atomic<uint32_t>& watched =
-      inline_half < 0 ? line.published : line.sig[inline_half].stamp;
   const Clock::time_point start = Clock::now();
   // Spin first: on shared memory the answer is often a few hundred ns away.
   for (unsigned i = 1;; ++i) {
-    if (Reached(watched.load(std::memory_order_acquire), target)) return {};
+    if (Arrived(line, target, inline_half)) return {};
     if (i % 64 != 0) continue;
     const auto spun = Clock::now() - start;
     if (spun >= spin_) break;
@@ -464,7 +485,9 @@ algos::Status OneHostShm::WaitFor(uint32_t peer, uint32_t target, const algos::O
         std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count();
     if (now >= next_liveness) {
       next_liveness = now + std::chrono::milliseconds(kCheckMs);
-      if (ProcessEnded(peers_[peer])) {
+      // (It may have published and exited since we last looked.)
+      if (ProcessEnded(peers_[peer]) &&
+          !Reached(line.published.load(std::memory_order_acquire), target)) {
         return {PLEXUS_ERR_REMOTE, Prefix(sig) + ": rank " + std::to_string(peer) + " (pid " +
                                        std::to_string(peers_[peer].pid) +
                                        " on this host) has exited"};
@@ -482,7 +505,10 @@ algos::Status OneHostShm::WaitFor(uint32_t peer, uint32_t target, const algos::O
     }
     line.sleepers.fetch_add(1, std::memory_order_seq_cst);
     const uint32_t seen = line.published.load(std::memory_order_seq_cst);
-    if (!Reached(seen, target)) {
+    // An abort or a failure wakes sleepers without changing the counter; one
+    // that came since CheckPeers above is seen here (one in the few
+    // instructions before the futex call costs at most kCheckMs).
+    if (!Reached(seen, target) && CheckPeers(sig).ok()) {
       const int64_t ms = std::min<int64_t>(kCheckMs, timeout_ms_ - waited_ms);
       const timespec ts{time_t(ms / 1000), long(ms % 1000) * 1000000L};
       Futex(&line.published, FUTEX_WAIT, seen, &ts);
@@ -495,10 +521,7 @@ algos::Status OneHostShm::WaitFor(uint32_t peer, uint32_t target, const algos::O
 algos::Status OneHostShm::WaitAll(uint32_t target, const algos::OpSignature& sig, int inline_half) {
   for (uint32_t r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    const RankLines& line = LinesOf(base_, r);
-    const std::atomic<uint32_t>& watched =
-        inline_half < 0 ? line.published : line.sig[inline_half].stamp;
-    if (Reached(watched.load(std::memory_order_acquire), target)) continue;
+    if (Arrived(LinesOf(base_, r), target, inline_half)) continue;
     if (algos::Status st = WaitFor(r, target, sig, inline_half); !st.ok()) return st;
   }
   return {};
@@ -548,18 +571,32 @@ algos::Status OneHostShm::Allreduce(const algos::OpSignature& sig, const void* s
   const bool small = count * esize <= std::min(kReduceAllMaxBytes, slot_bytes_);
   const uint64_t chunk_elems = slot_bytes_ / esize;
   if (count * esize <= kInlineBytes) return AllreduceInline(sig, send, recv);
-  // Sums elements [lo, hi) of the chunk at `at` over all ranks, in rank
-  // order, into out: this rank's part from its own buffer (own), the
-  // others' from their slots. out may be own (in place): the kernels read
-  // each element before they write it.
-  auto sum = [&](uint8_t* out, const uint8_t* own, uint32_t half, uint64_t lo, uint64_t hi) {
+  // Sums elements [lo, hi) of the chunk in `half` over all ranks into out:
+  // small (every rank sums the whole chunk, so all must take one order): in
+  // rank order, every part from the slots; large (this rank alone sums its
+  // piece): its own part first, from its own buffer (own, which out may be:
+  // in place the kernels then run as acc op= in), then the others' in rank
+  // order from their slots.
+  auto sum = [&](uint8_t* out, const uint8_t* own, uint32_t half, uint64_t lo, uint64_t hi,
+                 bool own_first) {
     const uint64_t n = hi - lo;
     if (n == 0) return;
-    auto part = [&](uint32_t r) -> const uint8_t* {
-      return r == rank_ ? own : Slot(r, half) + lo * esize;
-    };
-    algos::ReduceTo(out, part(0), part(1), n, dtype, op);
-    for (uint32_t r = 2; r < size_; ++r) algos::ReduceInto(out, part(r), n, dtype, op);
+    auto part = [&](uint32_t r) -> const uint8_t* { return Slot(r, half) + lo * esize; };
+    if (own_first) {
+      bool first = true;
+      for (uint32_t r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        if (first) {
+          algos::ReduceTo(out, own, part(r), n, dtype, op);
+          first = false;
+        } else {
+          algos::ReduceInto(out, part(r), n, dtype, op);
+        }
+      }
+    } else {
+      algos::ReduceTo(out, part(0), part(1), n, dtype, op);
+      for (uint32_t r = 2; r < size_; ++r) algos::ReduceInto(out, part(r), n, dtype, op);
+    }
     if (op == PLEXUS_OP_AVG) algos::FinishAverage(out, n, dtype, size_);
   };
   for (uint64_t done = 0; done < count;) {
@@ -575,13 +612,6 @@ algos::Status OneHostShm::Allreduce(const algos::OpSignature& sig, const void* s
     const uint64_t hi = small ? 0 : n * (rank_ + 1) / size_;
     std::memcpy(mine, in, lo * esize);
     std::memcpy(mine + hi * esize, in + hi * esize, (n - hi) * esize);
-    // In place, a rank after the first two sums into its own input before
-    // it reads it: its piece goes through its slot too.
-    const uint8_t* own = in + lo * esize;
-    if (!small && in == out && rank_ >= 2) {
-      std::memcpy(mine + lo * esize, own, (hi - lo) * esize);
-      own = mine + lo * esize;
-    }
     if (done == 0) WriteSignature(half, sig);
     Publish(step1);
     if (algos::Status st = WaitAll(step1, sig); !st.ok()) return st;
@@ -589,9 +619,9 @@ algos::Status OneHostShm::Allreduce(const algos::OpSignature& sig, const void* s
       if (algos::Status st = CheckSignatures(half, sig); !st.ok()) return st;
     }
     if (small) {
-      sum(out, in == out ? mine : in, half, 0, n);  // (in place: in is overwritten first)
+      sum(out, nullptr, half, 0, n, false);  // (in place: in is overwritten first)
     } else {
-      sum(out + lo * esize, own, half, lo, hi);
+      sum(out + lo * esize, in + lo * esize, half, lo, hi, true);
       std::memcpy(mine + lo * esize, out + lo * esize, (hi - lo) * esize);
       Publish(step1 + 1);
       if (algos::Status st = WaitAll(step1 + 1, sig); !st.ok()) return st;

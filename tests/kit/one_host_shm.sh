@@ -6,7 +6,8 @@
 #   (every dtype and op, 1 MiB vectors) passes with 64 KiB slots, so that a
 #   vector takes many chunks, both halves in turn, pieces of uneven size;
 # - PLEXUS_SHM=off: the ranks say there is none, and the check passes;
-# - a malformed PLEXUS_SHM fails comm_create naming the setting;
+# - a malformed PLEXUS_SHM fails comm_create naming the setting, on every
+#   rank at once when only one rank has it;
 # - nothing is left in /dev/shm by the job.
 #
 #   one_host_shm.sh PLEXUS_RUN COLLECTIVES_CHECK BACKEND
@@ -49,6 +50,19 @@ rc=$?
 [ "$rc" -ne 0 ] || fail "PLEXUS_SHM=bogus: the job succeeded"
 grep -q "PLEXUS_SHM='bogus' is not one of auto" "$out" ||
   { tail -10 "$out"; fail "PLEXUS_SHM=bogus: no error naming the setting"; }
+
+# Only rank 1's setting is malformed: every rank fails at once (the others
+# must not wait for it until PLEXUS_TIMEOUT, 60 s here).
+start=$(date +%s)
+PLEXUS_LOG_LEVEL=info PLEXUS_BACKEND="$backend" PLEXUS_TIMEOUT=60 timeout 240 "$run" -n 2 \
+  bash -c 'if [ "$RANK" = 1 ]; then export PLEXUS_SHM=bogus; fi; exec "$@"' one \
+  "$check" --large-bytes 1048576 >"$out" 2>&1
+rc=$?
+took=$(($(date +%s) - start))
+[ "$rc" -ne 0 ] || fail "rank 1's PLEXUS_SHM=bogus: the job succeeded"
+[ "$took" -lt 30 ] || fail "rank 1's PLEXUS_SHM=bogus: the job took $took s (the others waited)"
+grep -q "rank 1 has a malformed PLEXUS_SHM" "$out" ||
+  { tail -10 "$out"; fail "rank 0's error does not name rank 1's malformed setting"; }
 
 # Rank 0 unlinks the segment once every rank has mapped it; the names carry
 # rank 0's pid, which plexus-run prints nowhere, so look for any left by

@@ -30,7 +30,8 @@ void ReduceInto(void* acc, const void* in, uint64_t count, plexus_dtype_t dtype,
                 plexus_reduce_op_t op);
 
 // out[i] = a[i] (op) b[i]: like ReduceInto but leaves a untouched, which
-// saves an algorithm a copy. out may equal a; no other overlap.
+// saves an algorithm a copy. out may equal a or b (element for element;
+// equal to a is the case written to vectorise); no partial overlap.
 void ReduceTo(void* out, const void* a, const void* b, uint64_t count, plexus_dtype_t dtype,
               plexus_reduce_op_t op);
 

@@ -18,8 +18,9 @@
 // half k % 2 and two steps, 2k+1 (my data is in my slot) and 2k+2 (my piece
 // of the sum is in my slot):
 //   large: copy the pieces of my chunk that others sum into my slot, publish
-//          2k+1, wait for all; sum piece `rank` in rank order (mine from my
-//          own buffer, the others' from their slots) into my output, copy it
+//          2k+1, wait for all; sum piece `rank` (mine first, from my own
+//          buffer, then the others' in rank order from their slots) into my
+//          output, copy it
 //          into my slot, publish 2k+2, wait for all; copy the other pieces
 //          from their owners' slots. With 2 ranks each byte is copied in
 //          once, half the vector summed, half copied out (64 MiB float32 in
@@ -29,8 +30,8 @@
 // A half is written again only at chunk k+2, by a rank that has seen every
 // peer publish 2(k+1)+1, which each does only after it has finished with
 // chunk k: so no slot is overwritten while someone reads it, with no extra
-// step. Every element is summed once, by one rank, in rank order (small:
-// by every rank in the same order), so every rank gets the same bits.
+// step. Every element is summed once, by one rank, in a fixed order (small:
+// by every rank in rank order), so every rank gets the same bits.
 //
 // Trust: rank 0 creates the segment in /dev/shm with a random name,
 // O_EXCL and mode 0600, and hands its name and a random token to the peers
@@ -43,7 +44,8 @@
 // wakes every sleeper; waiting ranks read it (REMOTE, naming the rank). A
 // wait longer than the communicator's timeout fails with TIMEOUT naming the
 // rank not heard from; a peer's exited process (local_process.hpp) is found
-// within 100 ms; Abort() wakes the waiting thread at once (ABORTED).
+// within 100 ms; Abort() wakes the waiting thread (ABORTED; at once, or
+// within 100 ms if it lands in the instructions before the futex call).
 #pragma once
 
 #include <atomic>
