@@ -52,11 +52,13 @@ grep -q "PLEXUS_SHM='bogus' is not one of auto" "$out" ||
   { tail -10 "$out"; fail "PLEXUS_SHM=bogus: no error naming the setting"; }
 
 # Only rank 1's setting is malformed: every rank fails at once (the others
-# must not wait for it until PLEXUS_TIMEOUT, 60 s here).
+# must not wait for it until PLEXUS_TIMEOUT, 60 s here). Rank 1's process
+# stays 10 s after its failure, so that plexus-run (which stops the others
+# when one exits) lets rank 0 fail by itself and say why.
 start=$(date +%s)
 PLEXUS_LOG_LEVEL=info PLEXUS_BACKEND="$backend" PLEXUS_TIMEOUT=60 timeout 240 "$run" -n 2 \
-  bash -c 'if [ "$RANK" = 1 ]; then export PLEXUS_SHM=bogus; fi; exec "$@"' one \
-  "$check" --large-bytes 1048576 >"$out" 2>&1
+  bash -c 'if [ "$RANK" = 1 ]; then PLEXUS_SHM=bogus "$@"; rc=$?; sleep 10; exit $rc; fi
+           exec "$@"' one "$check" --large-bytes 1048576 >"$out" 2>&1
 rc=$?
 took=$(($(date +%s) - start))
 [ "$rc" -ne 0 ] || fail "rank 1's PLEXUS_SHM=bogus: the job succeeded"
