@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <numeric>
 #include <utility>
@@ -533,8 +535,19 @@ void PlexusWork::CompleteOnThread() {
 
 // --- CompletionThread ---------------------------------------------------------------
 
+namespace {
+// Every completion thread's queue, for StopAllAndWait; expired ones are
+// dropped as new threads are added.
+std::mutex g_queues_mutex;
+std::vector<std::weak_ptr<void>> g_queues;
+}  // namespace
+
 CompletionThread::CompletionThread()
-    : queue_(std::make_shared<Queue>()), thread_(&CompletionThread::Loop, queue_) {}
+    : queue_(std::make_shared<Queue>()), thread_(&CompletionThread::Loop, queue_) {
+  std::lock_guard<std::mutex> lock(g_queues_mutex);
+  std::erase_if(g_queues, [](const std::weak_ptr<void>& q) { return q.expired(); });
+  g_queues.push_back(queue_);
+}
 
 CompletionThread::~CompletionThread() {
   Stop();
@@ -569,12 +582,37 @@ void CompletionThread::Loop(std::shared_ptr<Queue> q) {
     {
       std::unique_lock<std::mutex> lock(q->mutex);
       q->cv.wait(lock, [&] { return q->stop || !q->works.empty(); });
-      if (q->works.empty()) return;  // stopping, nothing left
+      if (q->works.empty()) {  // stopping, nothing left
+        q->finished = true;
+        q->cv.notify_all();
+        return;
+      }
       work = std::move(q->works.front());
       q->works.pop_front();
     }
     work->CompleteOnThread();  // never throws: failures complete the work
+    // `work` goes here, its future and the future's callbacks with it
+    // (Python's included), before the loop can report finished.
   }
+}
+
+int CompletionThread::StopAllAndWait(std::chrono::milliseconds bound) {
+  std::vector<std::shared_ptr<Queue>> queues;
+  {
+    std::lock_guard<std::mutex> lock(g_queues_mutex);
+    for (const auto& weak : g_queues) {
+      if (auto q = weak.lock()) queues.push_back(std::static_pointer_cast<Queue>(q));
+    }
+  }
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  int running = 0;
+  for (const auto& q : queues) {
+    std::unique_lock<std::mutex> lock(q->mutex);
+    q->stop = true;
+    q->cv.notify_all();
+    if (!q->cv.wait_until(lock, deadline, [&] { return q->finished; })) ++running;
+  }
+  return running;
 }
 
 // --- PlexusBackend ---------------------------------------------------------------
@@ -649,9 +687,11 @@ PlexusBackend::~PlexusBackend() {
 
 void PlexusBackend::ReleaseAll() {
   std::vector<plexus::Communicator> released;
+  std::chrono::milliseconds longest{0};
   {
     std::lock_guard<std::mutex> lock(g_live_mutex);
     for (PlexusBackend* b : g_live) {
+      longest = std::max(longest, b->timeout_);
       b->completer_->Stop();
       released.push_back(std::move(b->comm_));
     }
@@ -662,6 +702,15 @@ void PlexusBackend::ReleaseAll() {
     g_world.reset();
   }
   released.clear();  // each waits (bounded) for what it still runs
+  // The works of released communicators fail at once; what the threads
+  // still run is the futures' callbacks. Bounded like a collective.
+  std::chrono::milliseconds bound = longest + std::chrono::seconds(5);
+  if (int running = CompletionThread::StopAllAndWait(bound); running > 0) {
+    std::fprintf(stderr,
+                 "plexus_torch: at exit, %d completion thread(s) still running a future's "
+                 "callback after %lld ms; Python may end them in the middle\n",
+                 running, static_cast<long long>(bound.count()));
+  }
 }
 
 // A coalesced call is one work of several posts: each part is posted as

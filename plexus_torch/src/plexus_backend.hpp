@@ -97,6 +97,13 @@ class CompletionThread {
   // False once stopping: the caller completes the work itself.
   bool Add(c10::intrusive_ptr<PlexusWork> work);
   void Stop();  // the backend is going: finish the queue, then end
+  // At interpreter exit (atexit, without the GIL): stops every completion
+  // thread in the process, the detached ones of backends already gone
+  // included, and waits up to `bound` for each to finish its queue. A
+  // future's callbacks may be Python code, which takes the GIL: a thread
+  // still running one once Python finalises is ended by Python in the middle
+  // of C++ frames (std::terminate). Returns how many were still running.
+  static int StopAllAndWait(std::chrono::milliseconds bound);
 
  private:
   struct Queue {
@@ -104,6 +111,7 @@ class CompletionThread {
     std::condition_variable cv;
     std::deque<c10::intrusive_ptr<PlexusWork>> works;
     bool stop = false;
+    bool finished = false;  // the loop has returned: it touches no work any more
   };
   static void Loop(std::shared_ptr<Queue> q);
   std::shared_ptr<Queue> queue_;
