@@ -5,6 +5,7 @@
 // memory, which can throw std::bad_alloc) becomes an error status, never a
 // crash or an exception through the ABI.
 #include "plexus/kit/op_queue.hpp"
+#include "plexus/kit/worker_policy.hpp"
 
 #include <pthread.h>
 #include <sched.h>
@@ -244,23 +245,11 @@ void OpQueue::RunInlineIfNext(plexus_request* req) {
   Execute(std::move(op));
 }
 
-namespace {
-
-// The worker waits for work as a SCHED_BATCH thread and runs it as a normal
-// one. A post wakes the waiting worker, but the kernel lets a woken batch
-// thread run only when the posting thread blocks or its time slice ends,
-// never by preempting it; so a caller that posts and then waits (a blocking
-// allreduce) runs the operation itself without a switch to the worker and
-// back, while a caller that goes on computing still has it run on its core
-// within a time slice. Operations run on the worker at the normal policy so
-// that their transport's wake-ups do preempt the computing caller. The nice
-// value is unchanged, so the worker gets the same share of the CPU either way.
-void SetWaitingPolicy(bool waiting) {
+// (worker_policy.hpp says why.)
+void SetWorkerWaitingPolicy(bool waiting) {
   sched_param param{};
   (void)pthread_setschedparam(pthread_self(), waiting ? SCHED_BATCH : SCHED_OTHER, &param);
 }
-
-}  // namespace
 
 void OpQueue::WorkerLoop() {
   bool waiting_policy = false;
@@ -272,7 +261,7 @@ void OpQueue::WorkerLoop() {
       auto ready = [&] { return (!queue_.empty() && !running_) || stopping_; };
       if (!ready() && !waiting_policy) {
         lock.unlock();
-        SetWaitingPolicy(true);
+        SetWorkerWaitingPolicy(true);
         waiting_policy = true;
         lock.lock();
       }
@@ -294,7 +283,7 @@ void OpQueue::WorkerLoop() {
       running_ = true;
     }
     if (waiting_policy) {
-      SetWaitingPolicy(false);
+      SetWorkerWaitingPolicy(false);
       waiting_policy = false;
     }
     Execute(std::move(op));
