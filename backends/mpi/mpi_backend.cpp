@@ -178,6 +178,7 @@ void FinishData(plexus_request* req) {
 }
 
 int32_t Progress(plexus_request* req) {
+  if (req->on_one_host) return req->status.load(std::memory_order_acquire);
   plexus_comm* comm = req->comm;
   if (comm->ctx->queued_recvs.load(std::memory_order_acquire) > 0) comm->ctx->MatchAllRecvs();
   // Every test and wait moves every own schedule of the process on (a peer
@@ -289,6 +290,7 @@ int32_t Progress(plexus_request* req) {
 int32_t WaitFor(plexus_request* req, int64_t timeout_ms) {
   using Clock = std::chrono::steady_clock;
   if (timeout_ms < 0) timeout_ms = req->comm->timeout_ms;
+  if (req->on_one_host) return req->comm->one_host->Wait(req, timeout_ms);
   int32_t rc = Progress(req);
   if (rc != PLEXUS_IN_PROGRESS) return rc;
   // MPI progresses only inside MPI calls (Open MPI has no progress thread),

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "mpi_one_host.hpp"
 #include "mpi_schedule.hpp"
 #include "mpi_tags.hpp"
 #include "mpi_types.hpp"
@@ -114,6 +115,11 @@ struct plexus_backend_ctx {
   // Every rank of the job on this host, over Open MPI's shared memory
   // (OneHostSharedMemory in mpi_backend.cpp); set by EnsureMpi, then read only.
   bool shared_memory = false;
+  // An allreduce over the one-host segment failed (mpi_one_host.hpp): a
+  // peer may be stopped or gone, and MPI_Finalize, which waits for every
+  // rank, could then wait forever (the MPI path leaves abandoned requests
+  // in that case, which skip it). finalize() bounds it instead.
+  std::atomic<bool> one_host_failed{false};
 
   std::mutex state_mutex;  // guards MPI initialisation and comm_create
   std::atomic<bool> mpi_ready{false};
@@ -195,6 +201,14 @@ struct plexus_comm {
   // (mpi_tags.hpp).
   uint64_t TagSlot(uint64_t k) const;
   std::atomic<uint64_t> coll_seq{0};  // schedules posted so far
+
+  // Allreduce on host memory through the one-host segment, when every rank
+  // shares this host (mpi_one_host.hpp); null otherwise. Set by
+  // comm_create, reset first by comm_destroy.
+  std::unique_ptr<plexus::mpi::OneHostRunner> one_host;
+  // Collectives posted so far (send and recv not counted): the sequence
+  // numbers the segment compares across ranks.
+  std::atomic<uint64_t> collectives_posted{0};
 
   // Schedule k starts only once schedule k - slots (same tag slot) has
   // finished on this rank, so the schedules of one slot run one after the
@@ -290,6 +304,9 @@ struct plexus_request {
   std::vector<plexus::mpi::AllreduceSchedule> schedules;
   uint64_t scratch_capacity = 0;
   bool own_schedule = false;  // set before the request is published, never changed
+  // Run by comm->one_host's thread, which sets status (nothing else of the
+  // request is used). Set before the request is published, never changed.
+  bool on_one_host = false;
 
   uint64_t bytes = 0;  // data one rank moves: how long wait() tests back to back
 

@@ -30,7 +30,10 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <future>
+#include <memory>
 #include <new>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -176,6 +179,25 @@ int32_t Init(const plexus_host_v1* host, plexus_backend_ctx** ctx_out) {
   }
 }
 
+// MPI_Finalize after an allreduce over shared memory failed: it waits for
+// every rank, and one may be stopped (SIGSTOP) or gone. Run on a thread of
+// its own and given kFinalizeBound; past that this rank leaves it there
+// (the process then ends without having finalised, and mpirun ends the job
+// as failed, as after any lost rank). MPI_SUCCESS when it returned in time.
+constexpr auto kFinalizeBound = std::chrono::seconds(10);
+
+int FinalizeBounded(const plexus_host_v1& host) {
+  auto result = std::make_shared<std::promise<int>>();
+  std::future<int> done = result->get_future();
+  std::thread([result] { result->set_value(MPI_Finalize()); }).detach();
+  if (done.wait_for(kFinalizeBound) == std::future_status::ready) return done.get();
+  Log(host, PLEXUS_LOG_WARN,
+      "MPI_Finalize did not return within " + std::to_string(kFinalizeBound.count()) +
+          " s after an allreduce over shared memory failed (a rank stopped or gone?); "
+          "leaving it: mpirun will report this process as ended without finalising");
+  return MPI_SUCCESS;
+}
+
 void Finalize(plexus_backend_ctx* ctx) {
   if (!ctx) return;
   try {
@@ -199,7 +221,7 @@ void Finalize(plexus_backend_ctx* ctx) {
       } else {
         ctx->half_ops.Free();
         if (ctx->we_initialised) {
-          const int rc = MPI_Finalize();
+          const int rc = ctx->one_host_failed.load() ? FinalizeBounded(ctx->host) : MPI_Finalize();
           if (rc != MPI_SUCCESS) {
             Log(ctx->host, PLEXUS_LOG_WARN, "MPI_Finalize failed: " + MpiErrorText(rc));
           }
@@ -356,6 +378,83 @@ int32_t CreateFromSubset(plexus_backend_ctx* ctx, const plexus_comm_config_v1& c
   return PLEXUS_OK;
 }
 
+void CommDestroy(plexus_comm* comm);
+
+// The one-host segment's set-up exchange (kit::OneHostShm::Create) over the
+// new MPI communicator: under mpirun the host has no store, so no
+// out-of-band channel of its own. Passed as the config's oob; MPI gets
+// buffers of its own, which the context keeps when a step times out.
+struct MpiSetupChannel {
+  plexus_backend_ctx* ctx;
+  MPI_Comm comm;
+  uint32_t size;
+};
+
+int32_t SetupAllgather(void*, plexus_oob* oob, const void* in, void* out, uint64_t bytes,
+                       int64_t timeout_ms) {
+  auto* ch = reinterpret_cast<MpiSetupChannel*>(oob);
+  if (bytes > uint64_t(INT_MAX) / (ch->size + 1)) return PLEXUS_ERR_INVALID_ARGUMENT;
+  auto buf = std::make_unique<uint8_t[]>(bytes * (ch->size + 1));  // theirs, then mine
+  uint8_t* mine = buf.get() + bytes * ch->size;
+  std::memcpy(mine, in, bytes);
+  MPI_Request req = MPI_REQUEST_NULL;
+  int mrc;
+  {
+    MpiLock mpi_lock(*ch->ctx);
+    mrc = MPI_Iallgather(mine, int(bytes), MPI_BYTE, buf.get(), int(bytes), MPI_BYTE, ch->comm,
+                         &req);
+  }
+  if (mrc != MPI_SUCCESS) return PLEXUS_ERR_SYSTEM;
+  uint8_t* all = buf.get();
+  const int32_t rc = WaitSetupStep(ch->ctx, ch->comm, req, timeout_ms, nullptr, &buf, &mrc);
+  if (rc == PLEXUS_OK) std::memcpy(out, all, bytes * ch->size);
+  return rc;
+}
+
+int32_t SetupBroadcast(void*, plexus_oob* oob, void* data, uint64_t bytes, uint32_t root,
+                       int64_t timeout_ms) {
+  auto* ch = reinterpret_cast<MpiSetupChannel*>(oob);
+  if (bytes > uint64_t(INT_MAX) || root >= ch->size) return PLEXUS_ERR_INVALID_ARGUMENT;
+  auto buf = std::make_unique<uint8_t[]>(bytes);
+  std::memcpy(buf.get(), data, bytes);
+  MPI_Request req = MPI_REQUEST_NULL;
+  int mrc;
+  {
+    MpiLock mpi_lock(*ch->ctx);
+    mrc = MPI_Ibcast(buf.get(), int(bytes), MPI_BYTE, int(root), ch->comm, &req);
+  }
+  if (mrc != MPI_SUCCESS) return PLEXUS_ERR_SYSTEM;
+  uint8_t* got = buf.get();
+  const int32_t rc = WaitSetupStep(ch->ctx, ch->comm, req, timeout_ms, nullptr, &buf, &mrc);
+  if (rc == PLEXUS_OK) std::memcpy(data, got, bytes);
+  return rc;
+}
+
+// Every rank of comm on this host: its allreduces go through the kit's
+// shared memory (mpi_one_host.hpp). Collective over comm; every rank
+// decides alike. Logs which at INFO. state_mutex held.
+int32_t AttachOneHost(plexus_backend_ctx* ctx, plexus_comm* comm,
+                      const plexus_comm_config_v1& config, std::string* error_out) {
+  MpiSetupChannel channel{ctx, comm->mpi, config.size};
+  plexus_host_v1 host = ctx->host;
+  host.oob_allgather = SetupAllgather;
+  host.oob_broadcast = SetupBroadcast;
+  plexus_comm_config_v1 setup = config;
+  setup.oob = reinterpret_cast<plexus_oob*>(&channel);
+  std::unique_ptr<OneHostRunner> one_host;
+  std::string why_not;
+  if (algos::Status st = OneHostRunner::Create(host, setup, &one_host, &why_not); !st.ok()) {
+    *error_out = "mpi comm_create " + comm->name + ": " + st.message;
+    return st.code;
+  }
+  Log(ctx->host, PLEXUS_LOG_INFO,
+      comm->name + " rank " + std::to_string(config.rank) + ": " +
+          (one_host ? "allreduce over shared memory (" + one_host->Describe() + ")"
+                    : "no shared memory: " + why_not));
+  comm->one_host = std::move(one_host);
+  return PLEXUS_OK;
+}
+
 // The kit has checked config; *error is what comm_create reports on failure.
 int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
                    plexus_comm** comm_out, std::string* error_out) {
@@ -411,7 +510,12 @@ int32_t CommCreate(plexus_backend_ctx* ctx, const plexus_comm_config_v1* config,
     *error_out = "mpi comm_create " + name + ": MPI_Comm_idup failed: " + MpiErrorText(mrc);
     return StatusOfMpiError(mrc) == PLEXUS_OK ? PLEXUS_ERR_SYSTEM : StatusOfMpiError(mrc);
   }
-  *comm_out = AdoptComm(ctx, dup, *config);
+  plexus_comm* comm = AdoptComm(ctx, dup, *config);
+  if (rc = AttachOneHost(ctx, comm, *config, error_out); rc != PLEXUS_OK) {
+    CommDestroy(comm);
+    return rc;
+  }
+  *comm_out = comm;
   return PLEXUS_OK;
 }
 
@@ -570,6 +674,7 @@ int32_t CommSplit(plexus_comm* parent, uint32_t color, uint32_t key,
 void CommDestroy(plexus_comm* comm) {
   if (!comm) return;
   try {
+    comm->one_host.reset();  // ends its thread (what still waits in the segment is aborted)
     int finalized = 0;
     MPI_Finalized(&finalized);
     // Requests left over (the ABI wants them freed first) stop here.
@@ -628,6 +733,34 @@ int32_t CheckMpiCall(plexus_comm& comm, const kit::Call& call) {
   return PLEXUS_OK;
 }
 
+// The segment's signature of a checked collective call (not send or
+// recv), in place seq; as the kit's: allgatherv's count is the sum of
+// recvcounts (the same on every rank), alltoallv's 0.
+algos::OpSignature OneHostSignature(const plexus_comm& comm, const kit::Call& c, uint64_t seq) {
+  algos::OpSignature sig{seq, c.coll, c.dtype, c.op, c.count, c.root};
+  if (c.coll == PLEXUS_COLL_ALLGATHERV) {
+    sig.count = std::accumulate(c.recvcounts, c.recvcounts + comm.size, uint64_t{0});
+  }
+  return sig;
+}
+
+// An allreduce on host memory through comm.one_host: a request its thread
+// completes.
+int32_t PostOneHost(plexus_comm& comm, const kit::Call& c, const algos::OpSignature& sig,
+                    plexus_request** req_out) {
+  auto req = std::make_unique<plexus_request>();
+  req->comm = &comm;
+  req->coll = c.coll;
+  req->dtype = c.dtype;
+  req->type = ToMpiType(c.dtype);
+  req->bytes = c.count * algos::DtypeSize(c.dtype);
+  req->progress_at = std::chrono::steady_clock::now();
+  req->on_one_host = true;
+  comm.one_host->Post(req.get(), sig, c.sendbuf, c.recvbuf);
+  *req_out = req.release();
+  return PLEXUS_OK;
+}
+
 // No Error: the table's request_error stays NULL and the host reads the
 // communicator's last error (as before the kit).
 struct MpiRequests {
@@ -678,6 +811,7 @@ struct MpiBackend {
     if (!comm.aborted.exchange(true)) {
       comm.SetError("mpi: the communicator " + comm.name + " was aborted");
     }
+    if (comm.one_host) comm.one_host->Abort();
   }
   static kit::ErrorSlot& Errors(plexus_comm& comm) { return comm.errors; }
   static kit::CommShape Shape(const plexus_comm& comm) { return {comm.rank, comm.size}; }
@@ -689,6 +823,13 @@ struct MpiBackend {
   static int32_t Post(plexus_comm& comm, const kit::Call& c, plexus_request** req_out) {
     if (const int32_t rc = CheckMpiCall(comm, c); rc != PLEXUS_OK) return rc;
     const bool host = !c.placement || c.placement->memory_type == PLEXUS_MEMORY_HOST;
+    if (comm.one_host && c.coll != PLEXUS_COLL_SEND && c.coll != PLEXUS_COLL_RECV) {
+      const algos::OpSignature sig = OneHostSignature(comm, c, comm.collectives_posted++);
+      if (c.coll == PLEXUS_COLL_ALLREDUCE && host && c.count > 0) {
+        return PostOneHost(comm, c, sig, req_out);
+      }
+      comm.one_host->Announce(sig);
+    }
     switch (c.coll) {
       case PLEXUS_COLL_ALLREDUCE:
         return PostAllreduce(&comm, c.sendbuf, c.recvbuf, c.count, c.dtype, c.op, host, req_out);
