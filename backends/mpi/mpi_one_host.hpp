@@ -58,7 +58,8 @@ class OneHostRunner {
   // not free it before (the ABI's free refuses an operation in progress).
   void Post(plexus_request* req, const algos::OpSignature& sig, const void* send, void* recv);
   // wait(req) for up to timeout_ms (>= 0): req's status, or
-  // PLEXUS_ERR_TIMEOUT with req left pending.
+  // PLEXUS_ERR_TIMEOUT with req left pending. Runs req here when it is next
+  // in line, small, and timeout_ms is at least the communicator's timeout.
   int32_t Wait(plexus_request* req, int64_t timeout_ms);
   // A collective posted through MPI in place sig.seq (see the file comment).
   void Announce(const algos::OpSignature& sig) { shm_->Announce(sig); }

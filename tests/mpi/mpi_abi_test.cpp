@@ -208,6 +208,29 @@ void TimeoutChecks(plexus_comm* comm, uint32_t rank) {
               WaitFree(req) == PLEXUS_OK,
           "send after the barrier");
   }
+  // The same for an allreduce rank 1 posts 2 s later: a wait shorter than
+  // the communicator's timeout must not run it on the waiting thread (over
+  // shared memory that blocks until every rank has come).
+  int32_t in[8], out[8];
+  for (int32_t& x : in) x = int32_t(rank + 1);
+  if (rank == 1) std::this_thread::sleep_for(std::chrono::seconds(2));
+  Check(
+      t->allreduce(comm, in, out, 8, PLEXUS_DTYPE_INT32, PLEXUS_OP_SUM, nullptr, &req) == PLEXUS_OK,
+      "post an allreduce");
+  if (rank == 0) {
+    const auto start = std::chrono::steady_clock::now();
+    const int32_t rc = t->wait(req, 100);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+    Check(rc == PLEXUS_ERR_TIMEOUT,
+          "wait(100 ms) on an allreduce rank 1 posts 2 s later returns TIMEOUT (got " +
+              std::to_string(rc) + " after " + std::to_string(ms) + " ms)");
+    Check(t->wait(req, 0) == PLEXUS_ERR_TIMEOUT, "wait(0) on it returns TIMEOUT at once");
+    Check(t->test(req) == PLEXUS_IN_PROGRESS, "the allreduce is still pending after the timeout");
+  }
+  Check(WaitFree(req) == PLEXUS_OK && out[0] == 3 && out[7] == 3,
+        "the allreduce completes once rank 1 has posted it");
 }
 
 // Allreduces go through the kit's shared memory (every rank of this test is
