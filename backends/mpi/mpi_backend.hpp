@@ -115,11 +115,12 @@ struct plexus_backend_ctx {
   // Every rank of the job on this host, over Open MPI's shared memory
   // (OneHostSharedMemory in mpi_backend.cpp); set by EnsureMpi, then read only.
   bool shared_memory = false;
-  // An allreduce over the one-host segment failed (mpi_one_host.hpp): a
-  // peer may be stopped or gone, and MPI_Finalize, which waits for every
-  // rank, could then wait forever (the MPI path leaves abandoned requests
-  // in that case, which skip it). finalize() bounds it instead.
-  std::atomic<bool> one_host_failed{false};
+  // An allreduce over the one-host segment failed because a peer made no
+  // progress, exited or gave up (mpi_one_host.hpp): it may be stopped or
+  // gone, and MPI_Finalize, which waits for every rank, could wait forever.
+  // finalize() then skips it, as it does when the MPI path left abandoned
+  // requests behind.
+  std::atomic<bool> one_host_lost_peer{false};
 
   std::mutex state_mutex;  // guards MPI initialisation and comm_create
   std::atomic<bool> mpi_ready{false};

@@ -58,8 +58,7 @@ int32_t OneHostRunner::Wait(plexus_request* req, int64_t timeout_ms) {
       jobs_.pop_front();
       running_ = true;
       lock.unlock();
-      Run(job);
-      return req->status.load(std::memory_order_acquire);
+      return Run(job);  // (req may be freed once its status is out)
     }
     if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !done()) {
       return PLEXUS_ERR_TIMEOUT;
@@ -94,35 +93,47 @@ void OneHostRunner::Loop() {
   }
 }
 
-void OneHostRunner::Run(const Job& job) {
+int32_t OneHostRunner::Run(const Job& job) {
   plexus_request* req = job.req;
   plexus_comm* comm = req->comm;
   algos::Status st;
-  if (!failed_.ok()) {
-    st = {failed_.code, "mpi allreduce over shared memory: an earlier one failed on this rank (" +
-                            failed_.message + ")"};
-  } else if (comm->aborted.load()) {
-    st = {PLEXUS_ERR_ABORTED, "mpi allreduce: the communicator " + comm->name + " was aborted"};
-  } else {
-    st = shm_->Allreduce(job.sig, job.send, job.recv);
-    if (!st.ok()) {
-      failed_ = st;
-      shm_->Fail(st);  // the peers waiting for this rank fail at once, with its reason
-      comm->ctx->one_host_failed.store(true);
-      comm->Break(st.code, st.message);
+  try {
+    if (!failed_.ok()) {
+      st = {failed_.code, "mpi allreduce over shared memory: an earlier one failed on this rank (" +
+                              failed_.message + ")"};
+    } else if (comm->aborted.load()) {
+      st = {PLEXUS_ERR_ABORTED, "mpi allreduce: the communicator " + comm->name + " was aborted"};
+    } else {
+      st = shm_->Allreduce(job.sig, job.send, job.recv);
+      if (!st.ok()) {
+        failed_ = st;
+        shm_->Fail(st);  // the peers waiting for this rank fail at once, with its reason
+        comm->Break(st.code, st.message);
+      }
     }
+    // A peer that made no progress, exited or gave up on one (anything but
+    // a mismatch or an abort) may never reach MPI_Finalize either.
+    if (st.code == PLEXUS_ERR_TIMEOUT ||
+        (st.code == PLEXUS_ERR_REMOTE &&
+         st.message.find("collective mismatch") == std::string::npos)) {
+      comm->ctx->one_host_lost_peer.store(true);
+    }
+    if (!st.ok()) comm->SetError(st.message);  // before the status, which ends the request
+  } catch (...) {  // (strings: bad_alloc) the request completes whatever happens
+    st = {PLEXUS_ERR_INTERNAL, ""};
   }
+  const int32_t status = st.ok() ? PLEXUS_OK : st.code;
   {
     std::lock_guard<std::mutex> lock(req->mutex);
-    if (!st.ok()) comm->SetError(st.message);
     // The last touch of req: once the status is out, its owner may free it.
-    req->status.store(st.ok() ? PLEXUS_OK : st.code, std::memory_order_release);
+    req->status.store(status, std::memory_order_release);
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     running_ = false;
   }
   cv_.notify_all();
+  return status;
 }
 
 }  // namespace plexus::mpi

@@ -77,8 +77,10 @@ class OneHostRunner {
   explicit OneHostRunner(std::unique_ptr<kit::OneHostShm> shm);
   void Loop();
   // Runs job (the caller took it off jobs_ and set running_) and completes
-  // its request; then clears running_ and wakes everyone.
-  void Run(const Job& job);
+  // its request; then clears running_ and wakes everyone. Returns the
+  // status it gave the request (which its owner may have freed by then).
+  // Never throws.
+  int32_t Run(const Job& job);
 
   std::unique_ptr<kit::OneHostShm> shm_;
   algos::Status failed_;  // the first failure (every later job fails with it); the running thread's

@@ -30,7 +30,6 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
-#include <future>
 #include <memory>
 #include <new>
 #include <numeric>
@@ -179,25 +178,6 @@ int32_t Init(const plexus_host_v1* host, plexus_backend_ctx** ctx_out) {
   }
 }
 
-// MPI_Finalize after an allreduce over shared memory failed: it waits for
-// every rank, and one may be stopped (SIGSTOP) or gone. Run on a thread of
-// its own and given kFinalizeBound; past that this rank leaves it there
-// (the process then ends without having finalised, and mpirun ends the job
-// as failed, as after any lost rank). MPI_SUCCESS when it returned in time.
-constexpr auto kFinalizeBound = std::chrono::seconds(10);
-
-int FinalizeBounded(const plexus_host_v1& host) {
-  auto result = std::make_shared<std::promise<int>>();
-  std::future<int> done = result->get_future();
-  std::thread([result] { result->set_value(MPI_Finalize()); }).detach();
-  if (done.wait_for(kFinalizeBound) == std::future_status::ready) return done.get();
-  Log(host, PLEXUS_LOG_WARN,
-      "MPI_Finalize did not return within " + std::to_string(kFinalizeBound.count()) +
-          " s after an allreduce over shared memory failed (a rank stopped or gone?); "
-          "leaving it: mpirun will report this process as ended without finalising");
-  return MPI_SUCCESS;
-}
-
 void Finalize(plexus_backend_ctx* ctx) {
   if (!ctx) return;
   try {
@@ -213,7 +193,12 @@ void Finalize(plexus_backend_ctx* ctx) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
         left = ctx->ReapAbandoned();
       }
-      if (left > 0) {
+      if (ctx->one_host_lost_peer.load()) {
+        // MPI_Finalize would wait for the peer (a SIGSTOPped rank: forever).
+        Log(ctx->host, PLEXUS_LOG_WARN,
+            "an allreduce over shared memory failed for want of a peer; not calling "
+            "MPI_Finalize, which would wait for it");
+      } else if (left > 0) {
         // MPI_Finalize would wait for them (and for the peers they wait on).
         Log(ctx->host, PLEXUS_LOG_WARN,
             std::to_string(left) + " operation(s) of aborted communicators are still " +
@@ -221,7 +206,7 @@ void Finalize(plexus_backend_ctx* ctx) {
       } else {
         ctx->half_ops.Free();
         if (ctx->we_initialised) {
-          const int rc = ctx->one_host_failed.load() ? FinalizeBounded(ctx->host) : MPI_Finalize();
+          const int rc = MPI_Finalize();
           if (rc != MPI_SUCCESS) {
             Log(ctx->host, PLEXUS_LOG_WARN, "MPI_Finalize failed: " + MpiErrorText(rc));
           }
@@ -441,18 +426,23 @@ int32_t AttachOneHost(plexus_backend_ctx* ctx, plexus_comm* comm,
   host.oob_broadcast = SetupBroadcast;
   plexus_comm_config_v1 setup = config;
   setup.oob = reinterpret_cast<plexus_oob*>(&channel);
-  std::unique_ptr<OneHostRunner> one_host;
-  std::string why_not;
-  if (algos::Status st = OneHostRunner::Create(host, setup, &one_host, &why_not); !st.ok()) {
-    *error_out = "mpi comm_create " + comm->name + ": " + st.message;
-    return st.code;
+  try {
+    std::unique_ptr<OneHostRunner> one_host;
+    std::string why_not;
+    if (algos::Status st = OneHostRunner::Create(host, setup, &one_host, &why_not); !st.ok()) {
+      *error_out = "mpi comm_create " + comm->name + ": " + st.message;
+      return st.code;
+    }
+    Log(ctx->host, PLEXUS_LOG_INFO,
+        comm->name + " rank " + std::to_string(config.rank) + ": " +
+            (one_host ? "allreduce over shared memory (" + one_host->Describe() + ")"
+                      : "no shared memory: " + why_not));
+    comm->one_host = std::move(one_host);
+    return PLEXUS_OK;
+  } catch (const std::exception& e) {  // its thread, its strings: the caller destroys comm
+    *error_out = "mpi comm_create " + comm->name + ": setting up the shared memory: " + e.what();
+    return PLEXUS_ERR_INTERNAL;
   }
-  Log(ctx->host, PLEXUS_LOG_INFO,
-      comm->name + " rank " + std::to_string(config.rank) + ": " +
-          (one_host ? "allreduce over shared memory (" + one_host->Describe() + ")"
-                    : "no shared memory: " + why_not));
-  comm->one_host = std::move(one_host);
-  return PLEXUS_OK;
 }
 
 // The kit has checked config; *error is what comm_create reports on failure.
@@ -746,8 +736,7 @@ algos::OpSignature OneHostSignature(const plexus_comm& comm, const kit::Call& c,
 
 // An allreduce on host memory through comm.one_host: a request its thread
 // completes.
-int32_t PostOneHost(plexus_comm& comm, const kit::Call& c, const algos::OpSignature& sig,
-                    plexus_request** req_out) {
+int32_t PostOneHost(plexus_comm& comm, const kit::Call& c, plexus_request** req_out) {
   auto req = std::make_unique<plexus_request>();
   req->comm = &comm;
   req->coll = c.coll;
@@ -756,7 +745,10 @@ int32_t PostOneHost(plexus_comm& comm, const kit::Call& c, const algos::OpSignat
   req->bytes = c.count * algos::DtypeSize(c.dtype);
   req->progress_at = std::chrono::steady_clock::now();
   req->on_one_host = true;
-  comm.one_host->Post(req.get(), sig, c.sendbuf, c.recvbuf);
+  // The sequence number last, once nothing can fail: it must stay the same
+  // on every rank.
+  comm.one_host->Post(req.get(), OneHostSignature(comm, c, comm.collectives_posted++), c.sendbuf,
+                      c.recvbuf);
   *req_out = req.release();
   return PLEXUS_OK;
 }
@@ -824,11 +816,10 @@ struct MpiBackend {
     if (const int32_t rc = CheckMpiCall(comm, c); rc != PLEXUS_OK) return rc;
     const bool host = !c.placement || c.placement->memory_type == PLEXUS_MEMORY_HOST;
     if (comm.one_host && c.coll != PLEXUS_COLL_SEND && c.coll != PLEXUS_COLL_RECV) {
-      const algos::OpSignature sig = OneHostSignature(comm, c, comm.collectives_posted++);
       if (c.coll == PLEXUS_COLL_ALLREDUCE && host && c.count > 0) {
-        return PostOneHost(comm, c, sig, req_out);
+        return PostOneHost(comm, c, req_out);
       }
-      comm.one_host->Announce(sig);
+      comm.one_host->Announce(OneHostSignature(comm, c, comm.collectives_posted++));
     }
     switch (c.coll) {
       case PLEXUS_COLL_ALLREDUCE:

@@ -542,8 +542,9 @@ std::mutex g_queues_mutex;
 std::vector<std::weak_ptr<void>> g_queues;
 }  // namespace
 
-CompletionThread::CompletionThread()
+CompletionThread::CompletionThread(std::chrono::milliseconds timeout)
     : queue_(std::make_shared<Queue>()), thread_(&CompletionThread::Loop, queue_) {
+  queue_->timeout = timeout;  // (read only by StopAllAndWait, after the registration below)
   std::lock_guard<std::mutex> lock(g_queues_mutex);
   std::erase_if(g_queues, [](const std::weak_ptr<void>& q) { return q.expired(); });
   g_queues.push_back(queue_);
@@ -596,15 +597,20 @@ void CompletionThread::Loop(std::shared_ptr<Queue> q) {
   }
 }
 
-int CompletionThread::StopAllAndWait(std::chrono::milliseconds bound) {
+int CompletionThread::StopAllAndWait(std::chrono::milliseconds* bound) {
   std::vector<std::shared_ptr<Queue>> queues;
+  std::chrono::milliseconds longest{0};
   {
     std::lock_guard<std::mutex> lock(g_queues_mutex);
     for (const auto& weak : g_queues) {
-      if (auto q = weak.lock()) queues.push_back(std::static_pointer_cast<Queue>(q));
+      if (auto q = weak.lock()) {
+        queues.push_back(std::static_pointer_cast<Queue>(q));
+        longest = std::max(longest, queues.back()->timeout);
+      }
     }
   }
-  const auto deadline = std::chrono::steady_clock::now() + bound;
+  *bound = longest + std::chrono::seconds(5);
+  const auto deadline = std::chrono::steady_clock::now() + *bound;
   int running = 0;
   for (const auto& q : queues) {
     std::unique_lock<std::mutex> lock(q->mutex);
@@ -672,7 +678,7 @@ PlexusBackend::PlexusBackend(plexus::Communicator comm, std::chrono::millisecond
     : c10d::Backend(int(comm.rank()), int(comm.size())),
       comm_(std::move(comm)),
       timeout_(timeout),
-      completer_(std::make_shared<CompletionThread>()) {
+      completer_(std::make_shared<CompletionThread>(timeout)) {
   std::lock_guard<std::mutex> lock(g_live_mutex);
   g_live.push_back(this);
 }
@@ -686,15 +692,21 @@ PlexusBackend::~PlexusBackend() {
 }
 
 void PlexusBackend::ReleaseAll() {
+  // First every completion thread finishes what it holds (the works keep
+  // their communicators alive, so releasing those first would not end them
+  // sooner), with nothing posting through a communicator being moved out
+  // from under it; a future's callbacks may post.
+  std::chrono::milliseconds bound{0};
+  if (int running = CompletionThread::StopAllAndWait(&bound); running > 0) {
+    std::fprintf(stderr,
+                 "plexus_torch: at exit, %d completion thread(s) still running a future's "
+                 "callback after %lld ms; Python may end them in the middle\n",
+                 running, static_cast<long long>(bound.count()));
+  }
   std::vector<plexus::Communicator> released;
-  std::chrono::milliseconds longest{0};
   {
     std::lock_guard<std::mutex> lock(g_live_mutex);
-    for (PlexusBackend* b : g_live) {
-      longest = std::max(longest, b->timeout_);
-      b->completer_->Stop();
-      released.push_back(std::move(b->comm_));
-    }
+    for (PlexusBackend* b : g_live) released.push_back(std::move(b->comm_));
   }
   {
     std::lock_guard<std::mutex> lock(g_world_mutex);
@@ -702,15 +714,6 @@ void PlexusBackend::ReleaseAll() {
     g_world.reset();
   }
   released.clear();  // each waits (bounded) for what it still runs
-  // The works of released communicators fail at once; what the threads
-  // still run is the futures' callbacks. Bounded like a collective.
-  std::chrono::milliseconds bound = longest + std::chrono::seconds(5);
-  if (int running = CompletionThread::StopAllAndWait(bound); running > 0) {
-    std::fprintf(stderr,
-                 "plexus_torch: at exit, %d completion thread(s) still running a future's "
-                 "callback after %lld ms; Python may end them in the middle\n",
-                 running, static_cast<long long>(bound.count()));
-  }
 }
 
 // A coalesced call is one work of several posts: each part is posted as

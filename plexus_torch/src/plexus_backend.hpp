@@ -92,18 +92,20 @@ class PlexusWork : public c10d::Work {
 // the thread ends when the backend goes and the queue is empty.
 class CompletionThread {
  public:
-  CompletionThread();
+  // timeout: the longest a work it completes may wait (the communicator's).
+  explicit CompletionThread(std::chrono::milliseconds timeout);
   ~CompletionThread();
   // False once stopping: the caller completes the work itself.
   bool Add(c10::intrusive_ptr<PlexusWork> work);
   void Stop();  // the backend is going: finish the queue, then end
   // At interpreter exit (atexit, without the GIL): stops every completion
   // thread in the process, the detached ones of backends already gone
-  // included, and waits up to `bound` for each to finish its queue. A
+  // included, and waits for each to finish its queue, up to the longest
+  // timeout among them + 5 s in all (*bound says how long that was). A
   // future's callbacks may be Python code, which takes the GIL: a thread
   // still running one once Python finalises is ended by Python in the middle
   // of C++ frames (std::terminate). Returns how many were still running.
-  static int StopAllAndWait(std::chrono::milliseconds bound);
+  static int StopAllAndWait(std::chrono::milliseconds* bound);
 
  private:
   struct Queue {
@@ -112,6 +114,7 @@ class CompletionThread {
     std::deque<c10::intrusive_ptr<PlexusWork>> works;
     bool stop = false;
     bool finished = false;  // the loop has returned: it touches no work any more
+    std::chrono::milliseconds timeout{0};  // set at construction, then read only
   };
   static void Loop(std::shared_ptr<Queue> q);
   std::shared_ptr<Queue> queue_;
