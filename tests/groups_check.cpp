@@ -26,9 +26,21 @@ std::string S(uint64_t v) {
   return std::to_string(v);
 }
 
+// Whether every rank of the world runs on this host (plexus-run -n N, or
+// mpirun on one machine): then every group's ranks are all local too.
+bool world_on_one_host = false;
+
 // Sum of job ranks + 1 over the communicator, by allreduce, and a broadcast
 // from its rank 0 of that rank's job rank.
 void CheckWorks(Communicator& c, const std::string& what) {
+  if (world_on_one_host) {
+    // (Every group had local_size one too many, so a backend never saw a
+    // group as one host's: no shared memory for groups, nor for the
+    // two-level scheme's groups inside hosts.)
+    Expect(c.local_size() == c.size() && c.local_rank() == c.rank(),
+           what + ": on one host, local rank " + S(c.local_rank()) + " of " + S(c.local_size()) +
+               " (expected rank " + S(c.rank()) + " of " + S(c.size()) + ")");
+  }
   int64_t mine = int64_t(c.job_ranks()[c.rank()]) + 1, sum = 0;
   c.allreduce(&mine, &sum, 1, DType::Int64, ReduceOp::Sum).wait();
   int64_t expect = 0;
@@ -220,6 +232,7 @@ void CheckNewCollectives(Communicator& c, const std::string& where) {
 int main() {
   auto world = Communicator::from_env();
   plexus_check::rank = world.rank();
+  world_on_one_host = world.local_size() == world.size();
   if (world.size() < 3) {
     std::printf("groups_check needs 3 or more ranks\n");
     return 2;

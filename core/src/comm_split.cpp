@@ -105,6 +105,9 @@ Status MakeGroup(CommState& p, const std::vector<SplitEntry>& all, const std::st
     g->backend = backend;
     g->size = uint32_t(members.size());
     g->rank = uint32_t(std::find(members.begin(), members.end(), p.rank) - members.begin());
+    // (CommState starts at local rank 0 of 1, a world of one.)
+    g->local_rank = 0;
+    g->local_size = 0;
     for (uint32_t m : members) {
       if (all[m].host != all[p.rank].host) continue;
       if (m == p.rank) g->local_rank = g->local_size;

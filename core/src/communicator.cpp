@@ -441,6 +441,9 @@ uint32_t Communicator::size() const {
 uint32_t Communicator::local_rank() const {
   return state().local_rank;
 }
+uint32_t Communicator::local_size() const {
+  return state().local_size;
+}
 const std::string& Communicator::backend_name() const {
   return state().backend->name();
 }

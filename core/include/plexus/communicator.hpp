@@ -79,7 +79,11 @@ class Communicator {
 
   uint32_t rank() const;
   uint32_t size() const;
+  // This rank's place among the communicator's ranks on its host (its
+  // ranks in order), and how many they are: for a group, its own members
+  // on this host.
   uint32_t local_rank() const;
+  uint32_t local_size() const;
   const std::string& backend_name() const;
   const std::string& backend_version() const;
   const std::string& backend_path() const;
