@@ -15,6 +15,16 @@ algos::Status OneHostShmAllreduce(algos::PeerTransport& t, const algos::OpSignat
   return static_cast<QueueTransport&>(t).one_host_shm()->Allreduce(sig, sendbuf, recvbuf);
 }
 
+algos::Status OneHostShmReduceScatter(algos::PeerTransport& t, const algos::OpSignature& sig,
+                                      const void* sendbuf, void* recvbuf) {
+  return static_cast<QueueTransport&>(t).one_host_shm()->ReduceScatter(sig, sendbuf, recvbuf);
+}
+
+algos::Status OneHostShmAllgather(algos::PeerTransport& t, const algos::OpSignature& sig,
+                                  const void* sendbuf, void* recvbuf) {
+  return static_cast<QueueTransport&>(t).one_host_shm()->Allgather(sig, sendbuf, recvbuf);
+}
+
 algos::AllreduceFn AllreduceOf(AllreduceAlgo allreduce) {
   switch (allreduce) {
     case AllreduceAlgo::kOneHostShm:
@@ -62,8 +72,14 @@ OpBody AlgosBody(const Call& call, uint32_t size, AllreduceAlgo allreduce) {
     case PLEXUS_COLL_REDUCE:
       return [send, recv](T& t, const S& s) { return algos::BinomialReduce(t, s, send, recv); };
     case PLEXUS_COLL_ALLGATHER:
+      if (allreduce == AllreduceAlgo::kOneHostShm) {
+        return [send, recv](T& t, const S& s) { return OneHostShmAllgather(t, s, send, recv); };
+      }
       return [send, recv](T& t, const S& s) { return algos::RingAllgather(t, s, send, recv); };
     case PLEXUS_COLL_REDUCE_SCATTER:
+      if (allreduce == AllreduceAlgo::kOneHostShm) {
+        return [send, recv](T& t, const S& s) { return OneHostShmReduceScatter(t, s, send, recv); };
+      }
       return [send, recv](T& t, const S& s) { return algos::RingReduceScatter(t, s, send, recv); };
     case PLEXUS_COLL_ALLTOALL:
       return [send, recv](T& t, const S& s) { return algos::PairwiseAlltoall(t, s, send, recv); };
@@ -128,10 +144,12 @@ int32_t PostAlgos(OpQueue& queue, const Call& call, AllreduceAlgo allreduce,
   const bool v_collective =
       call.coll == PLEXUS_COLL_ALLGATHERV || call.coll == PLEXUS_COLL_ALLTOALLV;
   const bool empty = call.count == 0 && call.coll != PLEXUS_COLL_BARRIER && !v_collective;
-  // On one host, allreduce (and its packed coalesced form) through shared
-  // memory when the backend attached it: every rank decides alike.
+  // On one host, allreduce (and its packed coalesced form), reduce_scatter
+  // and allgather through shared memory when the backend attached it: every
+  // rank decides alike.
   if (queue.one_host_shm() &&
-      (call.coll == PLEXUS_COLL_ALLREDUCE || call.coll == PLEXUS_COLL_ALLREDUCE_COALESCED)) {
+      (call.coll == PLEXUS_COLL_ALLREDUCE || call.coll == PLEXUS_COLL_ALLREDUCE_COALESCED ||
+       call.coll == PLEXUS_COLL_REDUCE_SCATTER || call.coll == PLEXUS_COLL_ALLGATHER)) {
     allreduce = AllreduceAlgo::kOneHostShm;
   }
   return queue.Post(sig, empty ? OpBody() : AlgosBody(call, queue.size(), allreduce), req_out);

@@ -16,6 +16,7 @@
 #include <climits>
 #include <cstring>
 #include <ctime>
+#include <tuple>
 
 #include "plexus/algos/comm_setting.hpp"
 #include "plexus/algos/describe.hpp"
@@ -177,6 +178,22 @@ bool Arrived(const RankLines& line, uint32_t target, int inline_half) {
     return line.sig[inline_half].stamp.load(std::memory_order_acquire) == target;
   }
   return Reached(line.published.load(std::memory_order_acquire), target);
+}
+
+// No user buffer of a 64-bit Linux process reaches past this (47-bit
+// address spaces, 56 with five-level page tables).
+constexpr uint64_t kAddressSpaceEnd = 1ull << 57;
+
+// Whether n blocks of count elements of esize bytes from p lie within the
+// address space: a count far beyond the buffer (1 EiB) is this rank's error,
+// said so, where a copy would end the process with SIGSEGV. (A transport
+// that reads the buffer through the kernel gets EFAULT instead.)
+bool WithinAddressSpace(const void* p, uint64_t n, uint64_t count, uint64_t esize,
+                        uint64_t* bytes) {
+  uint64_t b = 0;
+  if (__builtin_mul_overflow(count, esize, &b) || __builtin_mul_overflow(b, n, &b)) return false;
+  *bytes = b;
+  return b <= kAddressSpaceEnd && uintptr_t(p) <= kAddressSpaceEnd - b;
 }
 
 bool SameOperation(const algos::OpSignature& a, const algos::OpSignature& b) {
@@ -431,6 +448,27 @@ algos::Status OneHostShm::CheckPeers(const algos::OpSignature& sig) const {
   return {};
 }
 
+algos::Status OneHostShm::CheckBuffers(const algos::OpSignature& sig, const void* sendbuf,
+                                       uint64_t send_blocks, const void* recvbuf,
+                                       uint64_t recv_blocks) const {
+  const uint64_t esize = algos::DtypeSize(sig.dtype);
+  uint64_t bytes = 0;
+  for (const auto& [p, blocks, name] :
+       {std::tuple{sendbuf, send_blocks, "sendbuf"},
+        std::tuple{static_cast<const void*>(recvbuf), recv_blocks, "recvbuf"}}) {
+    if (!WithinAddressSpace(p, blocks, sig.count, esize, &bytes)) {
+      char where[32];
+      std::snprintf(where, sizeof where, "%p", p);
+      return {PLEXUS_ERR_INVALID_ARGUMENT,
+              Prefix(sig) + ": this rank's " + name + " at " + where + " would hold " +
+                  std::to_string(blocks) + " x " + std::to_string(sig.count) + " elements of " +
+                  std::to_string(esize) +
+                  " bytes, past the end of the address space (a count larger than the buffer?)"};
+    }
+  }
+  return {};
+}
+
 algos::Status OneHostShm::Mismatch(const algos::OpSignature& sig, uint32_t peer,
                                    const algos::OpSignature& theirs) const {
   return {PLEXUS_ERR_REMOTE, backend_ + " over shared memory: collective mismatch: rank " +
@@ -568,6 +606,7 @@ algos::Status OneHostShm::Allreduce(const algos::OpSignature& sig, const void* s
   auto* recv = static_cast<uint8_t*>(recvbuf);
   const plexus_dtype_t dtype = sig.dtype;
   const plexus_reduce_op_t op = sig.op;
+  if (algos::Status st = CheckBuffers(sig, sendbuf, 1, recvbuf, 1); !st.ok()) return st;
   const bool small = count * esize <= std::min(kReduceAllMaxBytes, slot_bytes_);
   const uint64_t chunk_elems = slot_bytes_ / esize;
   if (count * esize <= kInlineBytes) return AllreduceInline(sig, send, recv);
@@ -638,6 +677,95 @@ algos::Status OneHostShm::Allreduce(const algos::OpSignature& sig, const void* s
   return {};
 }
 
+algos::Status OneHostShm::ReduceScatter(const algos::OpSignature& sig, const void* sendbuf,
+                                        void* recvbuf) {
+  if (aborted_.load(std::memory_order_relaxed)) {
+    return {PLEXUS_ERR_ABORTED, Prefix(sig) + ": the communicator was aborted"};
+  }
+  const uint64_t esize = algos::DtypeSize(sig.dtype);
+  const uint64_t count = sig.count;  // of each block
+  if (algos::Status st = CheckBuffers(sig, sendbuf, size_, recvbuf, 1); !st.ok()) return st;
+  const auto* send = static_cast<const uint8_t*>(sendbuf);
+  auto* recv = static_cast<uint8_t*>(recvbuf);
+  // Every block's range of the chunk lies in the slot at r * n (mine unused).
+  const uint64_t piece = slot_bytes_ / (esize * size_);
+  if (piece == 0) {
+    return {PLEXUS_ERR_INTERNAL, Prefix(sig) + ": slots of " + std::to_string(slot_bytes_) +
+                                     " bytes hold no element of each of " + std::to_string(size_) +
+                                     " blocks"};
+  }
+  for (uint64_t done = 0; done < count;) {
+    const uint64_t n = std::min(piece, count - done);
+    const uint32_t half = chunk_ & 1;
+    const uint32_t step1 = 2 * chunk_ + 1;
+    uint8_t* mine = Slot(rank_, half);
+    for (uint32_t r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      std::memcpy(mine + r * n * esize, send + (r * count + done) * esize, n * esize);
+    }
+    if (done == 0) WriteSignature(half, sig);
+    Publish(step1);
+    if (algos::Status st = WaitAll(step1, sig); !st.ok()) return st;
+    if (done == 0) {
+      if (algos::Status st = CheckSignatures(half, sig); !st.ok()) return st;
+    }
+    // Mine first, from my own buffer (out may be it: in place), then the
+    // others' in rank order.
+    uint8_t* out = recv + done * esize;
+    const uint8_t* own = send + (uint64_t(rank_) * count + done) * esize;
+    bool first = true;
+    for (uint32_t r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      const uint8_t* theirs = Slot(r, half) + rank_ * n * esize;
+      if (first) {
+        algos::ReduceTo(out, own, theirs, n, sig.dtype, sig.op);
+        first = false;
+      } else {
+        algos::ReduceInto(out, theirs, n, sig.dtype, sig.op);
+      }
+    }
+    if (sig.op == PLEXUS_OP_AVG) algos::FinishAverage(out, n, sig.dtype, size_);
+    ++chunk_;
+    done += n;
+  }
+  return {};
+}
+
+algos::Status OneHostShm::Allgather(const algos::OpSignature& sig, const void* sendbuf,
+                                    void* recvbuf) {
+  if (aborted_.load(std::memory_order_relaxed)) {
+    return {PLEXUS_ERR_ABORTED, Prefix(sig) + ": the communicator was aborted"};
+  }
+  const uint64_t esize = algos::DtypeSize(sig.dtype);
+  const uint64_t count = sig.count;  // of each rank
+  if (algos::Status st = CheckBuffers(sig, sendbuf, 1, recvbuf, size_); !st.ok()) return st;
+  const auto* send = static_cast<const uint8_t*>(sendbuf);
+  auto* recv = static_cast<uint8_t*>(recvbuf);
+  uint8_t* own_block = recv + uint64_t(rank_) * count * esize;
+  const uint64_t piece = slot_bytes_ / esize;
+  for (uint64_t done = 0; done < count;) {
+    const uint64_t n = std::min(piece, count - done);
+    const uint32_t half = chunk_ & 1;
+    const uint32_t step1 = 2 * chunk_ + 1;
+    std::memcpy(Slot(rank_, half), send + done * esize, n * esize);
+    if (done == 0) WriteSignature(half, sig);
+    Publish(step1);
+    // My own block while the peers catch up (nothing to do in place).
+    if (send != own_block) std::memcpy(own_block + done * esize, send + done * esize, n * esize);
+    if (algos::Status st = WaitAll(step1, sig); !st.ok()) return st;
+    if (done == 0) {
+      if (algos::Status st = CheckSignatures(half, sig); !st.ok()) return st;
+    }
+    for (uint32_t r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      std::memcpy(recv + (r * count + done) * esize, Slot(r, half), n * esize);
+    }
+    ++chunk_;
+    done += n;
+  }
+  return {};
+}
+
 algos::Status AttachOneHostShm(const plexus_host_v1& host, const plexus_comm_config_v1& config,
                                const OneHostShmOptions& options, QueueTransport& transport,
                                std::string* info) {
@@ -645,8 +773,9 @@ algos::Status AttachOneHostShm(const plexus_host_v1& host, const plexus_comm_con
   std::string why_not;
   algos::Status st = OneHostShm::Create(host, config, options, &shm, &why_not);
   if (!st.ok()) return st;
-  *info = shm ? "allreduce over shared memory (" + shm->Describe() + ")"
-              : "no shared memory: " + why_not;
+  *info =
+      shm ? "allreduce, reduce_scatter and allgather over shared memory (" + shm->Describe() + ")"
+          : "no shared memory: " + why_not;
   transport.set_one_host_shm(std::move(shm));
   return {};
 }

@@ -2,9 +2,10 @@
 # The kit's one-host shared memory (kit/include/plexus/kit/one_host_shm.hpp)
 # on a backend built on the kit:
 # - with every rank on this host, each rank's comm_create says at info level
-#   that allreduce goes through shared memory, and the collectives check
-#   (every dtype and op, 1 MiB vectors) passes with 64 KiB slots, so that a
-#   vector takes many chunks, both halves in turn, pieces of uneven size;
+#   that allreduce, reduce_scatter and allgather go through shared memory,
+#   and the collectives check (every dtype and op, 1 MiB vectors, in and out
+#   of place) passes with 64 KiB slots, so that a vector takes many chunks,
+#   both halves in turn, pieces of uneven size;
 # - PLEXUS_SHM=off: the ranks say there is none, and the check passes;
 # - a malformed PLEXUS_SHM fails comm_create naming the setting, on every
 #   rank at once when only one rank has it;
@@ -31,10 +32,10 @@ job 3 PLEXUS_SHM_SLOT_KIB=64
 rc=$?
 [ "$rc" -eq 0 ] || { tail -30 "$out"; fail "3 ranks, 64 KiB slots: the job exited $rc"; }
 for r in 0 1 2; do
-  grep -q "rank $r.*allreduce over shared memory (3 ranks, 2 x 64 KiB slots per rank)" "$out" ||
-    fail "rank $r does not say that allreduce goes over shared memory with 64 KiB slots"
+  grep -q "rank $r.*allreduce, reduce_scatter and allgather over shared memory (3 ranks, 2 x 64 KiB slots per rank)" "$out" ||
+    fail "rank $r does not say that allreduce, reduce_scatter and allgather go over shared memory with 64 KiB slots"
 done
-grep -m1 "allreduce over shared memory" "$out"
+grep -m1 "over shared memory" "$out"
 
 job 2 PLEXUS_SHM=off
 rc=$?
@@ -43,7 +44,7 @@ for r in 0 1; do
   grep -q "rank $r.*no shared memory: PLEXUS_SHM=off" "$out" ||
     fail "rank $r does not say that PLEXUS_SHM=off leaves shared memory out"
 done
-grep "allreduce over shared memory" "$out" && fail "PLEXUS_SHM=off: a rank uses shared memory"
+grep "over shared memory" "$out" && fail "PLEXUS_SHM=off: a rank uses shared memory"
 
 job 2 PLEXUS_SHM=bogus
 rc=$?

@@ -12,7 +12,8 @@ enum class AllreduceAlgo {
   kRing,               // bandwidth-optimal; large vectors
   kRecursiveDoubling,  // log2(size) whole-vector steps; small vectors
   kPairExchange,       // 2 ranks: one step, each reduces the whole vector
-  kOneHostShm,         // the transport's one-host shared memory (one_host_shm.hpp)
+  kOneHostShm,         // the transport's one-host shared memory (one_host_shm.hpp); reduce_scatter
+                       // and allgather go through it too
 };
 
 // The body of call (any collective but send and recv) on a communicator of
@@ -30,9 +31,9 @@ OpBody AlgosBody(const Call& call, uint32_t size, AllreduceAlgo allreduce);
 // collective as an operation that completes in its place without the peers
 // (the ABI allows it; a barrier, always of count 0, does synchronise; the
 // v-collectives, whose count is not the same on every rank, never skip),
-// any other collective with AlgosBody; allreduce and allreduce_coalesced
-// with kOneHostShm whenever the queue's transport has a one-host segment
-// (whatever `allreduce` says). A backend's whole B::Post, once it
+// any other collective with AlgosBody; allreduce, allreduce_coalesced,
+// reduce_scatter and allgather with kOneHostShm whenever the queue's
+// transport has a one-host segment (whatever `allreduce` says). A backend's whole B::Post, once it
 // has chosen how to all-reduce (by kit::CallBytes(call), which for
 // allreduce_coalesced is the packed vector's size).
 int32_t PostAlgos(OpQueue& queue, const Call& call, AllreduceAlgo allreduce,

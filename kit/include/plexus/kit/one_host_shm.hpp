@@ -1,5 +1,6 @@
-// plexus::kit::OneHostShm — allreduce through one shared-memory segment,
-// for a communicator whose ranks all run on this host.
+// plexus::kit::OneHostShm — allreduce, reduce_scatter and allgather
+// through one shared-memory segment, for a communicator whose ranks all run
+// on this host.
 //
 // Why: a transport between two processes copies every byte at least twice
 // (UCX's FIFO in and out, a socket through the kernel; UCX's cma copy runs
@@ -98,6 +99,24 @@ class OneHostShm {
   // One thread at a time (OpQueue runs operations one at a time).
   algos::Status Allreduce(const algos::OpSignature& sig, const void* sendbuf, void* recvbuf);
 
+  // Reduce-scatter: sendbuf holds size blocks of sig.count elements, and
+  // rank r gets block r reduced over all ranks in recvbuf (which may be
+  // sendbuf + rank * count * elem_size). Each element is reduced once, by
+  // the rank whose block holds it: its own part first, from its own buffer,
+  // then the others' in rank order (the order of Allreduce's large chunks).
+  // Per chunk, a rank copies into its slot the range of every block but its
+  // own, publishes 2k+1, waits for all and reduces its block's range from
+  // the peers' slots: one step, the others' blocks copied once.
+  // Blocks and fails as Allreduce.
+  algos::Status ReduceScatter(const algos::OpSignature& sig, const void* sendbuf, void* recvbuf);
+
+  // Allgather: sig.count elements from every rank into block r of recvbuf
+  // (sendbuf may be recvbuf + rank * count * elem_size). Per chunk, a rank
+  // copies its range into its slot, publishes 2k+1, waits for all and
+  // copies the peers' ranges out of their slots. Blocks and fails as
+  // Allreduce.
+  algos::Status Allgather(const algos::OpSignature& sig, const void* sendbuf, void* recvbuf);
+
   // Every collective this rank runs, over shared memory or not, before it
   // runs: a peer waiting here for this rank in another collective of the
   // same sequence number fails at once with both named. OpQueue's thread.
@@ -127,6 +146,10 @@ class OneHostShm {
   algos::Status CheckPeers(const algos::OpSignature& sig) const;  // failures, abort
   algos::Status CheckSignatures(uint32_t half, const algos::OpSignature& sig) const;
   std::string Prefix(const algos::OpSignature& sig) const;
+  // INVALID_ARGUMENT when sendbuf (send_blocks x sig.count elements) or
+  // recvbuf would reach past the end of the address space.
+  algos::Status CheckBuffers(const algos::OpSignature& sig, const void* sendbuf,
+                             uint64_t send_blocks, const void* recvbuf, uint64_t recv_blocks) const;
   algos::Status Mismatch(const algos::OpSignature& sig, uint32_t peer,
                          const algos::OpSignature& theirs) const;
   void WakeAll();

@@ -85,7 +85,7 @@ class QueueTransport : public algos::PeerTransport {
 // OpQueue does: makes the communicator's one-host shared-memory segment
 // (collective, over config.oob; one_host_shm.hpp) and gives it to
 // transport. *info says what was decided, for the backend's INFO line
-// ("allreduce over shared memory (2 ranks, 2 x 512 KiB slots per rank)" or
+// ("allreduce, reduce_scatter and allgather over shared memory (2 ranks, 2 x 512 KiB slots per rank)" or
 // "no shared memory: <why>"). Fails only for a bad PLEXUS_SHM* setting or a
 // failed out-of-band exchange.
 algos::Status AttachOneHostShm(const plexus_host_v1& host, const plexus_comm_config_v1& config,
