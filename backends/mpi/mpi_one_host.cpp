@@ -1,8 +1,10 @@
 #include "mpi_one_host.hpp"
 
+#include <string>
 #include <utility>
 
 #include "mpi_backend.hpp"
+#include "plexus/algos/dtype.hpp"
 #include "plexus/kit/worker_policy.hpp"
 
 namespace plexus::mpi {
@@ -99,12 +101,22 @@ int32_t OneHostRunner::Run(const Job& job) {
   algos::Status st;
   try {
     if (!failed_.ok()) {
-      st = {failed_.code, "mpi allreduce over shared memory: an earlier one failed on this rank (" +
+      st = {failed_.code, "mpi over shared memory: an earlier collective failed on this rank (" +
                               failed_.message + ")"};
     } else if (comm->aborted.load()) {
-      st = {PLEXUS_ERR_ABORTED, "mpi allreduce: the communicator " + comm->name + " was aborted"};
+      st = {PLEXUS_ERR_ABORTED, "mpi " + std::string(algos::CollectiveName(job.sig.coll)) +
+                                    ": the communicator " + comm->name + " was aborted"};
     } else {
-      st = shm_->Allreduce(job.sig, job.send, job.recv);
+      switch (job.sig.coll) {
+        case PLEXUS_COLL_REDUCE_SCATTER:
+          st = shm_->ReduceScatter(job.sig, job.send, job.recv);
+          break;
+        case PLEXUS_COLL_ALLGATHER:
+          st = shm_->Allgather(job.sig, job.send, job.recv);
+          break;
+        default:
+          st = shm_->Allreduce(job.sig, job.send, job.recv);
+      }
       if (!st.ok()) {
         failed_ = st;
         shm_->Fail(st);  // the peers waiting for this rank fail at once, with its reason

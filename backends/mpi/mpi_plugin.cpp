@@ -435,7 +435,8 @@ int32_t AttachOneHost(plexus_backend_ctx* ctx, plexus_comm* comm,
     }
     Log(ctx->host, PLEXUS_LOG_INFO,
         comm->name + " rank " + std::to_string(config.rank) + ": " +
-            (one_host ? "allreduce over shared memory (" + one_host->Describe() + ")"
+            (one_host ? "allreduce, reduce_scatter and allgather over shared memory (" +
+                            one_host->Describe() + ")"
                       : "no shared memory: " + why_not));
     comm->one_host = std::move(one_host);
     return PLEXUS_OK;
@@ -734,15 +735,18 @@ algos::OpSignature OneHostSignature(const plexus_comm& comm, const kit::Call& c,
   return sig;
 }
 
-// An allreduce on host memory through comm.one_host: a request its thread
-// completes.
+// An allreduce, reduce_scatter or allgather on host memory through
+// comm.one_host: a request its thread completes.
 int32_t PostOneHost(plexus_comm& comm, const kit::Call& c, plexus_request** req_out) {
   auto req = std::make_unique<plexus_request>();
   req->comm = &comm;
   req->coll = c.coll;
   req->dtype = c.dtype;
   req->type = ToMpiType(c.dtype);
-  req->bytes = c.count * algos::DtypeSize(c.dtype);
+  // (Its largest buffer: size blocks of count for reduce_scatter's send
+  // and allgather's receive.)
+  req->bytes =
+      c.count * algos::DtypeSize(c.dtype) * (c.coll == PLEXUS_COLL_ALLREDUCE ? 1 : comm.size);
   req->progress_at = std::chrono::steady_clock::now();
   req->on_one_host = true;
   // The sequence number last, once nothing can fail: it must stay the same
@@ -816,7 +820,9 @@ struct MpiBackend {
     if (const int32_t rc = CheckMpiCall(comm, c); rc != PLEXUS_OK) return rc;
     const bool host = !c.placement || c.placement->memory_type == PLEXUS_MEMORY_HOST;
     if (comm.one_host && c.coll != PLEXUS_COLL_SEND && c.coll != PLEXUS_COLL_RECV) {
-      if (c.coll == PLEXUS_COLL_ALLREDUCE && host && c.count > 0) {
+      if ((c.coll == PLEXUS_COLL_ALLREDUCE || c.coll == PLEXUS_COLL_REDUCE_SCATTER ||
+           c.coll == PLEXUS_COLL_ALLGATHER) &&
+          host && c.count > 0) {
         return PostOneHost(comm, c, req_out);
       }
       comm.one_host->Announce(OneHostSignature(comm, c, comm.collectives_posted++));
