@@ -14,13 +14,18 @@
 namespace plexus::detail {
 namespace {
 
-// Under auto, allreduces smaller than this stay flat: three operations in a
-// row (and a thread's hand-over) cost more than the bytes saved on the
-// links. Measured on 3 namespace hosts x 2 ranks of a 2-core machine (tcp
-// across, ucx inside; plexus-bench --blocking): two-level 2.75 ms at 1 MiB
-// against flat 2.22, 10.97 at 4 MiB against 11.69, 43.2 at 16 MiB against
-// 50.7; with tcp inside too it did not pay below 16 MiB there.
-constexpr uint64_t kAutoMinBytes = 4 << 20;
+// Under auto, allreduces and reduces smaller than this stay flat: three
+// operations in a row (and a thread's hand-over) cost more than the bytes
+// saved on the links. Measured on 3 namespace hosts x 2 ranks of a 2-core
+// machine (bench/netns-compare --time, tcp across, tcp inside hosts, where
+// the groups inside hosts go through the kit's shared memory; medians of 3
+// rounds, time against flat): allreduce 256 KiB 1.23x, 512 KiB 0.83x,
+// 1 MiB 0.74x, 2 MiB 0.76x, 4 MiB 0.69x; reduce 1 MiB 0.84x. (Before the
+// groups inside hosts had shared memory, it paid from 4 MiB only.)
+constexpr uint64_t kAutoMinBytes = 1 << 20;
+// A broadcast copies, reduces nothing, and has no shared-memory path inside
+// hosts: two-level 1 MiB 1.12x, 4 MiB 0.94x, 16 MiB 0.98x (the same runs).
+constexpr uint64_t kAutoMinBroadcastBytes = 4 << 20;
 
 // An allreduce is cut into pieces of about this many bytes (at most
 // kMaxPieces), which go through the three parts as a pipeline.
@@ -118,7 +123,7 @@ bool TwoLevel::Takes(plexus_collective_t coll, uint64_t bytes) const {
   // median of 3: reduce_scatter 0.87x flat with tcp inside, 0.94x with ucx;
   // allgather 0.85x and 0.89x), unlike allreduce (1.13x and 1.29x).
   if (coll == PLEXUS_COLL_REDUCE_SCATTER || coll == PLEXUS_COLL_ALLGATHER) return false;
-  return bytes >= kAutoMinBytes;
+  return bytes >= (coll == PLEXUS_COLL_BROADCAST ? kAutoMinBroadcastBytes : kAutoMinBytes);
 }
 
 std::shared_ptr<HostOp> TwoLevel::Post(const kit::Call& call, const PostedOp& posted) {
@@ -784,7 +789,8 @@ Status MakeTwoLevel(Communicator& flat, const std::string& local_address,
             (*out)->description() + ", PLEXUS_HIERARCHY=" + HierarchySettingName(setting) +
             (setting == HierarchySetting::kOn
                  ? " (every size)"
-                 : " (allreduce, reduce and broadcast from " + std::to_string(kAutoMinBytes >> 20) +
+                 : " (allreduce and reduce from " + std::to_string(kAutoMinBytes >> 20) +
+                       " MiB, broadcast from " + std::to_string(kAutoMinBroadcastBytes >> 20) +
                        " MiB; smaller ones, reduce_scatter and allgather: flat)"));
   }
   return Status::Ok();
