@@ -6,9 +6,9 @@
 // process with an uncaught std::bad_alloc. Either way every rank must get an
 // error that says what happened, and go on living. On one host the
 // reduce_scatter goes through the kit's shared memory, which copies the
-// buffer itself (no kernel to say EFAULT): it refuses a buffer that would
-// reach past the end of the address space before touching it (it used to
-// end the process with SIGSEGV). Run under plexus-run with
+// buffer itself (no kernel to say EFAULT): it refuses a buffer larger than
+// any address space before touching it (it used to end the process with
+// SIGSEGV). Run under plexus-run with
 // PLEXUS_BACKEND=tcp, with PLEXUS_SHM=off for the transport's faults;
 // exits 0 when every rank saw what it should.
 #include <cstdint>
@@ -37,7 +37,7 @@ int main() {
   const bool two = comm.size() == 2;
   const char* shm = std::getenv("PLEXUS_SHM");
   const bool transport = shm != nullptr && std::string(shm) == "off";
-  const std::string want = !transport ? "past the end of the address space"
+  const std::string want = !transport ? "more than any address space holds"
                            : two      ? "own buffer is not readable (send: Bad address)"
                                       : "out of memory for the algorithm's scratch buffers";
   bool ok = error.find(want) != std::string::npos;

@@ -180,20 +180,20 @@ bool Arrived(const RankLines& line, uint32_t target, int inline_half) {
   return Reached(line.published.load(std::memory_order_acquire), target);
 }
 
-// No user buffer of a 64-bit Linux process reaches past this (47-bit
-// address spaces, 56 with five-level page tables).
-constexpr uint64_t kAddressSpaceEnd = 1ull << 57;
+// No buffer of a 64-bit Linux process is this large (47-bit address
+// spaces, 56 with five-level page tables).
+constexpr uint64_t kAddressSpaceBytes = 1ull << 57;
 
-// Whether n blocks of count elements of esize bytes from p lie within the
-// address space: a count far beyond the buffer (1 EiB) is this rank's error,
-// said so, where a copy would end the process with SIGSEGV. (A transport
-// that reads the buffer through the kernel gets EFAULT instead.)
-bool WithinAddressSpace(const void* p, uint64_t n, uint64_t count, uint64_t esize,
-                        uint64_t* bytes) {
+// Whether n blocks of count elements of esize bytes could be one buffer: a
+// count far beyond any buffer (1 EiB) is this rank's error, said so, where a
+// copy would end the process with SIGSEGV. (A transport that reads the
+// buffer through the kernel gets EFAULT instead.) Only the size: a pointer
+// may carry tag bits above the address (arm64 MTE, Intel LAM). A count too
+// large for its buffer by less still faults, as any in-process copy does.
+bool CouldBeOneBuffer(uint64_t n, uint64_t count, uint64_t esize) {
   uint64_t b = 0;
   if (__builtin_mul_overflow(count, esize, &b) || __builtin_mul_overflow(b, n, &b)) return false;
-  *bytes = b;
-  return b <= kAddressSpaceEnd && uintptr_t(p) <= kAddressSpaceEnd - b;
+  return b <= kAddressSpaceBytes;
 }
 
 bool SameOperation(const algos::OpSignature& a, const algos::OpSignature& b) {
@@ -452,18 +452,17 @@ algos::Status OneHostShm::CheckBuffers(const algos::OpSignature& sig, const void
                                        uint64_t send_blocks, const void* recvbuf,
                                        uint64_t recv_blocks) const {
   const uint64_t esize = algos::DtypeSize(sig.dtype);
-  uint64_t bytes = 0;
   for (const auto& [p, blocks, name] :
        {std::tuple{sendbuf, send_blocks, "sendbuf"},
         std::tuple{static_cast<const void*>(recvbuf), recv_blocks, "recvbuf"}}) {
-    if (!WithinAddressSpace(p, blocks, sig.count, esize, &bytes)) {
+    if (!CouldBeOneBuffer(blocks, sig.count, esize)) {
       char where[32];
       std::snprintf(where, sizeof where, "%p", p);
       return {PLEXUS_ERR_INVALID_ARGUMENT,
               Prefix(sig) + ": this rank's " + name + " at " + where + " would hold " +
                   std::to_string(blocks) + " x " + std::to_string(sig.count) + " elements of " +
                   std::to_string(esize) +
-                  " bytes, past the end of the address space (a count larger than the buffer?)"};
+                  " bytes, more than any address space holds (a count larger than the buffer?)"};
     }
   }
   return {};

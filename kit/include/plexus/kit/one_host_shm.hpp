@@ -147,7 +147,7 @@ class OneHostShm {
   algos::Status CheckSignatures(uint32_t half, const algos::OpSignature& sig) const;
   std::string Prefix(const algos::OpSignature& sig) const;
   // INVALID_ARGUMENT when sendbuf (send_blocks x sig.count elements) or
-  // recvbuf would reach past the end of the address space.
+  // recvbuf would be larger than any address space.
   algos::Status CheckBuffers(const algos::OpSignature& sig, const void* sendbuf,
                              uint64_t send_blocks, const void* recvbuf, uint64_t recv_blocks) const;
   algos::Status Mismatch(const algos::OpSignature& sig, uint32_t peer,
