@@ -107,16 +107,7 @@ int32_t OneHostRunner::Run(const Job& job) {
       st = {PLEXUS_ERR_ABORTED, "mpi " + std::string(algos::CollectiveName(job.sig.coll)) +
                                     ": the communicator " + comm->name + " was aborted"};
     } else {
-      switch (job.sig.coll) {
-        case PLEXUS_COLL_REDUCE_SCATTER:
-          st = shm_->ReduceScatter(job.sig, job.send, job.recv);
-          break;
-        case PLEXUS_COLL_ALLGATHER:
-          st = shm_->Allgather(job.sig, job.send, job.recv);
-          break;
-        default:
-          st = shm_->Allreduce(job.sig, job.send, job.recv);
-      }
+      st = shm_->Run(job.sig, job.send, job.recv);
       if (!st.ok()) {
         failed_ = st;
         shm_->Fail(st);  // the peers waiting for this rank fail at once, with its reason

@@ -820,9 +820,7 @@ struct MpiBackend {
     if (const int32_t rc = CheckMpiCall(comm, c); rc != PLEXUS_OK) return rc;
     const bool host = !c.placement || c.placement->memory_type == PLEXUS_MEMORY_HOST;
     if (comm.one_host && c.coll != PLEXUS_COLL_SEND && c.coll != PLEXUS_COLL_RECV) {
-      if ((c.coll == PLEXUS_COLL_ALLREDUCE || c.coll == PLEXUS_COLL_REDUCE_SCATTER ||
-           c.coll == PLEXUS_COLL_ALLGATHER) &&
-          host && c.count > 0) {
+      if (kit::OneHostShm::Runs(c.coll) && host && c.count > 0) {
         return PostOneHost(comm, c, req_out);
       }
       comm.one_host->Announce(OneHostSignature(comm, c, comm.collectives_posted++));

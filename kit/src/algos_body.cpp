@@ -148,8 +148,7 @@ int32_t PostAlgos(OpQueue& queue, const Call& call, AllreduceAlgo allreduce,
   // and allgather through shared memory when the backend attached it: every
   // rank decides alike.
   if (queue.one_host_shm() &&
-      (call.coll == PLEXUS_COLL_ALLREDUCE || call.coll == PLEXUS_COLL_ALLREDUCE_COALESCED ||
-       call.coll == PLEXUS_COLL_REDUCE_SCATTER || call.coll == PLEXUS_COLL_ALLGATHER)) {
+      (OneHostShm::Runs(call.coll) || call.coll == PLEXUS_COLL_ALLREDUCE_COALESCED)) {
     allreduce = AllreduceAlgo::kOneHostShm;
   }
   return queue.Post(sig, empty ? OpBody() : AlgosBody(call, queue.size(), allreduce), req_out);

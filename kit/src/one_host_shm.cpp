@@ -765,6 +765,24 @@ algos::Status OneHostShm::Allgather(const algos::OpSignature& sig, const void* s
   return {};
 }
 
+bool OneHostShm::Runs(plexus_collective_t coll) {
+  return coll == PLEXUS_COLL_ALLREDUCE || coll == PLEXUS_COLL_REDUCE_SCATTER ||
+         coll == PLEXUS_COLL_ALLGATHER;
+}
+
+algos::Status OneHostShm::Run(const algos::OpSignature& sig, const void* sendbuf, void* recvbuf) {
+  switch (sig.coll) {
+    case PLEXUS_COLL_ALLREDUCE:
+      return Allreduce(sig, sendbuf, recvbuf);
+    case PLEXUS_COLL_REDUCE_SCATTER:
+      return ReduceScatter(sig, sendbuf, recvbuf);
+    case PLEXUS_COLL_ALLGATHER:
+      return Allgather(sig, sendbuf, recvbuf);
+    default:
+      return {PLEXUS_ERR_INTERNAL, Prefix(sig) + ": not a collective the segment runs"};
+  }
+}
+
 algos::Status AttachOneHostShm(const plexus_host_v1& host, const plexus_comm_config_v1& config,
                                const OneHostShmOptions& options, QueueTransport& transport,
                                std::string* info) {

@@ -117,6 +117,11 @@ class OneHostShm {
   // Allreduce.
   algos::Status Allgather(const algos::OpSignature& sig, const void* sendbuf, void* recvbuf);
 
+  // The collectives the segment runs (allreduce, reduce_scatter, allgather),
+  // and one of them by sig.coll: what a backend posts through the segment.
+  static bool Runs(plexus_collective_t coll);
+  algos::Status Run(const algos::OpSignature& sig, const void* sendbuf, void* recvbuf);
+
   // Every collective this rank runs, over shared memory or not, before it
   // runs: a peer waiting here for this rank in another collective of the
   // same sequence number fails at once with both named. OpQueue's thread.
