@@ -45,7 +45,7 @@ PIN_AT(plexus_comm_config_v1, oob, 40);
 PIN_AT(plexus_comm_config_v1, get_config, 48); /* 1.1 */
 PIN_AT(plexus_comm_config_v1, config_ctx, 56); /* 1.1 */
 
-PIN_SIZE(plexus_backend_v1, 232); /* 176 in 1.0, 184 in 1.1 */
+PIN_SIZE(plexus_backend_v1, 248); /* 176 in 1.0, 184 in 1.1, 232 in 1.2 */
 PIN_AT(plexus_backend_v1, abi_major, 4);
 PIN_AT(plexus_backend_v1, abi_minor, 6);
 PIN_AT(plexus_backend_v1, name, 8);
@@ -76,6 +76,8 @@ PIN_AT(plexus_backend_v1, allgatherv, 200);
 PIN_AT(plexus_backend_v1, alltoallv, 208);
 PIN_AT(plexus_backend_v1, allreduce_coalesced, 216);
 PIN_AT(plexus_backend_v1, comm_split, 224);
+PIN_AT(plexus_backend_v1, mem_alloc, 232);
+PIN_AT(plexus_backend_v1, mem_free, 240);
 
 /* Codes are our own and stable. */
 _Static_assert(PLEXUS_DTYPE_FLOAT64 == 12u && PLEXUS_OP_AVG == 5u, "codes changed");

@@ -66,6 +66,9 @@ class OneHostRunner {
   // comm_abort: whatever waits in the segment fails with ABORTED at once.
   void Abort() { shm_->Abort(); }
   std::string Describe() const { return shm_->Describe(); }
+  // mem_alloc and mem_free (ABI 1.3): the segment's shared buffers.
+  algos::Status MemAlloc(uint64_t bytes, void** out) { return shm_->MemAlloc(bytes, out); }
+  algos::Status MemFree(void* p) { return shm_->MemFree(p); }
 
  private:
   struct Job {

@@ -810,6 +810,25 @@ struct MpiBackend {
     if (comm.one_host) comm.one_host->Abort();
   }
   static kit::ErrorSlot& Errors(plexus_comm& comm) { return comm.errors; }
+  // Shared buffers on the one-host segment (allreduce on them skips copies).
+  static int32_t MemAlloc(plexus_comm& comm, uint64_t bytes, void** ptr_out) {
+    algos::Status st =
+        comm.one_host
+            ? comm.one_host->MemAlloc(bytes, ptr_out)
+            : algos::Status{PLEXUS_ERR_UNSUPPORTED,
+                            "mpi mem_alloc: no shared memory on " + comm.name +
+                                " (its ranks are not all on this host, or PLEXUS_SHM=off)"};
+    if (!st.ok()) comm.SetError(st.message);
+    return st.code;
+  }
+  static int32_t MemFree(plexus_comm& comm, void* ptr) {
+    algos::Status st =
+        comm.one_host ? comm.one_host->MemFree(ptr)
+                      : algos::Status{PLEXUS_ERR_INVALID_ARGUMENT,
+                                      "mpi mem_free: " + comm.name + " has no shared memory"};
+    if (!st.ok()) comm.SetError(st.message);
+    return st.code;
+  }
   static kit::CommShape Shape(const plexus_comm& comm) { return {comm.rank, comm.size}; }
   // CUDA as well: CheckMpiCall says when this MPI cannot take it, and why.
   static uint32_t MemoryTypes(const plexus_comm&) {

@@ -23,65 +23,20 @@
 #include "plexus/algos/dtype.hpp"
 #include "plexus/kit/queue_transport.hpp"
 #include "plexus/kit/settings.hpp"
+#include "one_host_shm_layout.hpp"
 
 namespace plexus::kit {
+
+using namespace shm_layout;
+
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-constexpr uint64_t kMagic = 0x3130484d53584c50ull;  // "PLXSHM01"
-constexpr uint32_t kVersion = 1;
-constexpr size_t kTokenBytes = 16;
-constexpr size_t kNameBytes = 64;
-constexpr size_t kReasonBytes = 512;
 // The slots of one rank, both halves: PLEXUS_SHM_SLOT_KIB is one half.
 constexpr int64_t kDefaultSlotKib = 512;
 // The whole segment stays below this, whatever the number of ranks: slots
 // shrink first (to kMinSlotBytes), then there is no segment.
 constexpr uint64_t kMaxSegmentBytes = 256ull << 20;
 constexpr uint64_t kMinSlotBytes = 64 << 10;
-// While a rank sleeps on a peer: how often it wakes to look for an abort,
-// a failure or the peer's exit.
-constexpr int64_t kCheckMs = 100;
-// Past this much of a spin, the waiter yields the CPU between tries.
-constexpr auto kYieldAfter = std::chrono::microseconds(10);
-
-struct alignas(64) Header {
-  uint64_t magic;
-  uint32_t version;
-  uint32_t ranks;
-  uint64_t slot_bytes;
-  uint8_t token[kTokenBytes];
-};
-
-// What rank r's chunk k carries, in half k % 2: peers compare it with their
-// own operation at the first chunk of each.
-// Vectors of at most this many bytes travel in the line itself
-// (OneHostShm::kInlineBytes).
-constexpr size_t kLineData = 32;
-
-struct alignas(64) SigLine {
-  uint64_t seq;
-  uint64_t count;
-  uint32_t coll;
-  uint32_t dtype;
-  uint32_t op;
-  // The step (2k+1) whose vector is in data: written last. A peer waiting
-  // for a vector this small watches this word, so the one line it fetches
-  // brings the signature and the data with it.
-  std::atomic<uint32_t> stamp;
-  uint8_t data[kLineData];
-};
-static_assert(sizeof(SigLine) == 64);
-
-int Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
-  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
-  return int(syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0));
-}
-
-bool Reached(uint32_t published, uint32_t target) {
-  return int32_t(published - target) >= 0;
-}
 
 std::string Hex(const uint8_t* p, size_t n) {
   static const char* digits = "0123456789abcdef";
@@ -119,35 +74,6 @@ struct Offer {
   char name[kNameBytes] = {};
   uint8_t token[kTokenBytes] = {};
 };
-
-// Rank r's flags: each line has one writer, so that nobody's store evicts a
-// line someone else polls.
-struct RankLines {
-  alignas(64) std::atomic<uint32_t> published;  // written by the rank
-  alignas(64) std::atomic<uint32_t> sleepers;   // peers asleep on published
-  SigLine sig[2];                               // by half; written by the rank
-  // The collective this rank runs now (Announce), any of them, under a
-  // sequence lock: odd while it is written.
-  alignas(64) std::atomic<uint64_t> announce_version;
-  std::atomic<uint64_t> announced[4];        // seq, count, coll << 32 | dtype, op
-  alignas(64) std::atomic<uint32_t> failed;  // written by the rank, once
-  int32_t code;
-  char reason[kReasonBytes];
-};
-
-size_t LinesOffset() {
-  return sizeof(Header);
-}
-
-size_t SlotsOffset(uint32_t ranks) {
-  const size_t page = 4096;
-  const size_t end = LinesOffset() + size_t(ranks) * sizeof(RankLines);
-  return (end + page - 1) / page * page;
-}
-
-RankLines& LinesOf(uint8_t* base, uint32_t rank) {
-  return reinterpret_cast<RankLines*>(base + LinesOffset())[rank];
-}
 
 // The collective a rank announced; false when none yet or it is being
 // written just now.
@@ -224,6 +150,11 @@ algos::Status OneHostShm::Create(const plexus_host_v1& host, const plexus_comm_c
     bad_setting = "PLEXUS_SHM='" + mode +
                   "' is not one of auto (shared memory where every rank is on this host), off";
   }
+  const std::string windows = algos::CommSetting(host, config, "PLEXUS_SHM_WINDOWS");
+  if (!windows.empty() && windows != "auto" && windows != "off") {
+    bad_setting = "PLEXUS_SHM_WINDOWS='" + windows +
+                  "' is not one of auto (shared buffers for mem_alloc), off";
+  }
   int64_t slot_kib = kDefaultSlotKib;
   if (std::string why;
       !IntSetting(host, config, "PLEXUS_SHM_SLOT_KIB", 64, 1 << 20, "KiB", &slot_kib, &why)) {
@@ -253,7 +184,7 @@ algos::Status OneHostShm::Create(const plexus_host_v1& host, const plexus_comm_c
   for (uint32_t r = 0; r < config.size; ++r) {
     if (hellos[r].bad_setting) {
       return {PLEXUS_ERR_INVALID_ARGUMENT,
-              "rank " + std::to_string(r) + " has a malformed PLEXUS_SHM or PLEXUS_SHM_SLOT_KIB"};
+              "rank " + std::to_string(r) + " has a malformed PLEXUS_SHM, PLEXUS_SHM_WINDOWS or PLEXUS_SHM_SLOT_KIB"};
     }
   }
   for (uint32_t r = 0; r < config.size; ++r) {
@@ -276,6 +207,7 @@ algos::Status OneHostShm::Create(const plexus_host_v1& host, const plexus_comm_c
   shm->timeout_ms_ = config.timeout_ms;
   shm->spin_ = std::chrono::microseconds(options.spin_us);
   shm->slot_bytes_ = slot_bytes;
+  shm->windows_enabled_ = windows != "off";
   shm->slots_offset_ = SlotsOffset(config.size);
   for (const Hello& h : hellos) shm->peers_.push_back(h.id);
 
@@ -378,11 +310,14 @@ algos::Status OneHostShm::Create(const plexus_host_v1& host, const plexus_comm_c
       return {};
     }
   }
+  shm->name_ = offer.name;
+  std::memcpy(shm->token_, offer.token, sizeof shm->token_);
   *out = std::move(shm);
   return {};
 }
 
 OneHostShm::~OneHostShm() {
+  DropWindows();
   if (base_) munmap(base_, mapped_bytes_);
 }
 
@@ -408,6 +343,7 @@ void OneHostShm::Publish(uint32_t value) {
 void OneHostShm::WakeAll() {
   for (uint32_t r = 0; r < size_; ++r)
     Futex(&LinesOf(base_, r).published, FUTEX_WAKE, INT_MAX, nullptr);
+  Futex(&ControlOf(base_).done, FUTEX_WAKE, INT_MAX, nullptr);
 }
 
 void OneHostShm::Fail(const algos::Status& why) {
@@ -469,11 +405,12 @@ algos::Status OneHostShm::CheckBuffers(const algos::OpSignature& sig, const void
 }
 
 algos::Status OneHostShm::Mismatch(const algos::OpSignature& sig, uint32_t peer,
-                                   const algos::OpSignature& theirs) const {
+                                   const algos::OpSignature& theirs, const std::string& their_where,
+                                   const std::string& my_where) const {
   return {PLEXUS_ERR_REMOTE, backend_ + " over shared memory: collective mismatch: rank " +
                                  std::to_string(peer) + " posted " + algos::DescribeOp(theirs) +
-                                 " where rank " + std::to_string(rank_) + " (this rank) posted " +
-                                 algos::DescribeOp(sig)};
+                                 their_where + " where rank " + std::to_string(rank_) +
+                                 " (this rank) posted " + algos::DescribeOp(sig) + my_where};
 }
 
 void OneHostShm::Announce(const algos::OpSignature& sig) {
@@ -495,7 +432,11 @@ algos::Status OneHostShm::CheckSignatures(uint32_t half, const algos::OpSignatur
         s.count == sig.count) {
       continue;
     }
-    return Mismatch(sig, r, {s.seq, s.coll, s.dtype, s.op, s.count, 0});
+    const bool theirs_on_window = (s.coll & kOnWindowFlag) != 0;
+    return Mismatch(sig, r,
+                    {s.seq, plexus_collective_t(s.coll & ~kOnWindowFlag), s.dtype, s.op, s.count,
+                     0},
+                    theirs_on_window ? kOnSharedBuffer : "", theirs_on_window ? kOnOwnBuffers : "");
   }
   return {};
 }
@@ -609,6 +550,12 @@ algos::Status OneHostShm::Allreduce(const algos::OpSignature& sig, const void* s
   const bool small = count * esize <= std::min(kReduceAllMaxBytes, slot_bytes_);
   const uint64_t chunk_elems = slot_bytes_ / esize;
   if (count * esize <= kInlineBytes) return AllreduceInline(sig, send, recv);
+  // In place on a shared buffer (MemAlloc) of every rank: no copies.
+  if (sendbuf == recvbuf && count * esize > kReduceAllMaxBytes) {
+    if (Window* w = FindWindow(recv, count * esize)) {
+      return WindowAllreduce(sig, *w, uint64_t(recv - w->base));
+    }
+  }
   // Sums elements [lo, hi) of the chunk in `half` over all ranks into out:
   // small (every rank sums the whole chunk, so all must take one order): in
   // rank order, every part from the slots; large (this rank alone sums its

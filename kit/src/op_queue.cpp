@@ -346,4 +346,27 @@ size_t QueuedRequests::Error(plexus_request& req, char* buf, size_t len) {
   return req.error.size();
 }
 
+int32_t QueueMemAlloc(OpQueue& queue, uint64_t bytes, void** ptr_out) {
+  OneHostShm* shm = queue.one_host_shm();
+  if (!shm) {
+    queue.errors().Set(std::string(queue.options().backend) +
+                       " mem_alloc: no shared memory on this communicator (its ranks are not all "
+                       "on this host, or PLEXUS_SHM=off)");
+    return PLEXUS_ERR_UNSUPPORTED;
+  }
+  algos::Status st = shm->MemAlloc(bytes, ptr_out);
+  if (!st.ok()) queue.errors().Set(st.message);
+  return st.code;
+}
+
+int32_t QueueMemFree(OpQueue& queue, void* ptr) {
+  OneHostShm* shm = queue.one_host_shm();
+  algos::Status st = shm ? shm->MemFree(ptr)
+                         : algos::Status{PLEXUS_ERR_INVALID_ARGUMENT,
+                                         std::string(queue.options().backend) +
+                                             " mem_free: this communicator has no shared memory"};
+  if (!st.ok()) queue.errors().Set(st.message);
+  return st.code;
+}
+
 }  // namespace plexus::kit

@@ -26,10 +26,14 @@ double Micros(Clock::time_point from, Clock::time_point to) {
   throw Error(code, "plexus", "reducer: " + message);
 }
 
-// A bucket's flat buffer in its BucketMemory, released there.
+// A bucket's flat buffer in its BucketMemory, released there; or, for host
+// memory, the communicator's (Communicator::mem_alloc), which `owned` holds.
 struct BufferRelease {
   std::shared_ptr<BucketMemory> memory;
-  void operator()(std::byte* p) const noexcept { memory->release(p); }
+  std::shared_ptr<void> owned;
+  void operator()(std::byte* p) const noexcept {
+    if (!owned) memory->release(p);
+  }
 };
 using Buffer = std::unique_ptr<std::byte, BufferRelease>;
 
@@ -214,7 +218,16 @@ struct Reducer::Impl {
         bucket.count += params[i].count;
       }
       const uint64_t bytes = bucket.count * ElementSize(bucket.dtype);
-      bucket.storage = Buffer(static_cast<std::byte*>(memory->allocate(bytes)), {memory});
+      if (memory->memory_type() == PLEXUS_MEMORY_HOST) {
+        // Host buckets in the communicator's shared buffers where it has
+        // them: on one host the allreduce then sums straight from every
+        // rank's bucket (no copy in or out). Collective: every rank builds
+        // the same buckets in the same order.
+        std::shared_ptr<void> shared = comm.mem_alloc(bytes);
+        bucket.storage = Buffer(static_cast<std::byte*>(shared.get()), {memory, shared});
+      } else {
+        bucket.storage = Buffer(static_cast<std::byte*>(memory->allocate(bytes)), {memory, {}});
+      }
     }
     buckets = std::move(built);
     slots = std::move(placed);

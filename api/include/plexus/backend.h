@@ -48,7 +48,7 @@ extern "C" {
  * function signature changes incompatibly; each major has its own entry symbol
  * and its own header section. The minor grows when fields are appended. */
 #define PLEXUS_ABI_MAJOR 1
-#define PLEXUS_ABI_MINOR 2
+#define PLEXUS_ABI_MINOR 3
 
 /* Name of the entry function of ABI major 1, for dlsym(). */
 #define PLEXUS_BACKEND_ENTRY_V1 "plexus_backend_get_v1"
@@ -73,7 +73,11 @@ extern "C" {
  *       collective codes 9-13. A host without a comm_split slot makes a
  *       group with comm_create over the group's ranks. 1.0 and 1.1 backends
  *       keep working under a 1.2 host (the new collectives are refused as
- *       UNSUPPORTED, groups are made with comm_create). */
+ *       UNSUPPORTED, groups are made with comm_create).
+ *  1.3  shared buffers: plexus_backend_v1.mem_alloc and mem_free (host
+ *       memory a backend runs collectives on without copies; DDP's
+ *       buckets). A host without them, or a backend without them, uses
+ *       memory of its own; nothing else changes. */
 
 /* ------------------------------------------------------------------------- */
 /* Status codes                                                              */
@@ -574,6 +578,31 @@ typedef struct plexus_backend_v1 {
   int32_t (*comm_split)(plexus_comm* comm, uint32_t color, uint32_t key,
                         const plexus_comm_config_v1* config, plexus_comm** comm_out,
                         char* error_buf, size_t error_len);
+
+  /* --- added in 1.3 --- */
+
+  /* Optional (both or neither). Host memory that collectives on comm may
+   * run on without copying it (on one host: a shared mapping the peers map
+   * too; cf. NCCL's ncclMemAlloc with window registration). COLLECTIVE IN
+   * ORDER, NOT IN TIME: every rank of comm calls it with the same bytes, in
+   * the same order among its mem_alloc calls; it need not talk to a peer,
+   * and a rank may post on the memory only once every rank's mem_alloc has
+   * returned (the host runs a collective in between). On success *ptr_out
+   * is `bytes` (>= 1) zero-filled bytes, 64-byte aligned, owned by the
+   * caller until mem_free. On failure *ptr_out is untouched and
+   * comm_last_error says why; PLEXUS_ERR_UNSUPPORTED: none here (ranks on
+   * several hosts, say). Collectives take this memory as any other; which
+   * ones skip copies is the backend's (an in-place allreduce of a range at
+   * the same offset of the same allocation on every rank, for one). A rank
+   * posting on it where another posts on memory of its own may fail the
+   * operation with PLEXUS_ERR_REMOTE. BLOCKS (bounded: a file and a
+   * mapping). Not concurrently with mem_free on comm. */
+  int32_t (*mem_alloc)(plexus_comm* comm, uint64_t bytes, void** ptr_out);
+
+  /* Releases ptr from mem_alloc on comm. No request of this rank may be
+   * pending on it. LOCAL, non-blocking; PLEXUS_ERR_INVALID_ARGUMENT for a
+   * pointer mem_alloc did not return on comm. Before comm_destroy. */
+  int32_t (*mem_free)(plexus_comm* comm, void* ptr);
 
   /* New slots of major 1 are appended here, each under an "added in 1.N"
    * comment; the host reads one only if abi_minor >= N, the slot lies inside

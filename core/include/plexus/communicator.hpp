@@ -99,6 +99,20 @@ class Communicator {
   // every collective is flat.
   std::string hierarchy() const;
 
+  // `bytes` (>= 1) of zero-filled host memory, 64-byte aligned, that this
+  // communicator's collectives may run on without copying it: the backend's
+  // shared buffers (ABI 1.3 mem_alloc; on one host an in-place allreduce of
+  // a range at the same offset on every rank sums straight from every
+  // rank's buffer, no copy in or out: DDP's buckets). COLLECTIVE: every
+  // rank calls it with the same bytes, in the same order; it runs one
+  // small allreduce so that every rank gets shared memory or every rank
+  // ordinary memory (a backend without mem_alloc, ranks on several hosts,
+  // PLEXUS_SHM=off, /dev/shm full: logged at INFO). Any collective takes
+  // the memory as any other. It keeps this communicator's backend state
+  // alive until released; release it with no collective on it pending.
+  // Throws plexus::Error if the agreement fails (a broken communicator).
+  std::shared_ptr<void> mem_alloc(uint64_t bytes);
+
   // Untyped forms: counts are elements of dtype. Host memory unless a
   // placement is given.
   Work allreduce(const void* send, void* recv, uint64_t count, DType dtype, ReduceOp op,

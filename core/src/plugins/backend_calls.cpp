@@ -537,6 +537,39 @@ Status Backend::SplitComm(plexus_comm* parent, uint32_t color, uint32_t key,
   return Status(rc > 0 ? PLEXUS_ERR_INTERNAL : rc, text);
 }
 
+bool Backend::HasMemAlloc() const {
+  return lib_->table().abi_minor >= 3 && t_->mem_alloc && t_->mem_free;
+}
+
+Status Backend::MemAlloc(plexus_comm* comm, uint64_t bytes, void** p) {
+  if (!HasMemAlloc()) return Status::Unsupported("backend '" + name_ + "' has no mem_alloc");
+  void* got = nullptr;
+  const int32_t rc = t_->mem_alloc(comm, bytes, &got);
+  if (Tracing()) {
+    LogLine(PLEXUS_LOG_TRACE, name_,
+            Args("mem_alloc", {{"comm", Ptr(comm)}, {"bytes", std::to_string(bytes)}}) + " -> " +
+                StatusName(rc) + ", ptr=" + Ptr(got));
+  }
+  if (rc == PLEXUS_OK && got) {
+    *p = got;
+    return Status::Ok();
+  }
+  if (rc == PLEXUS_OK) return Status::Internal("backend '" + name_ + "': mem_alloc returned PLEXUS_OK and no memory (a backend bug)");
+  if (rc > 0) ComplainOnce("mem_alloc returned the positive status " + std::to_string(rc));
+  return Describe(comm, rc > 0 ? PLEXUS_ERR_INTERNAL : rc, "mem_alloc(" + std::to_string(bytes) + ")", nullptr);
+}
+
+Status Backend::MemFree(plexus_comm* comm, void* p) {
+  if (!HasMemAlloc()) return Status::Unsupported("backend '" + name_ + "' has no mem_free");
+  const int32_t rc = t_->mem_free(comm, p);
+  if (Tracing()) {
+    LogLine(PLEXUS_LOG_TRACE, name_,
+            Args("mem_free", {{"comm", Ptr(comm)}, {"ptr", Ptr(p)}}) + " -> " + StatusName(rc));
+  }
+  if (rc == PLEXUS_OK) return Status::Ok();
+  return Describe(comm, rc > 0 ? PLEXUS_ERR_INTERNAL : rc, "mem_free", nullptr);
+}
+
 Status Backend::Barrier(plexus_comm* comm, plexus_request** req) {
   PLEXUS_CHECKED_CALL(PLEXUS_COLL_BARRIER, 0, 0, nullptr, Args("barrier", {{"comm", Ptr(comm)}}),
                       barrier(comm, req));

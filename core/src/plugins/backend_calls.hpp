@@ -105,6 +105,13 @@ class Backend {
   Status SplitComm(plexus_comm* parent, uint32_t color, uint32_t key,
                    const plexus_comm_config_v1* config, plexus_comm** comm);
 
+  // Shared buffers (mem_alloc and mem_free, ABI 1.3): whether the backend
+  // has both, and the calls. On failure the status carries the backend's
+  // reason; *p is set only on success.
+  bool HasMemAlloc() const;
+  Status MemAlloc(plexus_comm* comm, uint64_t bytes, void** p);
+  Status MemFree(plexus_comm* comm, void* p);
+
   // Whether the capabilities allow coll on dtype (with op, 0 for none) in memory.
   Status CheckSupported(plexus_collective_t coll, plexus_dtype_t dtype, plexus_reduce_op_t op,
                         const plexus_placement* where) const;

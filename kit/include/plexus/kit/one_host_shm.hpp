@@ -53,6 +53,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -122,6 +123,37 @@ class OneHostShm {
   static bool Runs(plexus_collective_t coll);
   algos::Status Run(const algos::OpSignature& sig, const void* sendbuf, void* recvbuf);
 
+  // Shared buffers (the backend's mem_alloc, ABI 1.3). MemAlloc is
+  // COLLECTIVE in order, not in time: every rank calls it with the same
+  // bytes, in the same order among its MemAlloc calls; it talks to no peer.
+  // It makes a file in /dev/shm of this user's alone (mode 0600, O_EXCL)
+  // that holds `bytes` zero-filled bytes behind a page of header (the
+  // segment's token, the rank, the allocation's number), maps it and sets
+  // *out to its first byte (page-aligned). A peer maps it at the first
+  // allreduce on it, believing it only under the segment's checks (owner,
+  // mode, size, token); its owner unlinks it once every peer has. On
+  // failure (/dev/shm full, say) *out is untouched and *why says why: the
+  // caller uses memory of its own. Any thread; not concurrently with
+  // MemFree.
+  //
+  // An in-place allreduce of more than kReduceAllMaxBytes that lies in one
+  // allocation, at the same offset on every rank, runs without a copy: once
+  // every rank has posted it, the vector is cut into chunks of slot_bytes,
+  // and whichever rank's thread runs takes the next chunk (an atomic
+  // counter in the segment), sums it from every rank's buffer in rank order
+  // and writes the sum into every rank's buffer. No rank waits for another
+  // between chunks, so a rank whose thread the scheduler has parked (both
+  // cores busy with backward) holds nobody up: the others do its share. A
+  // rank completes once every chunk is done. Ranks that disagree on the
+  // buffer (one posts on a shared buffer, another on its own) fail at once
+  // with a mismatch naming both.
+  algos::Status MemAlloc(uint64_t bytes, void** out);
+  // Frees what MemAlloc returned: unmaps it and this rank's mappings of the
+  // peers' buffers of the same number. No operation on it may be pending on
+  // this rank (the peers may be past it: they never touch it again without
+  // this rank's post). INVALID_ARGUMENT for a pointer MemAlloc did not give.
+  algos::Status MemFree(void* p);
+
   // Every collective this rank runs, over shared memory or not, before it
   // runs: a peer waiting here for this rank in another collective of the
   // same sequence number fails at once with both named. OpQueue's thread.
@@ -156,8 +188,26 @@ class OneHostShm {
   algos::Status CheckBuffers(const algos::OpSignature& sig, const void* sendbuf,
                              uint64_t send_blocks, const void* recvbuf, uint64_t recv_blocks) const;
   algos::Status Mismatch(const algos::OpSignature& sig, uint32_t peer,
-                         const algos::OpSignature& theirs) const;
+                         const algos::OpSignature& theirs, const std::string& their_where = "",
+                         const std::string& my_where = "") const;
   void WakeAll();
+
+  // Shared buffers (one_host_windows.cpp).
+  struct Window {
+    uint32_t index = 0;     // the rank's MemAlloc call that made it, from 0
+    uint64_t bytes = 0;     // usable bytes, after the header page
+    uint8_t* base = nullptr;  // usable bytes of this rank's mapping
+    bool linked = true;     // its file is still in /dev/shm
+    uint32_t uses = 0;      // allreduces run on it so far
+    std::vector<uint8_t*> peers;  // by rank: usable bytes of its mapping (null: not yet)
+  };
+  std::string WindowName(uint32_t rank, uint32_t index) const;
+  // The window holding [p, p + bytes), or null. Locks windows_mutex_.
+  Window* FindWindow(const uint8_t* p, uint64_t bytes);
+  algos::Status MapPeers(Window& w, const algos::OpSignature& sig);
+  algos::Status WindowAllreduce(const algos::OpSignature& sig, Window& w, uint64_t offset);
+  algos::Status WaitChunksDone(uint32_t target, const algos::OpSignature& sig);
+  void DropWindows();  // ~OneHostShm
 
   std::string backend_;
   uint32_t rank_ = 0;
@@ -170,6 +220,12 @@ class OneHostShm {
   size_t slots_offset_ = 0;       // where the slots start in base_
   std::vector<ProcessId> peers_;  // by rank
   uint32_t chunk_ = 0;            // chunks done on this communicator (wraps)
+  std::string name_;              // the segment's name in /dev/shm (unlinked)
+  uint8_t token_[16] = {};        // rank 0's token, in the header
+  std::mutex windows_mutex_;      // MemAlloc, MemFree (callers' threads) against FindWindow
+  std::vector<std::unique_ptr<Window>> windows_;
+  uint32_t windows_made_ = 0;     // MemAlloc calls so far, failed ones too
+  bool windows_enabled_ = true;   // PLEXUS_SHM_WINDOWS is not off
   std::atomic<bool> aborted_{false};
   std::atomic<bool> failed_{false};
 };

@@ -129,6 +129,7 @@ class OpQueue {
   ErrorSlot& errors() { return errors_; }
   uint32_t rank() const { return options_.rank; }
   uint32_t size() const { return options_.size; }
+  const OpQueueOptions& options() const { return options_; }
   // The transport's one-host shared-memory segment, or null.
   OneHostShm* one_host_shm() const { return transport_.one_host_shm(); }
 
@@ -189,6 +190,12 @@ struct QueuedComm {
   std::unique_ptr<OpQueue> queue;
 };
 
+// mem_alloc and mem_free (ABI 1.3) on the queue's one-host segment
+// (OneHostShm::MemAlloc); PLEXUS_ERR_UNSUPPORTED where it has none. A
+// failure's message goes into queue.errors().
+int32_t QueueMemAlloc(OpQueue& queue, uint64_t bytes, void** ptr_out);
+int32_t QueueMemFree(OpQueue& queue, void* ptr);
+
 // The members of a MakeTable class B that are the same for every backend
 // whose plexus_comm (Comm) holds its OpQueue in `queue` (a unique_ptr,
 // declared after the transport it drives): derive B from QueuedBackend<Comm>.
@@ -200,6 +207,10 @@ struct QueuedBackend {
   static ErrorSlot& Errors(Comm& comm) { return comm.queue->errors(); }
   static CommShape Shape(const Comm& comm) { return {comm.queue->rank(), comm.queue->size()}; }
   static uint32_t MemoryTypes(const Comm&) { return 1u << PLEXUS_MEMORY_HOST; }
+  static int32_t MemAlloc(Comm& comm, uint64_t bytes, void** ptr_out) {
+    return QueueMemAlloc(*comm.queue, bytes, ptr_out);
+  }
+  static int32_t MemFree(Comm& comm, void* ptr) { return QueueMemFree(*comm.queue, ptr); }
 };
 
 // More of the same for the simplest such backend, one whose process-wide

@@ -32,6 +32,11 @@
 //                              const plexus_comm_config_v1* config, plexus_comm** comm_out,
 //                              std::string* error);
 //
+//     // Optional (ABI 1.3 mem_alloc, mem_free; both or neither): shared
+//     // buffers (kit::OneHostShm::MemAlloc gives them on one host).
+//     static int32_t MemAlloc(plexus_comm& comm, uint64_t bytes, void** ptr_out);
+//     static int32_t MemFree(plexus_comm& comm, void* ptr);
+//
 //     // Requests: test, wait, request_free and (optional) request_error, as
 //     // the ABI words them.
 //     using Requests = kit::QueuedRequests;  // (op_queue.hpp) or the backend's own
@@ -291,6 +296,27 @@ struct Glue {
     return rc;
   }
 
+  // mem_alloc and mem_free, for a backend with B::MemAlloc and B::MemFree.
+  static int32_t MemAlloc(plexus_comm* comm, uint64_t bytes, void** ptr_out) noexcept {
+    if (!comm) return PLEXUS_ERR_INVALID_ARGUMENT;
+    ErrorSlot& errors = B::Errors(*comm);
+    const std::string prefix = std::string(B::kName) + " mem_alloc";
+    if (!ptr_out || bytes == 0) {
+      errors.Set(prefix + ": NULL ptr_out or 0 bytes");
+      return PLEXUS_ERR_INVALID_ARGUMENT;
+    }
+    void* p = nullptr;
+    const int32_t rc = Guarded(&errors, prefix.c_str(), [&] { return B::MemAlloc(*comm, bytes, &p); });
+    if (rc == PLEXUS_OK) *ptr_out = p;
+    return rc;
+  }
+  static int32_t MemFree(plexus_comm* comm, void* ptr) noexcept {
+    if (!comm) return PLEXUS_ERR_INVALID_ARGUMENT;
+    ErrorSlot& errors = B::Errors(*comm);
+    const std::string prefix = std::string(B::kName) + " mem_free";
+    return Guarded(&errors, prefix.c_str(), [&] { return B::MemFree(*comm, ptr); });
+  }
+
  private:
   static int32_t Reject(ErrorSlot& errors, int32_t code, const Call& call, const char* why) {
     errors.Set(std::string(B::kName) + " " + DescribeCall(call) + ": " + why);
@@ -350,6 +376,14 @@ plexus_backend_v1 MakeTable() {
   if constexpr (requires(plexus_comm & c, const plexus_comm_config_v1* cfg, plexus_comm** out,
                          std::string* e) { B::CommSplit(c, 0u, 0u, cfg, out, e); }) {
     t.comm_split = G::CommSplit;
+  }
+  // Optional: shared buffers (ABI 1.3).
+  if constexpr (requires(plexus_comm & c, void** out, void* p) {
+                  B::MemAlloc(c, uint64_t{1}, out);
+                  B::MemFree(c, p);
+                }) {
+    t.mem_alloc = G::MemAlloc;
+    t.mem_free = G::MemFree;
   }
   return t;
 }
