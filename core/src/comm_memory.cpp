@@ -45,9 +45,12 @@ std::shared_ptr<void> Communicator::mem_alloc(uint64_t bytes) {
   // The buffer holds the communicator's state (and so its backend
   // communicator) until its last holder lets go.
   std::shared_ptr<detail::CommState> keep = state_;
-  return std::shared_ptr<void>(p, [keep](void* q) {
-    if (Status st = keep->backend->MemFree(keep->comm, q); !st.ok()) {
-      LogLine(PLEXUS_LOG_WARN, "plexus", keep->name + ": " + st.message());
+  return std::shared_ptr<void>(p, [keep](void* q) noexcept {
+    try {
+      if (Status st = keep->backend->MemFree(keep->comm, q); !st.ok()) {
+        LogLine(PLEXUS_LOG_WARN, "plexus", keep->name + ": " + st.message());
+      }
+    } catch (...) {  // (a log line that could not be built)
     }
   });
 }

@@ -552,7 +552,7 @@ algos::Status OneHostShm::Allreduce(const algos::OpSignature& sig, const void* s
   if (count * esize <= kInlineBytes) return AllreduceInline(sig, send, recv);
   // In place on a shared buffer (MemAlloc) of every rank: no copies.
   if (sendbuf == recvbuf && count * esize > kReduceAllMaxBytes) {
-    if (Window* w = FindWindow(recv, count * esize)) {
+    if (std::shared_ptr<Window> w = FindWindow(recv, count * esize)) {
       return WindowAllreduce(sig, *w, uint64_t(recv - w->base));
     }
   }

@@ -100,10 +100,11 @@ algos::Status OneHostShm::MemAlloc(uint64_t bytes, void** out) {
   header->index = index;
   header->bytes = bytes;
   std::memcpy(header->token, token_, kTokenBytes);
-  auto w = std::make_unique<Window>();
+  auto w = std::make_shared<Window>();
   w->index = index;
   w->bytes = bytes;
   w->base = p + kHeaderPage;
+  w->name = name;
   w->peers.assign(size_, nullptr);
   *out = w->base;
   windows_.push_back(std::move(w));
@@ -113,12 +114,8 @@ algos::Status OneHostShm::MemAlloc(uint64_t bytes, void** out) {
 algos::Status OneHostShm::MemFree(void* p) {
   std::lock_guard<std::mutex> lock(windows_mutex_);
   for (auto it = windows_.begin(); it != windows_.end(); ++it) {
-    Window& w = **it;
-    if (w.base != p) continue;
-    if (w.linked) shm_unlink(WindowName(rank_, w.index).c_str());
-    for (uint8_t* peer : w.peers) Unmap(peer, w.bytes);
-    Unmap(w.base, w.bytes);
-    windows_.erase(it);
+    if ((*it)->base != p) continue;
+    windows_.erase(it);  // unmapped now, or when an operation on it ends
     return {};
   }
   char where[32];
@@ -127,22 +124,23 @@ algos::Status OneHostShm::MemFree(void* p) {
                                            where + "): not a buffer of this communicator's mem_alloc"};
 }
 
+OneHostShm::Window::~Window() {
+  if (linked) shm_unlink(name.c_str());
+  for (uint8_t* peer : peers) Unmap(peer, bytes);
+  Unmap(base, bytes);
+}
+
 void OneHostShm::DropWindows() {
   std::lock_guard<std::mutex> lock(windows_mutex_);
-  for (auto& w : windows_) {
-    if (w->linked) shm_unlink(WindowName(rank_, w->index).c_str());
-    for (uint8_t* peer : w->peers) Unmap(peer, w->bytes);
-    Unmap(w->base, w->bytes);
-  }
   windows_.clear();
 }
 
-OneHostShm::Window* OneHostShm::FindWindow(const uint8_t* p, uint64_t bytes) {
+std::shared_ptr<OneHostShm::Window> OneHostShm::FindWindow(const uint8_t* p, uint64_t bytes) {
   std::lock_guard<std::mutex> lock(windows_mutex_);
   const auto at = reinterpret_cast<uintptr_t>(p);
   for (auto& w : windows_) {
     const auto base = reinterpret_cast<uintptr_t>(w->base);
-    if (at >= base && at - base <= w->bytes && bytes <= w->bytes - (at - base)) return w.get();
+    if (at >= base && at - base <= w->bytes && bytes <= w->bytes - (at - base)) return w;
   }
   return nullptr;
 }
@@ -187,7 +185,12 @@ algos::Status OneHostShm::WindowAllreduce(const algos::OpSignature& sig, Window&
   const uint64_t count = sig.count;
   const uint32_t half = chunk_ & 1;
   const uint32_t step1 = 2 * chunk_ + 1;
-  // 1. Posted: my line says which operation, on which buffer, where.
+  // 1. Map the peers' buffers of this number (the first time): every rank's
+  //    MemAlloc returned before any rank posted on it (the host agrees on
+  //    the buffers with a collective), so their files are there; and once
+  //    every rank has published step1 below, every rank has mapped mine.
+  if (algos::Status st = MapPeers(w, sig); !st.ok()) return st;
+  // 2. Posted: my line says which operation, on which buffer, where.
   SigLine& mine = LinesOf(base_, rank_).sig[half];
   WriteSignature(half, sig);
   mine.coll = sig.coll | kOnWindowFlag;
@@ -199,7 +202,9 @@ algos::Status OneHostShm::WindowAllreduce(const algos::OpSignature& sig, Window&
     const SigLine& s = LinesOf(base_, r).sig[half];
     const algos::OpSignature theirs{s.seq, plexus_collective_t(s.coll & ~kOnWindowFlag), s.dtype,
                                     s.op, s.count, 0};
-    if ((s.coll & kOnWindowFlag) == 0) return Mismatch(sig, r, theirs, kOnOwnBuffers, kOnSharedBuffer);
+    if ((s.coll & kOnWindowFlag) == 0) {
+      return Mismatch(sig, r, theirs, kOnOwnBuffers, kOnSharedBuffer);
+    }
     uint64_t at[2];
     std::memcpy(at, s.data, sizeof at);
     if (theirs.seq != sig.seq || theirs.coll != sig.coll || theirs.dtype != sig.dtype ||
@@ -213,32 +218,29 @@ algos::Status OneHostShm::WindowAllreduce(const algos::OpSignature& sig, Window&
     }
   }
   ++chunk_;
-  // 2. Every rank has posted, so every rank's buffer exists and holds its
-  //    vector. Map the peers' (the first time); at the second operation on
-  //    this buffer every peer has mapped mine (each maps before it takes a
-  //    chunk of the first), so its name can go.
-  if (algos::Status st = MapPeers(w, sig); !st.ok()) return st;
-  if (w.linked && ++w.uses >= 2) {
-    shm_unlink(WindowName(rank_, w.index).c_str());
+  if (w.linked) {  // every peer has mapped it: its name can go
+    shm_unlink(w.name.c_str());
     w.linked = false;
   }
-  // 3. Take chunks until none is left. The first rank here resets the two
-  //    words from the previous operation's generation (every rank is past
-  //    that one: each published step1 after it completed).
+  // 3. Take chunks until none is left. The generation counts the window
+  //    operations (the same on every rank), so it differs from the previous
+  //    one's; the first rank here resets the two words from that one (every
+  //    rank is past it: each published step1 only after it completed).
+  const uint32_t generation = ++window_ops_;
   uint64_t chunk_elems = std::max<uint64_t>(1, slot_bytes_ / esize);
   if ((count + chunk_elems - 1) / chunk_elems > kMaxChunks) {
     chunk_elems = (count + kMaxChunks - 1) / kMaxChunks;
   }
   const uint64_t chunks = (count + chunk_elems - 1) / chunk_elems;
   WindowControl& control = ControlOf(base_);
-  const uint32_t generation16 = step1 & 0xffff;
+  const uint32_t generation16 = generation & 0xffff;
   for (uint32_t d = control.done.load(std::memory_order_acquire);
        d >> 16 != generation16 &&
        !control.done.compare_exchange_weak(d, generation16 << 16, std::memory_order_acq_rel);) {
   }
   for (uint64_t c = control.claim.load(std::memory_order_acquire);
-       c >> 32 != step1 &&
-       !control.claim.compare_exchange_weak(c, uint64_t(step1) << 32, std::memory_order_acq_rel);) {
+       c >> 32 != generation && !control.claim.compare_exchange_weak(
+                                    c, uint64_t(generation) << 32, std::memory_order_acq_rel);) {
   }
   auto at = [&](uint32_t r, uint64_t element) {
     return (r == rank_ ? w.base : w.peers[r]) + offset + element * esize;
@@ -246,7 +248,7 @@ algos::Status OneHostShm::WindowAllreduce(const algos::OpSignature& sig, Window&
   for (;;) {
     const uint64_t c = control.claim.fetch_add(1, std::memory_order_acq_rel);
     const uint64_t k = c & 0xffffffffu;
-    if (c >> 32 != step1 || k >= chunks) break;
+    if (c >> 32 != generation || k >= chunks) break;
     const uint64_t lo = k * chunk_elems;
     const uint64_t n = std::min(chunk_elems, count - lo);
     // In rank order into rank 0's buffer, whoever sums: every rank gets the
@@ -260,14 +262,43 @@ algos::Status OneHostShm::WindowAllreduce(const algos::OpSignature& sig, Window&
       }
     }
     for (uint32_t r = 1; r < size_; ++r) std::memcpy(at(r, lo), acc, n * esize);
-    const uint32_t now = control.done.fetch_add(1, std::memory_order_acq_rel) + 1;
+    // seq_cst: with the sleeper's seq_cst count and load, either it sees
+    // this value or this load sees it asleep.
+    const uint32_t now = control.done.fetch_add(1, std::memory_order_seq_cst) + 1;
     if ((now & 0xffff) == chunks && control.done_sleepers.load(std::memory_order_seq_cst) > 0) {
       Futex(&control.done, FUTEX_WAKE, INT_MAX, nullptr);
     }
-    if (algos::Status st = CheckPeers(sig); !st.ok()) return st;
+    if (algos::Status st = CheckPeers(sig); !st.ok()) {
+      LeaveWindowOp(generation, chunks);
+      return st;
+    }
   }
   // 4. Wait for the chunks other ranks still sum.
-  return WaitChunksDone(generation16 << 16 | uint32_t(chunks), sig);
+  algos::Status st = WaitChunksDone(generation16 << 16 | uint32_t(chunks), sig);
+  if (!st.ok()) LeaveWindowOp(generation, chunks);
+  return st;
+}
+
+void OneHostShm::LeaveWindowOp(uint32_t generation, uint64_t chunks) {
+  WindowControl& control = ControlOf(base_);
+  uint64_t c = control.claim.load(std::memory_order_acquire);
+  while (c >> 32 == generation && (c & 0xffffffffu) < chunks &&
+         !control.claim.compare_exchange_weak(c, uint64_t(generation) << 32 | chunks,
+                                              std::memory_order_acq_rel)) {
+  }
+  if (c >> 32 != generation) return;
+  const uint64_t taken = std::min<uint64_t>(c & 0xffffffffu, chunks);
+  const uint32_t generation16 = generation & 0xffff;
+  // A peer sums a chunk in well under a millisecond; one parked by the
+  // scheduler, or stopped, may take longer: give up after a second (its
+  // process, if it ever runs again, finds the communicator failed).
+  const Clock::time_point give_up = Clock::now() + std::chrono::seconds(1);
+  for (;;) {
+    const uint32_t d = control.done.load(std::memory_order_acquire);
+    if (d >> 16 != generation16 || (d & 0xffff) >= taken) return;
+    if (Clock::now() >= give_up) return;
+    sched_yield();
+  }
 }
 
 algos::Status OneHostShm::WaitChunksDone(uint32_t target, const algos::OpSignature& sig) {

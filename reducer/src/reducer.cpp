@@ -74,6 +74,9 @@ struct Slot {
 struct Reducer::Impl {
   Communicator& comm;
   std::shared_ptr<BucketMemory> memory;  // before the buckets, which release into it
+  // The memory is the reducer's own host memory (none was given): its
+  // buckets then come from Communicator::mem_alloc (shared buffers).
+  bool own_host_memory = false;
   bool host_control = true;              // the backend takes host memory for the control data
   std::vector<Parameter> params;
   ReducerOptions options;
@@ -113,7 +116,8 @@ struct Reducer::Impl {
 
   Impl(Communicator& c, std::vector<Parameter> p, ReducerOptions o, std::shared_ptr<BucketMemory> m)
       : comm(c),
-        memory(m ? std::move(m) : std::make_shared<HostBucketMemory>()),
+        memory(m ? m : std::make_shared<HostBucketMemory>()),
+        own_host_memory(!m),
         host_control(TakesHostMemory(c)),
         params(std::move(p)),
         options(o) {}
@@ -218,11 +222,12 @@ struct Reducer::Impl {
         bucket.count += params[i].count;
       }
       const uint64_t bytes = bucket.count * ElementSize(bucket.dtype);
-      if (memory->memory_type() == PLEXUS_MEMORY_HOST) {
+      if (own_host_memory) {
         // Host buckets in the communicator's shared buffers where it has
         // them: on one host the allreduce then sums straight from every
         // rank's bucket (no copy in or out). Collective: every rank builds
-        // the same buckets in the same order.
+        // the same buckets in the same order. (A BucketMemory given by the
+        // caller allocates its own.)
         std::shared_ptr<void> shared = comm.mem_alloc(bytes);
         bucket.storage = Buffer(static_cast<std::byte*>(shared.get()), {memory, shared});
       } else {
@@ -257,7 +262,14 @@ struct Reducer::Impl {
     // Keep the values: with bucket views the gradients live in the buckets.
     std::vector<Bucket> old = std::move(buckets);
     std::vector<Slot> old_slots = std::move(slots);
-    Build(a);
+    try {
+      Build(a);
+    } catch (const Error& e) {
+      buckets = std::move(old);
+      slots = std::move(old_slots);
+      Fail(e, "reducer: allocating the rebuilt buckets (Communicator::mem_alloc), rank " +
+                  std::to_string(comm.rank()));
+    }
     for (size_t i = 0; i < params.size(); ++i) {
       const Bucket& from = old[old_slots[i].bucket];
       const size_t esize = ElementSize(params[i].dtype);

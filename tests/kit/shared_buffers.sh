@@ -8,11 +8,12 @@
 # - one rank on its shared buffer, the others on their own: every rank
 #   fails at once with a mismatch (no hang, no garbage);
 # - a malformed PLEXUS_SHM_WINDOWS fails comm_create naming it;
+# - plexus-bench --mem-alloc: every element right, in and out of place;
 # - nothing is left in /dev/shm by the jobs.
 #
-#   shared_buffers.sh PLEXUS_RUN SHARED_BUFFERS_CHECK BACKEND
+#   shared_buffers.sh PLEXUS_RUN SHARED_BUFFERS_CHECK BACKEND PLEXUS_BENCH
 set -uo pipefail
-run=$1 check=$2 backend=$3
+run=$1 check=$2 backend=$3 bench=$4
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 failures=0
@@ -53,6 +54,11 @@ job 2 PLEXUS_SHM_WINDOWS=bogus --expect shared
 [ $? -ne 0 ] || fail "PLEXUS_SHM_WINDOWS=bogus: the job succeeded"
 grep -q "PLEXUS_SHM_WINDOWS='bogus' is not one of auto" "$out" ||
   { tail -10 "$out"; fail "PLEXUS_SHM_WINDOWS=bogus: no error naming the setting"; }
+
+env PLEXUS_BACKEND="$backend" PLEXUS_TIMEOUT=60 PLEXUS_SHM_SLOT_KIB=64 timeout 240 "$run" -n 2 \
+  "$bench" --mem-alloc --blocking -b 8 -e 4M -f 8 -n 3 -w 1 -c 1 -d all >"$out" 2>&1 ||
+  { tail -20 "$out"; fail "plexus-bench --mem-alloc: exit $?"; }
+grep -q "buffers from mem_alloc" "$out" || fail "plexus-bench --mem-alloc does not say so"
 
 # The buffers' files are unlinked at their second allreduce or when freed;
 # their names carry rank 0's pid (see one_host_shm.sh).

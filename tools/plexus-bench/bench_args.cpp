@@ -39,6 +39,10 @@ Options (sizes take a K, M or G suffix, powers of 1024):
                             scatter (default 0)
       --blocking            wait for each timed operation before posting the
                             next (the default posts the whole batch at once)
+      --mem-alloc           take the buffers from Communicator::mem_alloc: the
+                            backend's shared buffers (ABI 1.3) where it has
+                            them, on which an in-place allreduce on one host
+                            runs without copies (the in-place column)
       --json FILE           also write every row to FILE as JSON (rank 0)
   -h, --help                print this help and exit
 
@@ -268,6 +272,10 @@ ParseResult ParseArgs(int argc, char** argv) {
     if (arg == "-h" || arg == "--help") {
       std::fputs(kUsage, stdout);
       return ParseResult{};
+    }
+    if (arg == "--mem-alloc") {
+      a.mem_alloc = true;
+      continue;
     }
     if (arg == "--blocking") {
       a.blocking = true;

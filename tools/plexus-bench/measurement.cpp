@@ -52,15 +52,20 @@ double BusFactor(Collective c, uint32_t n) {
   return 0.0;
 }
 
-AlignedBuffer::AlignedBuffer(uint64_t bytes) {
+AlignedBuffer::AlignedBuffer(uint64_t bytes, Communicator* shared_from) {
   const uint64_t rounded = std::max<uint64_t>(kPage, (bytes + kPage - 1) / kPage * kPage);
-  data_ = static_cast<unsigned char*>(std::aligned_alloc(kPage, size_t(rounded)));
+  if (shared_from) {
+    shared_ = shared_from->mem_alloc(rounded);
+    data_ = static_cast<unsigned char*>(shared_.get());
+  } else {
+    data_ = static_cast<unsigned char*>(std::aligned_alloc(kPage, size_t(rounded)));
+  }
   if (!data_) throw std::bad_alloc();
   std::memset(data_, kSentinel, size_t(rounded));  // fault the pages in before timing
 }
 
 AlignedBuffer::~AlignedBuffer() {
-  std::free(data_);
+  if (!shared_) std::free(data_);
 }
 
 Runner::Runner(Communicator& comm, const BenchArgs& args, RankTally& tally)
@@ -69,8 +74,8 @@ Runner::Runner(Communicator& comm, const BenchArgs& args, RankTally& tally)
       tally_(tally),
       rank_(comm.rank()),
       size_(comm.size()),
-      send_(MovesData(args.collective) ? args.max_bytes : 0),
-      recv_(MovesData(args.collective) ? args.max_bytes : 0) {}
+      send_(MovesData(args.collective) ? args.max_bytes : 0, args.mem_alloc ? &comm : nullptr),
+      recv_(MovesData(args.collective) ? args.max_bytes : 0, args.mem_alloc ? &comm : nullptr) {}
 
 double Runner::MaxOverRanks(double local) {
   if (size_ == 1) return local;

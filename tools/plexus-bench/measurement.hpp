@@ -39,10 +39,11 @@ struct Row {
 // busbw / algbw for collective c on n ranks (DESIGN.md, nccl-tests).
 double BusFactor(Collective c, uint32_t n);
 
-// Memory for the benchmark buffers: page-aligned, pre-touched, freed on destruction.
+// Memory for the benchmark buffers: page-aligned, pre-touched, freed on
+// destruction; from comm's mem_alloc when given one (collective then).
 class AlignedBuffer {
  public:
-  explicit AlignedBuffer(uint64_t bytes);
+  explicit AlignedBuffer(uint64_t bytes, Communicator* shared_from = nullptr);
   ~AlignedBuffer();
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
@@ -50,6 +51,7 @@ class AlignedBuffer {
 
  private:
   unsigned char* data_ = nullptr;
+  std::shared_ptr<void> shared_;  // the mem_alloc buffer, when data_ is one
 };
 
 // Runs the measurements of one collective on comm. Collective: every rank

@@ -108,13 +108,14 @@ void Report::PrintHeader() const {
   std::printf("# backend library: %s\n", info_.backend_path.c_str());
   std::printf(
       "# minBytes %llu maxBytes %llu step: %llu(factor) warmup iters: %d iters: %d "
-      "validation: %d timing: %s\n",
+      "validation: %d timing: %s%s\n",
       static_cast<unsigned long long>(args_.min_bytes),
       static_cast<unsigned long long>(args_.max_bytes),
       static_cast<unsigned long long>(args_.step_factor), args_.warmup_iters, args_.iters,
       args_.check ? 1 : 0,
       args_.blocking ? "each op waited for (--blocking)"
-                     : "batch of back-to-back ops, max over ranks");
+                     : "batch of back-to-back ops, max over ranks",
+      args_.mem_alloc ? "; buffers from mem_alloc" : "");
   std::printf("#\n");
   // Column titles, laid out with the row formats.
   auto line = [](const char* a, const char* b, const char* c, const char* d, const char* e,
@@ -216,6 +217,7 @@ void Report::WriteJson(bool complete) const {
   j += "  \"ranks\": " + std::to_string(info_.ranks) + ",\n";
   j += "  \"collective\": " + Quote(CollectiveName(args_.collective)) + ",\n";
   j += "  \"timing\": " + Quote(args_.blocking ? "blocking" : "batch") + ",\n";
+  j += "  \"mem_alloc\": " + std::string(args_.mem_alloc ? "true" : "false") + ",\n";
   j += "  \"iters\": " + std::to_string(args_.iters) + ",\n";
   j += "  \"warmup_iters\": " + std::to_string(args_.warmup_iters) + ",\n";
   j += "  \"check\": " + std::string(args_.check ? "true" : "false") + ",\n";

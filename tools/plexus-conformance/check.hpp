@@ -105,6 +105,9 @@ std::vector<Check> MismatchChecks12(const plexus_capabilities& caps, uint32_t si
 // Groups: comm_split (1.2, when the backend has it) and comm_create over a
 // subset of the ranks in a permuted order.
 std::vector<Check> GroupChecks(const plexus_capabilities& caps, uint32_t size);
+// ABI 1.3 shared buffers: mem_alloc, an in-place allreduce on the memory,
+// mem_free, and their refusals (SKIP without the slots).
+std::vector<Check> SharedBufferChecks(const plexus_capabilities& caps, uint32_t size);
 // Must run last: one rank exits during the first of them, and the others
 // then run on communicators made before it left (the whole job, and a
 // group). options.only selects among them as it does for the whole list.

@@ -207,6 +207,24 @@ bool Plugin::has_comm_split() const {
   return NoCommSplitReason().empty();
 }
 
+std::string Plugin::NoMemAllocReason() const {
+  const auto& t = table();
+  if (t.abi_minor < 3) {
+    return "backend is ABI " + std::to_string(t.abi_major) + "." + std::to_string(t.abi_minor) +
+           ": no mem_alloc";
+  }
+  if (plugin_struct_size() < PLEXUS_CONFORMANCE_SLOT_END(mem_free)) {
+    return "backend's table (struct_size " + std::to_string(plugin_struct_size()) +
+           ") ends before the 1.3 slots mem_alloc and mem_free";
+  }
+  if (!t.mem_alloc && !t.mem_free) return "the mem_alloc and mem_free slots are NULL (optional)";
+  if (!t.mem_alloc || !t.mem_free) {
+    return std::string("only ") + (t.mem_alloc ? "mem_alloc" : "mem_free") +
+           " is set: the ABI wants both or neither";
+  }
+  return {};
+}
+
 std::string Plugin::LastError(plexus_comm* comm) const {
   char buf[2048] = "";
   calls().comm_last_error(comm, buf, sizeof buf);

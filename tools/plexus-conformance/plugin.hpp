@@ -77,6 +77,10 @@ class Plugin {
   std::string NoSlotReason(plexus_collective_t coll) const;
   bool has_comm_split() const;
   std::string NoCommSplitReason() const;  // "" when has_comm_split()
+  // The 1.3 slots mem_alloc and mem_free (both or neither): "" when both are
+  // there, else why not ("backend is ABI 1.2: no mem_alloc", "the mem_alloc
+  // and mem_free slots are NULL (optional)", or a table with only one).
+  std::string NoMemAllocReason() const;
 
   // comm_last_error / request_error as strings ("" when the slot is absent).
   std::string LastError(plexus_comm* comm) const;

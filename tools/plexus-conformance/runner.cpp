@@ -67,6 +67,7 @@ std::vector<Check> BuildList(const Session& session) {
   append(ArgumentChecks(caps, size));
   append(ArgumentChecks12(caps, size));
   append(GroupChecks(caps, size));
+  append(SharedBufferChecks(caps, size));
   append(FailureChecks(caps, size));  // with MismatchChecks12
   append(DeadPeerChecks(size, o));    // last: a rank exits
   std::vector<Check> selected;

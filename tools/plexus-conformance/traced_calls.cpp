@@ -410,6 +410,20 @@ int32_t TracedCalls::comm_split(plexus_comm* comm, uint32_t color, uint32_t key,
   return rc;
 }
 
+int32_t TracedCalls::mem_alloc(plexus_comm* comm, uint64_t bytes, void** ptr_out) const {
+  CallInFlight call(("mem_alloc(" + CommName(comm) + ", " + std::to_string(bytes) + " bytes" +
+                     (ptr_out ? "" : ", ptr_out NULL") + ")")
+                        .c_str());
+  return table_->mem_alloc(comm, bytes, ptr_out);
+}
+
+int32_t TracedCalls::mem_free(plexus_comm* comm, void* ptr) const {
+  char where[32];
+  std::snprintf(where, sizeof where, "%p", ptr);
+  CallInFlight call(("mem_free(" + CommName(comm) + ", " + where + ")").c_str());
+  return table_->mem_free(comm, ptr);
+}
+
 int32_t TracedCalls::test(plexus_request* req) const {
   CallInFlight call(("test(" + RequestText(req) + ")").c_str());
   return table_->test(req);

@@ -89,6 +89,10 @@ class TracedCalls {
                      const plexus_comm_config_v1* config, plexus_comm** comm_out, char* err,
                      size_t err_len) const;
 
+  // ABI 1.3: only when Plugin::NoMemAllocReason() is "".
+  int32_t mem_alloc(plexus_comm* comm, uint64_t bytes, void** ptr_out) const;
+  int32_t mem_free(plexus_comm* comm, void* ptr) const;
+
   int32_t test(plexus_request* req) const;
   int32_t wait(plexus_request* req, int64_t timeout_ms) const;
   int32_t request_free(plexus_request* req) const;

@@ -131,7 +131,8 @@ class OneHostShm {
   // segment's token, the rank, the allocation's number), maps it and sets
   // *out to its first byte (page-aligned). A peer maps it at the first
   // allreduce on it, believing it only under the segment's checks (owner,
-  // mode, size, token); its owner unlinks it once every peer has. On
+  // mode, size, token); its owner unlinks it there once every peer has
+  // (so a buffer never used stays in /dev/shm until it is freed). On
   // failure (/dev/shm full, say) *out is untouched and *why says why: the
   // caller uses memory of its own. Any thread; not concurrently with
   // MemFree.
@@ -193,20 +194,29 @@ class OneHostShm {
   void WakeAll();
 
   // Shared buffers (one_host_windows.cpp).
+  // A buffer of MemAlloc. Unmapped (and its file unlinked if still there)
+  // when the last holder lets go: MemFree, ~OneHostShm, or an operation
+  // running on it (which holds it for its duration).
   struct Window {
-    uint32_t index = 0;     // the rank's MemAlloc call that made it, from 0
-    uint64_t bytes = 0;     // usable bytes, after the header page
+    uint32_t index = 0;       // the rank's MemAlloc call that made it, from 0
+    uint64_t bytes = 0;       // usable bytes, after the header page
     uint8_t* base = nullptr;  // usable bytes of this rank's mapping
-    bool linked = true;     // its file is still in /dev/shm
-    uint32_t uses = 0;      // allreduces run on it so far
+    std::string name;         // its file in /dev/shm
+    bool linked = true;       // the file is still there
     std::vector<uint8_t*> peers;  // by rank: usable bytes of its mapping (null: not yet)
+    ~Window();
   };
   std::string WindowName(uint32_t rank, uint32_t index) const;
   // The window holding [p, p + bytes), or null. Locks windows_mutex_.
-  Window* FindWindow(const uint8_t* p, uint64_t bytes);
+  std::shared_ptr<Window> FindWindow(const uint8_t* p, uint64_t bytes);
   algos::Status MapPeers(Window& w, const algos::OpSignature& sig);
   algos::Status WindowAllreduce(const algos::OpSignature& sig, Window& w, uint64_t offset);
   algos::Status WaitChunksDone(uint32_t target, const algos::OpSignature& sig);
+  // After a window operation failed here (abort, a peer's failure, the
+  // timeout): no chunk is taken any more, and the chunks peers are summing
+  // now are waited for, up to a bound, so that nobody writes into this
+  // rank's buffer once its request has completed.
+  void LeaveWindowOp(uint32_t generation, uint64_t chunks);
   void DropWindows();  // ~OneHostShm
 
   std::string backend_;
@@ -223,8 +233,9 @@ class OneHostShm {
   std::string name_;              // the segment's name in /dev/shm (unlinked)
   uint8_t token_[16] = {};        // rank 0's token, in the header
   std::mutex windows_mutex_;      // MemAlloc, MemFree (callers' threads) against FindWindow
-  std::vector<std::unique_ptr<Window>> windows_;
+  std::vector<std::shared_ptr<Window>> windows_;
   uint32_t windows_made_ = 0;     // MemAlloc calls so far, failed ones too
+  uint32_t window_ops_ = 0;       // allreduces on windows so far: their generation
   bool windows_enabled_ = true;   // PLEXUS_SHM_WINDOWS is not off
   std::atomic<bool> aborted_{false};
   std::atomic<bool> failed_{false};

@@ -300,21 +300,20 @@ struct Glue {
   static int32_t MemAlloc(plexus_comm* comm, uint64_t bytes, void** ptr_out) noexcept {
     if (!comm) return PLEXUS_ERR_INVALID_ARGUMENT;
     ErrorSlot& errors = B::Errors(*comm);
-    const std::string prefix = std::string(B::kName) + " mem_alloc";
-    if (!ptr_out || bytes == 0) {
-      errors.Set(prefix + ": NULL ptr_out or 0 bytes");
-      return PLEXUS_ERR_INVALID_ARGUMENT;
-    }
     void* p = nullptr;
-    const int32_t rc = Guarded(&errors, prefix.c_str(), [&] { return B::MemAlloc(*comm, bytes, &p); });
+    const int32_t rc = Guarded(&errors, "mem_alloc", [&]() -> int32_t {
+      if (!ptr_out || bytes == 0) {
+        errors.Set(std::string(B::kName) + " mem_alloc: NULL ptr_out or 0 bytes");
+        return PLEXUS_ERR_INVALID_ARGUMENT;
+      }
+      return B::MemAlloc(*comm, bytes, &p);
+    });
     if (rc == PLEXUS_OK) *ptr_out = p;
     return rc;
   }
   static int32_t MemFree(plexus_comm* comm, void* ptr) noexcept {
     if (!comm) return PLEXUS_ERR_INVALID_ARGUMENT;
-    ErrorSlot& errors = B::Errors(*comm);
-    const std::string prefix = std::string(B::kName) + " mem_free";
-    return Guarded(&errors, prefix.c_str(), [&] { return B::MemFree(*comm, ptr); });
+    return Guarded(&B::Errors(*comm), "mem_free", [&] { return B::MemFree(*comm, ptr); });
   }
 
  private:
