@@ -12,6 +12,9 @@
 //   uneven), in three rounds (the chunk counters turn over), one buffer
 //   freed and another made between rounds; inputs exact in any order,
 //   results compared bit for bit.
+// - Two allreduces on a shared buffer 32767 small ones apart (the segment's
+//   16-bit step numbers wrap between them; the chunk counters must still
+//   tell the second from the first).
 // - The buffers outlive the Communicator object.
 // - --mismatch: rank 0 posts on its shared buffer, the others on vectors of
 //   their own: every rank fails with REMOTE saying so, well within the
@@ -214,6 +217,13 @@ int main(int argc, char** argv) {
         b = comm->mem_alloc(b_bytes);  // (the old b is freed once the new one is made)
         CheckMemory(b, b_bytes, expect == 1, "buffer b, round " + std::to_string(round + 1));
       }
+      const uint64_t count = (1 << 20) / 4;
+      CheckAllreduce(*comm, a.get(), DType::Float32, ReduceOp::Sum, count, "before the wrap");
+      for (int i = 0; i < 32767; ++i) {
+        float two[2] = {1, 2};
+        comm->allreduce(two, two, 2, DType::Float32, ReduceOp::Sum).wait();
+      }
+      CheckAllreduce(*comm, a.get(), DType::Float32, ReduceOp::Sum, count, "after the wrap");
     }
     const uint32_t rank = comm->rank();
     comm.reset();  // the buffers outlive the Communicator object
