@@ -40,35 +40,71 @@ using plexus_check::Expect;
 
 void Put(DType t, void* b, uint64_t i, double v) {
   switch (t) {
-    case DType::Int8: static_cast<int8_t*>(b)[i] = int8_t(v); break;
-    case DType::UInt8: static_cast<uint8_t*>(b)[i] = uint8_t(v); break;
-    case DType::Int16: static_cast<int16_t*>(b)[i] = int16_t(v); break;
-    case DType::UInt16: static_cast<uint16_t*>(b)[i] = uint16_t(v); break;
-    case DType::Int32: static_cast<int32_t*>(b)[i] = int32_t(v); break;
-    case DType::UInt32: static_cast<uint32_t*>(b)[i] = uint32_t(v); break;
-    case DType::Int64: static_cast<int64_t*>(b)[i] = int64_t(v); break;
-    case DType::UInt64: static_cast<uint64_t*>(b)[i] = uint64_t(v); break;
-    case DType::Float16: static_cast<uint16_t*>(b)[i] = algos::FloatToFloat16(float(v)); break;
-    case DType::BFloat16: static_cast<uint16_t*>(b)[i] = algos::FloatToBFloat16(float(v)); break;
-    case DType::Float32: static_cast<float*>(b)[i] = float(v); break;
-    case DType::Float64: static_cast<double*>(b)[i] = v; break;
+    case DType::Int8:
+      static_cast<int8_t*>(b)[i] = int8_t(v);
+      break;
+    case DType::UInt8:
+      static_cast<uint8_t*>(b)[i] = uint8_t(v);
+      break;
+    case DType::Int16:
+      static_cast<int16_t*>(b)[i] = int16_t(v);
+      break;
+    case DType::UInt16:
+      static_cast<uint16_t*>(b)[i] = uint16_t(v);
+      break;
+    case DType::Int32:
+      static_cast<int32_t*>(b)[i] = int32_t(v);
+      break;
+    case DType::UInt32:
+      static_cast<uint32_t*>(b)[i] = uint32_t(v);
+      break;
+    case DType::Int64:
+      static_cast<int64_t*>(b)[i] = int64_t(v);
+      break;
+    case DType::UInt64:
+      static_cast<uint64_t*>(b)[i] = uint64_t(v);
+      break;
+    case DType::Float16:
+      static_cast<uint16_t*>(b)[i] = algos::FloatToFloat16(float(v));
+      break;
+    case DType::BFloat16:
+      static_cast<uint16_t*>(b)[i] = algos::FloatToBFloat16(float(v));
+      break;
+    case DType::Float32:
+      static_cast<float*>(b)[i] = float(v);
+      break;
+    case DType::Float64:
+      static_cast<double*>(b)[i] = v;
+      break;
   }
 }
 
 double Get(DType t, const void* b, uint64_t i) {
   switch (t) {
-    case DType::Int8: return static_cast<const int8_t*>(b)[i];
-    case DType::UInt8: return static_cast<const uint8_t*>(b)[i];
-    case DType::Int16: return static_cast<const int16_t*>(b)[i];
-    case DType::UInt16: return static_cast<const uint16_t*>(b)[i];
-    case DType::Int32: return static_cast<const int32_t*>(b)[i];
-    case DType::UInt32: return static_cast<const uint32_t*>(b)[i];
-    case DType::Int64: return double(static_cast<const int64_t*>(b)[i]);
-    case DType::UInt64: return double(static_cast<const uint64_t*>(b)[i]);
-    case DType::Float16: return algos::Float16ToFloat(static_cast<const uint16_t*>(b)[i]);
-    case DType::BFloat16: return algos::BFloat16ToFloat(static_cast<const uint16_t*>(b)[i]);
-    case DType::Float32: return static_cast<const float*>(b)[i];
-    case DType::Float64: return static_cast<const double*>(b)[i];
+    case DType::Int8:
+      return static_cast<const int8_t*>(b)[i];
+    case DType::UInt8:
+      return static_cast<const uint8_t*>(b)[i];
+    case DType::Int16:
+      return static_cast<const int16_t*>(b)[i];
+    case DType::UInt16:
+      return static_cast<const uint16_t*>(b)[i];
+    case DType::Int32:
+      return static_cast<const int32_t*>(b)[i];
+    case DType::UInt32:
+      return static_cast<const uint32_t*>(b)[i];
+    case DType::Int64:
+      return double(static_cast<const int64_t*>(b)[i]);
+    case DType::UInt64:
+      return double(static_cast<const uint64_t*>(b)[i]);
+    case DType::Float16:
+      return algos::Float16ToFloat(static_cast<const uint16_t*>(b)[i]);
+    case DType::BFloat16:
+      return algos::BFloat16ToFloat(static_cast<const uint16_t*>(b)[i]);
+    case DType::Float32:
+      return static_cast<const float*>(b)[i];
+    case DType::Float64:
+      return static_cast<const double*>(b)[i];
   }
   return 0;
 }
@@ -93,10 +129,19 @@ double Expected(ReduceOp op, uint32_t n, uint64_t i) {
   for (uint32_t r = 1; r < n; ++r) {
     const double v = Value(op, r, n, i);
     switch (op) {
-      case ReduceOp::Sum: case ReduceOp::Avg: acc += v; break;
-      case ReduceOp::Prod: acc *= v; break;
-      case ReduceOp::Min: acc = std::min(acc, v); break;
-      case ReduceOp::Max: acc = std::max(acc, v); break;
+      case ReduceOp::Sum:
+      case ReduceOp::Avg:
+        acc += v;
+        break;
+      case ReduceOp::Prod:
+        acc *= v;
+        break;
+      case ReduceOp::Min:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::Max:
+        acc = std::max(acc, v);
+        break;
     }
   }
   return op == ReduceOp::Avg ? acc / n : acc;
@@ -118,7 +163,8 @@ std::string MappingOf(const void* p) {
 void CheckMemory(const std::shared_ptr<void>& m, uint64_t bytes, bool expect_shared,
                  const std::string& what) {
   const std::string file = MappingOf(m.get());
-  const bool shared = file.find("/dev/shm/plexus-shm-") == 0 && file.find("-w") != std::string::npos;
+  const bool shared =
+      file.find("/dev/shm/plexus-shm-") == 0 && file.find("-w") != std::string::npos;
   Expect(shared == expect_shared, what + ": expected " +
                                       (expect_shared ? "a shared buffer" : "ordinary memory") +
                                       ", got a mapping of '" + file + "'");
@@ -138,11 +184,11 @@ void CheckAllreduce(plexus::Communicator& comm, void* buf, DType t, ReduceOp op,
   for (uint64_t i = 0; i < count; ++i) {
     if (Get(t, buf, i) != Expected(op, n, i) && wrong++ == 0) first = i;
   }
-  Expect(wrong == 0, "allreduce " + std::string(plexus::ToString(t)) + " " +
-                         plexus::ToString(op) + " count " + std::to_string(count) + " " +
-                         where + ": " + std::to_string(wrong) + " wrong, first at " +
-                         std::to_string(first) + ": " + std::to_string(Get(t, buf, first)) +
-                         " expected " + std::to_string(Expected(op, n, first)));
+  Expect(wrong == 0, "allreduce " + std::string(plexus::ToString(t)) + " " + plexus::ToString(op) +
+                         " count " + std::to_string(count) + " " + where + ": " +
+                         std::to_string(wrong) + " wrong, first at " + std::to_string(first) +
+                         ": " + std::to_string(Get(t, buf, first)) + " expected " +
+                         std::to_string(Expected(op, n, first)));
 }
 
 int Mismatch(plexus::Communicator& comm, const std::shared_ptr<void>& shared) {

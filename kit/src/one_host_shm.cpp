@@ -18,12 +18,12 @@
 #include <ctime>
 #include <tuple>
 
+#include "one_host_shm_layout.hpp"
 #include "plexus/algos/comm_setting.hpp"
 #include "plexus/algos/describe.hpp"
 #include "plexus/algos/dtype.hpp"
 #include "plexus/kit/queue_transport.hpp"
 #include "plexus/kit/settings.hpp"
-#include "one_host_shm_layout.hpp"
 
 namespace plexus::kit {
 
@@ -184,7 +184,8 @@ algos::Status OneHostShm::Create(const plexus_host_v1& host, const plexus_comm_c
   for (uint32_t r = 0; r < config.size; ++r) {
     if (hellos[r].bad_setting) {
       return {PLEXUS_ERR_INVALID_ARGUMENT,
-              "rank " + std::to_string(r) + " has a malformed PLEXUS_SHM, PLEXUS_SHM_WINDOWS or PLEXUS_SHM_SLOT_KIB"};
+              "rank " + std::to_string(r) +
+                  " has a malformed PLEXUS_SHM, PLEXUS_SHM_WINDOWS or PLEXUS_SHM_SLOT_KIB"};
     }
   }
   for (uint32_t r = 0; r < config.size; ++r) {
@@ -433,10 +434,9 @@ algos::Status OneHostShm::CheckSignatures(uint32_t half, const algos::OpSignatur
       continue;
     }
     const bool theirs_on_window = (s.coll & kOnWindowFlag) != 0;
-    return Mismatch(sig, r,
-                    {s.seq, plexus_collective_t(s.coll & ~kOnWindowFlag), s.dtype, s.op, s.count,
-                     0},
-                    theirs_on_window ? kOnSharedBuffer : "", theirs_on_window ? kOnOwnBuffers : "");
+    return Mismatch(
+        sig, r, {s.seq, plexus_collective_t(s.coll & ~kOnWindowFlag), s.dtype, s.op, s.count, 0},
+        theirs_on_window ? kOnSharedBuffer : "", theirs_on_window ? kOnOwnBuffers : "");
   }
   return {};
 }

@@ -44,7 +44,7 @@ struct alignas(64) Header {
 // operation's generation (its step 2k+1), so that a rank still looking at
 // the previous operation's words can tell. Written by every rank.
 struct alignas(64) WindowControl {
-  std::atomic<uint64_t> claim;  // generation << 32 | next chunk to take
+  std::atomic<uint64_t> claim;             // generation << 32 | next chunk to take
   alignas(64) std::atomic<uint32_t> done;  // (generation & 0xffff) << 16 | chunks done
   std::atomic<uint32_t> done_sleepers;     // ranks asleep on done
 };

@@ -121,7 +121,8 @@ algos::Status OneHostShm::MemFree(void* p) {
   char where[32];
   std::snprintf(where, sizeof where, "%p", p);
   return {PLEXUS_ERR_INVALID_ARGUMENT, backend_ + " rank " + std::to_string(rank_) + " mem_free(" +
-                                           where + "): not a buffer of this communicator's mem_alloc"};
+                                           where +
+                                           "): not a buffer of this communicator's mem_alloc"};
 }
 
 OneHostShm::Window::~Window() {
@@ -151,8 +152,8 @@ algos::Status OneHostShm::MapPeers(Window& w, const algos::OpSignature& sig) {
     if (r == rank_ || w.peers[r]) continue;
     const std::string name = WindowName(r, w.index);
     auto fail = [&](const std::string& why) -> algos::Status {
-      return {PLEXUS_ERR_SYSTEM, Prefix(sig) + ": rank " + std::to_string(r) +
-                                     "'s shared buffer " + name + ": " + why};
+      return {PLEXUS_ERR_SYSTEM, Prefix(sig) + ": rank " + std::to_string(r) + "'s shared buffer " +
+                                     name + ": " + why};
     };
     const int fd = shm_open(name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
     if (fd < 0) return fail(ErrnoText("shm_open"));
@@ -200,8 +201,8 @@ algos::Status OneHostShm::WindowAllreduce(const algos::OpSignature& sig, Window&
   if (algos::Status st = WaitAll(step1, sig); !st.ok()) return st;
   for (uint32_t r = 0; r < size_; ++r) {
     const SigLine& s = LinesOf(base_, r).sig[half];
-    const algos::OpSignature theirs{s.seq, plexus_collective_t(s.coll & ~kOnWindowFlag), s.dtype,
-                                    s.op, s.count, 0};
+    const algos::OpSignature theirs{
+        s.seq, plexus_collective_t(s.coll & ~kOnWindowFlag), s.dtype, s.op, s.count, 0};
     if ((s.coll & kOnWindowFlag) == 0) {
       return Mismatch(sig, r, theirs, kOnOwnBuffers, kOnSharedBuffer);
     }
@@ -239,8 +240,8 @@ algos::Status OneHostShm::WindowAllreduce(const algos::OpSignature& sig, Window&
        !control.done.compare_exchange_weak(d, generation16 << 16, std::memory_order_acq_rel);) {
   }
   for (uint64_t c = control.claim.load(std::memory_order_acquire);
-       c >> 32 != generation && !control.claim.compare_exchange_weak(
-                                    c, uint64_t(generation) << 32, std::memory_order_acq_rel);) {
+       c >> 32 != generation && !control.claim.compare_exchange_weak(c, uint64_t(generation) << 32,
+                                                                     std::memory_order_acq_rel);) {
   }
   auto at = [&](uint32_t r, uint64_t element) {
     return (r == rank_ ? w.base : w.peers[r]) + offset + element * esize;
@@ -331,19 +332,17 @@ algos::Status OneHostShm::WaitChunksDone(uint32_t target, const algos::OpSignatu
       for (uint32_t r = 0; r < size_; ++r) {
         if (r == rank_ || !ProcessEnded(peers_[r])) continue;
         if (control.done.load(std::memory_order_acquire) == target) return {};
-        return {PLEXUS_ERR_REMOTE, Prefix(sig) + ": rank " + std::to_string(r) + " (pid " +
-                                       std::to_string(peers_[r].pid) +
-                                       " on this host) has exited with " +
-                                       std::to_string((target & 0xffff) - (seen & 0xffff)) +
-                                       " chunk(s) not done"};
+        return {PLEXUS_ERR_REMOTE,
+                Prefix(sig) + ": rank " + std::to_string(r) + " (pid " +
+                    std::to_string(peers_[r].pid) + " on this host) has exited with " +
+                    std::to_string((target & 0xffff) - (seen & 0xffff)) + " chunk(s) not done"};
       }
     }
     const int64_t waited_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(now - last_change).count();
     if (waited_ms >= timeout_ms_) {
-      return {PLEXUS_ERR_TIMEOUT, Prefix(sig) + ": no chunk done for " +
-                                      std::to_string(waited_ms) + " ms (" +
-                                      std::to_string(seen & 0xffff) + " of " +
+      return {PLEXUS_ERR_TIMEOUT, Prefix(sig) + ": no chunk done for " + std::to_string(waited_ms) +
+                                      " ms (" + std::to_string(seen & 0xffff) + " of " +
                                       std::to_string(target & 0xffff) + " done)"};
     }
     control.done_sleepers.fetch_add(1, std::memory_order_seq_cst);

@@ -77,7 +77,7 @@ struct Reducer::Impl {
   // The memory is the reducer's own host memory (none was given): its
   // buckets then come from Communicator::mem_alloc (shared buffers).
   bool own_host_memory = false;
-  bool host_control = true;              // the backend takes host memory for the control data
+  bool host_control = true;  // the backend takes host memory for the control data
   std::vector<Parameter> params;
   ReducerOptions options;
   std::vector<Bucket> buckets;

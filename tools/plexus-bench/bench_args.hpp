@@ -41,7 +41,7 @@ struct BenchArgs {
   int iters = 20;
   int warmup_iters = 5;
   bool check = true;
-  bool blocking = false;  // wait for each operation before posting the next
+  bool blocking = false;   // wait for each operation before posting the next
   bool mem_alloc = false;  // buffers from Communicator::mem_alloc (shared buffers)
   Collective collective = Collective::Allreduce;
   uint32_t root = 0;

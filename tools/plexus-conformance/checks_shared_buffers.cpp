@@ -75,7 +75,8 @@ Outcome RunSharedBuffer(Context& ctx) {
   // The ABI: a rank posts on the memory once every rank's mem_alloc has
   // returned (the host runs a collective in between; a barrier here).
   if (plugin.HasCollective(PLEXUS_COLL_BARRIER)) {
-    if (t.barrier(comm, &req) != PLEXUS_OK) return Outcome::Fail("barrier: " + plugin.LastError(comm));
+    if (t.barrier(comm, &req) != PLEXUS_OK)
+      return Outcome::Fail("barrier: " + plugin.LastError(comm));
     const Completion c = WaitFor(plugin, req, ctx.op_bound_ms());
     if (!c.done) {
       if (!AbortAndReap(plugin, comm, req)) return Outcome::Fail("a request leaked");
@@ -86,8 +87,8 @@ Outcome RunSharedBuffer(Context& ctx) {
     f.Add(CheckAndFree(plugin, req, c.status));
     req = nullptr;
   }
-  if (int32_t post = t.allreduce(comm, p, p, kCount, PLEXUS_DTYPE_FLOAT32, PLEXUS_OP_SUM, nullptr,
-                                 &req);
+  if (int32_t post =
+          t.allreduce(comm, p, p, kCount, PLEXUS_DTYPE_FLOAT32, PLEXUS_OP_SUM, nullptr, &req);
       post != PLEXUS_OK) {
     f.Add("in-place allreduce on mem_alloc's memory: post returned " + StatusText(post) + ": " +
           plugin.LastError(comm));

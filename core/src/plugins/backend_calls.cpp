@@ -554,9 +554,12 @@ Status Backend::MemAlloc(plexus_comm* comm, uint64_t bytes, void** p) {
     *p = got;
     return Status::Ok();
   }
-  if (rc == PLEXUS_OK) return Status::Internal("backend '" + name_ + "': mem_alloc returned PLEXUS_OK and no memory (a backend bug)");
+  if (rc == PLEXUS_OK)
+    return Status::Internal("backend '" + name_ +
+                            "': mem_alloc returned PLEXUS_OK and no memory (a backend bug)");
   if (rc > 0) ComplainOnce("mem_alloc returned the positive status " + std::to_string(rc));
-  return Describe(comm, rc > 0 ? PLEXUS_ERR_INTERNAL : rc, "mem_alloc(" + std::to_string(bytes) + ")", nullptr);
+  return Describe(comm, rc > 0 ? PLEXUS_ERR_INTERNAL : rc,
+                  "mem_alloc(" + std::to_string(bytes) + ")", nullptr);
 }
 
 Status Backend::MemFree(plexus_comm* comm, void* p) {

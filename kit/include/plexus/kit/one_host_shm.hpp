@@ -198,11 +198,11 @@ class OneHostShm {
   // when the last holder lets go: MemFree, ~OneHostShm, or an operation
   // running on it (which holds it for its duration).
   struct Window {
-    uint32_t index = 0;       // the rank's MemAlloc call that made it, from 0
-    uint64_t bytes = 0;       // usable bytes, after the header page
-    uint8_t* base = nullptr;  // usable bytes of this rank's mapping
-    std::string name;         // its file in /dev/shm
-    bool linked = true;       // the file is still there
+    uint32_t index = 0;           // the rank's MemAlloc call that made it, from 0
+    uint64_t bytes = 0;           // usable bytes, after the header page
+    uint8_t* base = nullptr;      // usable bytes of this rank's mapping
+    std::string name;             // its file in /dev/shm
+    bool linked = true;           // the file is still there
     std::vector<uint8_t*> peers;  // by rank: usable bytes of its mapping (null: not yet)
     ~Window();
   };
@@ -234,9 +234,9 @@ class OneHostShm {
   uint8_t token_[16] = {};        // rank 0's token, in the header
   std::mutex windows_mutex_;      // MemAlloc, MemFree (callers' threads) against FindWindow
   std::vector<std::shared_ptr<Window>> windows_;
-  uint32_t windows_made_ = 0;     // MemAlloc calls so far, failed ones too
-  uint32_t window_ops_ = 0;       // allreduces on windows so far: their generation
-  bool windows_enabled_ = true;   // PLEXUS_SHM_WINDOWS is not off
+  uint32_t windows_made_ = 0;    // MemAlloc calls so far, failed ones too
+  uint32_t window_ops_ = 0;      // allreduces on windows so far: their generation
+  bool windows_enabled_ = true;  // PLEXUS_SHM_WINDOWS is not off
   std::atomic<bool> aborted_{false};
   std::atomic<bool> failed_{false};
 };
