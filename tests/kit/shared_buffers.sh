@@ -60,7 +60,7 @@ env PLEXUS_BACKEND="$backend" PLEXUS_TIMEOUT=60 PLEXUS_SHM_SLOT_KIB=64 timeout 2
   { tail -20 "$out"; fail "plexus-bench --mem-alloc: exit $?"; }
 grep -q "buffers from mem_alloc" "$out" || fail "plexus-bench --mem-alloc does not say so"
 
-# The buffers' files are unlinked at their second allreduce or when freed;
+# The buffers' files are unlinked at their first allreduce or when freed;
 # their names carry rank 0's pid (see one_host_shm.sh).
 for f in /dev/shm/plexus-shm-*-w*; do
   [ -e "$f" ] || continue
