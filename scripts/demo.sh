@@ -10,7 +10,7 @@
 #      gradients) for 20 timed steps, where communication matters.
 #
 # Each prints its table and writes table.txt, summary.json and plot.svg under
-# bench/results/. About 6 minutes here after the installs and the build.
+# bench/results/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ranks="${1:-2}"

@@ -4,8 +4,8 @@
 # torch that the sampler comparison, the trainer tests and bench/compare-trainer
 # run PyTorch DDP with; and scikit-learn, whose bundled digits images the
 # build exports for plexus-trainer --data digits (nothing is downloaded at
-# run time). Idempotent. About 5.6 GB installed and 2-3 minutes the first time (pip's
-# cache makes later installs quicker).
+# run time). Idempotent. About 5.6 GB installed (pip's cache makes later
+# installs quicker than the first).
 #
 # Set PLEXUS_TORCH=cpu-libs for LibTorch alone (553 MB, no working Python
 # torch: the Python comparison then skips). PLEXUS_TORCH=none skips torch.

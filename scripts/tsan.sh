@@ -2,13 +2,12 @@
 # ThreadSanitizer run of the backend kit and the backends built on it: a
 # separate build (build-tsan/, -Db_sanitize=thread) of libplexus, plexus-run,
 # the kit, tcp and ucx, then the kit's queue test and the collective battery
-# (tests/collectives_check) on tcp and ucx at 2 and 3 ranks, groups and the
-# 1.2 collectives (tests/groups_check) at 3 ranks, and, when
-# samples/vendor-plugin can be built against an install of that tree, the uds
-# sample under plexus-conformance. Any report fails the run (exit 66).
-# About 20-30 minutes on 2 cores (TSan runs the battery 5-15x slower);
-# not part of meson test (a second build). CI runs the kit's queue test
-# under TSan (suite kit).
+# (tests/collectives_check) on tcp and ucx at 2 and 3 ranks, groups and the 1.2
+# collectives (tests/groups_check) at 3 ranks, and, when samples/vendor-plugin
+# can be built against an install of that tree, the uds sample under
+# plexus-conformance. Any report fails the run (exit 66). Slow (TSan runs the
+# battery 5-15x slower) and not part of meson test (a second build). CI runs the
+# kit's queue test under TSan (suite kit).
 #
 #   scripts/tsan.sh            # everything
 #   scripts/tsan.sh tcp        # one of: kit, tcp, ucx, uds

@@ -6,9 +6,10 @@
 // but in a single step: nothing waits for the peer's reduction, and every
 // received byte lands in a small scratch buffer that is still in the cache
 // when it is reduced, instead of half of them being written straight into
-// recvbuf. It reduces the whole vector instead of half of it; below about
-// 1 MiB that costs less than the ring's second step saves (measured on the
-// TCP backend, see backends/tcp/tcp_plugin.cpp).
+// recvbuf. It reduces the whole vector instead of half of it; for small
+// enough vectors that costs less than the ring's second step saves (the TCP
+// backend's limit is kPairMaxBytes in backends/tcp/tcp_plugin.cpp; the
+// measurements behind it are in docs/benchmarks.md).
 //
 // The vector travels as segments of kSegmentBytes, two in flight: segment k
 // is reduced while k+1 is on the wire, and k+2 is started once k is done.

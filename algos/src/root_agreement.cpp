@@ -2,7 +2,7 @@
 // whether all ranks named the same root, so that a disagreement fails the
 // collective itself on every rank rather than completing it with data
 // nobody sent (ranks 1-2 saying root 1 while rank 0 says root 0: rank 1
-// "broadcasts" its own buffer, rank 0's goes nowhere, and every rank used to
+// "broadcasts" its own buffer, rank 0's goes nowhere, and every rank would
 // report success).
 //
 // A dissemination all-reduce of (smallest root, a rank that named it,

@@ -4,10 +4,9 @@
 // Why not a std::vector per run: resize() zero-fills (a pass over up to 2 x
 // 256 KiB per ring step that the received data then overwrites), and freeing
 // a few hundred KiB lets malloc hand the pages back to the kernel, so the
-// next run faults them in again (measured on the TCP backend: 26 page faults
-// per 4 KiB-1 MiB operation on a caller's thread). A per-thread cache keeps
-// the last few buffers: no locks, and each backend thread (worker or waiting
-// caller) warms its own.
+// next run faults them in again, page by page, on a caller's thread (see
+// docs/benchmarks.md). A per-thread cache keeps the last few buffers: no
+// locks, and each backend thread (worker or waiting caller) warms its own.
 #pragma once
 
 #include <cstdint>

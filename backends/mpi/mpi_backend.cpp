@@ -302,16 +302,15 @@ int32_t WaitFor(plexus_request* req, int64_t timeout_ms) {
   //    oversubscribed host; bench/compare sets it): the same policy as Open
   //    MPI's own blocking calls, which wait like this for as long as it
   //    takes. A yield or sleep of ours on top would add a system call to
-  //    every turn: measured on loopback TCP with 2 ranks, it cost small
-  //    operations their latency and stretched 64-128 KiB ones by 20-40 %,
-  //    since nothing moves the bytes of a message through the sockets but
-  //    these tests;
+  //    every turn, which costs small operations their latency and stretches
+  //    mid-sized ones (see docs/benchmarks.md), since nothing moves the
+  //    bytes of a message through the sockets but these tests;
   //  - after that the operation waits for a peer rather than for data, and
   //    the loop sleeps, doubling from 20 us to at most 250 us, so that a long
   //    wait costs little CPU (the other ranks of an oversubscribed host need
-  //    it) while multi-step MPI algorithms still get progressed often.
-  //    Measured on the 2-core CI machine with 4 ranks, caps of 1 ms and more
-  //    made the collectives check 1.5-2.5x slower than 100-250 us.
+  //    it) while multi-step MPI algorithms still get progressed often
+  //    (a cap of a millisecond or more slows an oversubscribed host's
+  //    collectives down: see docs/benchmarks.md).
   // The deadline (and an abort, which Progress reports) is checked on every
   // turn, so both phases honour the timeout.
   constexpr auto kActiveBase = std::chrono::microseconds(250);
@@ -597,7 +596,7 @@ bool AdvanceRequest(plexus_request* req) {
 // OMPI_COMM_WORLD_SIZE, the ob1 PML (the default where UCX has no network
 // device) and a BTL selection that keeps vader ("sm" in Open MPI 5). Any
 // other MPI, or a selection it cannot read, is "no": the thresholds measured
-// over TCP then hold, as before. *why says which in words.
+// over TCP then hold. *why says which in words.
 bool OneHostSharedMemory(std::string* why) {
   const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");

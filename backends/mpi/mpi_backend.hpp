@@ -4,7 +4,7 @@
 // One plexus_backend_ctx per process (per loaded library) owns MPI's
 // initialisation: MPI is initialised with MPI_Init_thread(MPI_THREAD_MULTIPLE)
 // only if nobody did so before, and finalised in finalize() only if this
-// backend initialised it. Every plexus_comm owns one MPI_Comm_dup of
+// backend initialised it. Every plexus_comm owns one MPI_Comm_idup of
 // MPI_COMM_WORLD with MPI_ERRORS_RETURN, so MPI failures come back as codes
 // (turned into ABI statuses carrying MPI_Error_string) instead of aborting.
 //
@@ -109,7 +109,7 @@ struct plexus_backend_ctx {
   void DropSchedules(plexus_comm* comm);
 
   const plexus_host_v1 host;        // copy of the host's table (its pointers outlive us)
-  uint64_t max_count = 2147483647;  // most elements one MPI call is given (PLEXUS_MPI_MAX_COUNT)
+  uint64_t max_count = 2147483647;  // most elements one MPI call is given (PLEXUS_DEBUG_MPI_MAX_COUNT)
   // Allreduce on host memory (PLEXUS_MPI_ALLREDUCE); set at init, then read only.
   plexus::mpi::AllreduceAlgorithm allreduce_algorithm = plexus::mpi::AllreduceAlgorithm::kAuto;
   // Every rank of the job on this host, over Open MPI's shared memory

@@ -170,7 +170,7 @@ int MakeBlockType(MPI_Datatype base, uint64_t es, uint64_t count, uint64_t max, 
 }
 
 // Whether MakeBlockType can describe every block of counts (n entries): at
-// most INT_MAX pieces of max elements each. Only a tiny PLEXUS_MPI_MAX_COUNT
+// most INT_MAX pieces of max elements each. Only a tiny PLEXUS_DEBUG_MPI_MAX_COUNT
 // makes this false for a block inside the ABI's 2^62 bytes; *what then names
 // the block and the limit.
 bool BlocksFit(const uint64_t* counts, uint32_t n, uint64_t max, const char* side,
@@ -180,7 +180,7 @@ bool BlocksFit(const uint64_t* counts, uint32_t n, uint64_t max, const char* sid
       *what = std::string(side) + " block of rank " + std::to_string(j) + " has " +
               std::to_string(counts[j]) + " elements; MPI's int counts take at most " +
               std::to_string(INT_MAX) + " pieces of " + std::to_string(max) +
-              " elements (PLEXUS_MPI_MAX_COUNT) per block";
+              " elements (PLEXUS_DEBUG_MPI_MAX_COUNT) per block";
       return false;
     }
   }

@@ -41,7 +41,7 @@
 //                   as above (in place), copied out on completion; CUDA
 //                   memory: one MPI_Iallreduce per buffer, one request
 //
-// Counts above ctx->max_count (INT_MAX unless PLEXUS_MPI_MAX_COUNT says less)
+// Counts above ctx->max_count (INT_MAX unless PLEXUS_DEBUG_MPI_MAX_COUNT says less)
 // are split into several MPI calls of at most max_count elements, all posted
 // at once: allgather and alltoall chunks use a block datatype whose extent is
 // the whole per-rank block; reduce_scatter chunks become one MPI_Ireduce per

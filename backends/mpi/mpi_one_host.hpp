@@ -1,6 +1,7 @@
-// The kit's one-host shared-memory allreduce (kit/one_host_shm.hpp) under
+// The kit's one-host shared-memory segment (kit/one_host_shm.hpp) under
 // the MPI backend: when every rank of a communicator shares this host,
-// allreduce on host memory goes through the segment instead of MPI.
+// allreduce, reduce_scatter and allgather on host memory go through the
+// segment instead of MPI.
 //
 // The segment's allreduce blocks its caller until every rank has done its
 // part, while an MPI backend's post must return at once (DDP posts a bucket

@@ -43,6 +43,7 @@
 #include "plexus/algos/dtype.hpp"
 #include "plexus/backend.h"
 #include "plexus/kit/table.hpp"
+#include "plexus/settings/table.hpp"
 
 namespace plexus::mpi {
 namespace {
@@ -96,18 +97,20 @@ int32_t Init(const plexus_host_v1* host, plexus_backend_ctx** ctx_out) {
   try {
     const bool explicit_choice = !Config(*host, "PLEXUS_BACKEND").empty();
     uint64_t max_count = INT_MAX;
-    if (const std::string v = Config(*host, "PLEXUS_MPI_MAX_COUNT"); !v.empty()) {
-      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), max_count);
-      if (ec != std::errc() || end != v.data() + v.size() || max_count == 0 ||
-          max_count > uint64_t(INT_MAX)) {
-        Log(*host, PLEXUS_LOG_ERROR,
-            "PLEXUS_MPI_MAX_COUNT='" + v + "' is not a whole number from 1 to " +
-                std::to_string(INT_MAX));
+    using plexus::settings::Id;
+    if (const std::string v = Config(*host, plexus::settings::Name(Id::kDebugMpiMaxCount));
+        !v.empty()) {
+      int64_t n = 0;
+      if (std::string why; !plexus::settings::ParseInt(plexus::settings::Get(Id::kDebugMpiMaxCount),
+                                                       v, &n, &why)) {
+        Log(*host, PLEXUS_LOG_ERROR, why);
         return PLEXUS_ERR_INVALID_ARGUMENT;
       }
+      max_count = uint64_t(n);
     }
     auto algorithm = plexus::mpi::AllreduceAlgorithm::kAuto;
-    if (const std::string v = Config(*host, "PLEXUS_MPI_ALLREDUCE"); !v.empty()) {
+    if (const std::string v = Config(*host, plexus::settings::Name(Id::kMpiAllreduce));
+        !v.empty()) {
       if (v == "ring") {
         algorithm = plexus::mpi::AllreduceAlgorithm::kRing;
       } else if (v == "rd") {
@@ -758,7 +761,7 @@ int32_t PostOneHost(plexus_comm& comm, const kit::Call& c, plexus_request** req_
 }
 
 // No Error: the table's request_error stays NULL and the host reads the
-// communicator's last error (as before the kit).
+// communicator's last error.
 struct MpiRequests {
   static int32_t Test(plexus_request& req) { return Progress(&req); }
   static int32_t Wait(plexus_request& req, int64_t timeout_ms) { return WaitFor(&req, timeout_ms); }

@@ -15,30 +15,19 @@ uint32_t FloorPow2(uint32_t n) {
 }
 
 // Ring or recursive doubling, from the chunk's size alone (the same on every
-// rank). Measured with bench/harness/mpi_paired_bench (2 ranks, loopback TCP,
-// Open MPI 4.1 ob1 + tcp, median of 10 rounds of alternating blocks), time
-// relative to MPI_Allreduce in the same process, PLEXUS_MPI_ALLREDUCE forcing
-// each schedule:
-//             16K   32K   64K        128K  256K  512K  1M    2M    4M    16M
-//   ring      1.10  1.00  0.99-1.07  1.10  1.09  0.95  0.83  0.73  0.87  0.86
-//   rec. dbl  0.64  0.93  1.18-1.24  0.68  0.86  1.00  1.00  1.46  1.31  1.09
+// rank). The sizes come from bench/harness/mpi_paired_bench with
+// PLEXUS_MPI_ALLREDUCE forcing each schedule; the figures are in
+// docs/benchmarks.md.
 // Recursive doubling sends one message of the whole vector, the ring two of
 // half of it but reduces only half: the ring wins where the half fits TCP's
 // 64 KiB eager limit and the whole does not (no rendezvous round trip), and
 // from 512 KiB, where moving and reducing half the data outweighs the extra
 // round. With more ranks the ring takes 2 (n - 1) rounds against about
-// log2(n), so it starts at 64 KiB x n/2 (with 3 and 4 ranks on 2 cores the
-// ring measured 0.96 and 0.86 there, recursive doubling 1.16 and 0.90).
+// log2(n), so it starts at 64 KiB x n/2.
 // On Open MPI's shared memory (vader: a 4 KiB eager limit, a rendezvous
 // above it) the 2-rank ring wins from 16 KiB, and also where the whole vector
-// is just over the eager limit while its halves are under it; added time
-// over MPI_Allreduce in the same process, us per call (2026-12-06, plain
-// mpirun, 2 ranks pinned; 3-6 KiB: two or three launches):
-//             3K    4K       6K       8K    16K    32K    64K    128K   256K   512K   1M
-//   ring      +2.2  +0.4-.8  +0.3-.9  +1.3  -0.53  -1.92  -4.93  -1.82  -16.2  -36.8  -98.1
-//   rec. dbl  +0.4  +1.4-2   +2.3-3   +0.6  +0.62  +3.78  +9.34  +20.9  +29.1  +71.1  +23.8
-// (3 ranks on 2 cores there: recursive doubling still wins at 16-64 KiB and
-// the ring from 128 KiB, as the rule for n >= 3 has it.)
+// is just over the eager limit while its halves are under it; with 3 ranks
+// the rule for n >= 3 holds there too.
 constexpr uint64_t kSharedMemoryEager = 4096 - 64;  // vader's eager limit less a header's room
 bool UseRing(uint64_t count, size_t es, uint32_t size, AllreduceAlgorithm algorithm,
              bool shared_memory) {

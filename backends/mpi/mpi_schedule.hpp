@@ -2,38 +2,39 @@
 // messages (MPI_Isend/MPI_Irecv plus local reductions), instead of
 // MPI_Iallreduce.
 //
-// Why not MPI_Iallreduce: Open MPI's non-blocking collectives (coll/libnbc)
-// are much slower than its blocking ones (coll/tuned): 2x the latency of
-// MPI_Allreduce for small vectors, and for fewer than 4 ranks always a
-// binomial reduce+broadcast, which in place also copies the whole vector into
-// a freshly malloc'ed buffer per call. Calling the blocking MPI_Allreduce
-// instead (say, inline in wait) is not an option: the ABI's operations are
-// non-blocking, wait() must honour its timeout and comm_abort(), and the MPI
-// standard says non-blocking collectives do not match blocking ones, so a
-// rank that chose the blocking call while another chose MPI_Iallreduce (the
-// choice would depend on when each rank calls test/wait) would hang.
-// Point-to-point messages match whatever the peer used to post them, and the
-// schedules below are of the kind MPI's tuned allreduce runs.
+// Why not MPI_Iallreduce: Open MPI's non-blocking collectives (coll/libnbc) are
+// much slower than its blocking ones (coll/tuned): a multiple of
+// MPI_Allreduce's latency for small vectors (docs/benchmarks.md), and for fewer
+// than 4 ranks always a binomial reduce+broadcast, which in place also copies
+// the whole vector into a freshly malloc'ed buffer per call. Calling the
+// blocking MPI_Allreduce instead (say, inline in wait) is not an option: the
+// ABI's operations are non-blocking, wait() must honour its timeout and
+// comm_abort(), and the MPI standard says non-blocking collectives do not match
+// blocking ones, so a rank that chose the blocking call while another chose
+// MPI_Iallreduce (the choice would depend on when each rank calls test/wait)
+// would hang. Point-to-point messages match whatever the peer used to post
+// them, and the schedules below are of the kind MPI's tuned allreduce runs.
 //
 // Algorithms (chosen from count, element size and the number of ranks only,
 // so that every rank picks the same; UseRing in mpi_schedule.cpp has the
-// sizes and the measurements behind them; PLEXUS_MPI_ALLREDUCE forces one):
+// sizes and the reasons, docs/benchmarks.md the measurements;
+// PLEXUS_MPI_ALLREDUCE forces one):
 //   - recursive doubling (with a fold for non-powers of two) for small
 //     vectors: ceil(log2 n) (+2) rounds of whole-vector exchanges;
 //   - ring reduce-scatter + ring allgather for large ones: 2 (n - 1) rounds
 //     of 1/n of the vector each.
 // Local reductions are MPI_Reduce_local (inout = in (op) inout), so native
-// types get Open MPI's vectorised kernels, the ones its own MPI_Allreduce
-// uses (plexus-algos' portable loops measured 20-35 % slower end to end at
-// 1-2 MiB), and float16/bfloat16 the backend's user-defined ops. Ring: out of
-// place the left neighbour's partial sums land in recvbuf and sendbuf is
-// reduced into them; in place a scratch block takes them. Recursive
-// doubling: both partners compute (lower rank's data) (op) (higher rank's)
-// with the lower one as `in`, as tuned's recursive doubling does, so that
-// they agree to the bit (min/max of -0 and +0, NaN payloads); the rank that
-// is `inout` first copies sendbuf to recvbuf when out of place, and a result
-// that ends in scratch is copied to recvbuf. A ring block is reduced once
-// and then passed on, so all ranks end with identical bytes there too.
+// types get Open MPI's vectorised kernels, the ones its own MPI_Allreduce uses
+// (plexus-algos' portable loops are slower end to end at large sizes: see
+// docs/benchmarks.md), and float16/bfloat16 the backend's user-defined ops.
+// Ring: out of place the left neighbour's partial sums land in recvbuf and
+// sendbuf is reduced into them; in place a scratch block takes them. Recursive
+// doubling: both partners compute (lower rank's data) (op) (higher rank's) with
+// the lower one as `in`, as tuned's recursive doubling does, so that they agree
+// to the bit (min/max of -0 and +0, NaN payloads); the rank that is `inout`
+// first copies sendbuf to recvbuf when out of place, and a result that ends in
+// scratch is copied to recvbuf. A ring block is reduced once and then passed
+// on, so all ranks end with identical bytes there too.
 //
 // Matching: each chunk of an allreduce gets its own tag (a per-communicator
 // sequence, identical on every rank because every rank posts the same

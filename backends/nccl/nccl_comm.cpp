@@ -25,7 +25,7 @@ constexpr int64_t kAsyncPollNs = 1'000'000;
 // operation over NCCL used directly, and at most 1.03x from 1 MiB up.
 // - Tight spin (back-to-back cudaEventQuery, a fraction of a microsecond
 //   each, no yield) for the first 100 us: small NCCL operations within a node
-//   complete in 10-40 us, and a yield or a sleep would add its own wake-up
+//   complete within it, and a yield or a sleep would add its own wake-up
 //   (a futex wake-up, or Linux's default 50 us timer slack) to them.
 // - Yield until 4 ms: the thread stays runnable, so no timer slack, while a
 //   waiter that has other threads to share the core with lets them run.
@@ -39,12 +39,12 @@ constexpr int64_t kYieldUntilNs = 4'000'000;
 constexpr int64_t kMinSleepNs = 10'000;
 constexpr int64_t kMaxSleepNs = 500'000;
 
-// Settling a non-blocking NCCL call (SettleLocked, Destroy): NCCL's own
-// thread finishes it within microseconds once the peers are connected, so
-// the first 100 us only yield (a sleep costs its wake-up plus Linux's 50 us
-// timer slack: 60-80 us per 20 us sleep, against a target of <= 2 us added
-// to an 8-byte allreduce); after that, sleep elapsed/64 (first use: NCCL
-// connects to its peers, milliseconds), at most 1 ms.
+// Settling a non-blocking NCCL call (SettleLocked, Destroy): NCCL's own thread
+// finishes it within microseconds once the peers are connected, so the first
+// 100 us only yield (a sleep costs its wake-up plus Linux's 50 us timer slack,
+// far more than the target of <= 2 us added to an 8-byte allreduce); after
+// that, sleep elapsed/64 (first use: NCCL connects to its peers, milliseconds),
+// at most 1 ms.
 constexpr int64_t kSettleYieldNs = 100'000;
 constexpr int64_t kSettleMaxSleepNs = 1'000'000;
 

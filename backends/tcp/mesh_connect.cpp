@@ -189,8 +189,8 @@ std::string Refusal(const std::string& from, const std::string& why) {
 
 // How long an accepted connection may take to identify itself (hello and
 // handshake). A real peer sends its hello right after connect() and answers
-// each handshake step at once, so it needs a few round trips; 5 s (what one
-// hello alone was allowed before) leaves room for a badly overloaded machine.
+// each handshake step at once, so it needs a few round trips; 5 s leaves room
+// for a badly overloaded machine.
 // Because connections are served concurrently, this allowance delays no one;
 // it only bounds how long a silent stranger keeps its descriptor.
 constexpr auto kIdentifyWithin = std::chrono::seconds(5);

@@ -34,9 +34,9 @@ void Drain(int fd) {
 }
 
 // Segments in flight for a ring across hosts: 16 x 256 KiB covers a 1 ms,
-// 2 GB/s link. Measured across namespace hosts joined by a switch that holds
-// every frame 1 ms (tests/net/delay_switch.cpp), 16 MiB allreduce, 2 hosts:
-// 0.35 GB/s busbw with 2 in flight, 0.56 with 4, 0.66 with 8, 0.77 with 16.
+// 2 GB/s link. Across namespace hosts joined by a switch that holds every
+// frame 1 ms (tests/net/delay_switch.cpp), busbw grows with every doubling
+// up to 16 (see docs/benchmarks.md).
 constexpr uint32_t kRemotePipelineDepth = 16;
 
 // Whether a connected socket's two ends have different addresses: the peer

@@ -33,16 +33,13 @@ enum class Algo { kAuto, kRing, kRecursiveDoubling, kPair };
 constexpr uint64_t kRecursiveDoublingMaxBytes = 64 << 10;
 // With two ranks, up to this many bytes the pair exchange (one step, the
 // whole vector each way, reduced on both ranks) beats both: measured with
-// plexus-bench --blocking on loopback, 2 pinned ranks on 2 cores, medians of
-// 6-10 alternating launches per system, three runs: 4-64 KiB 0.88-1.07x the
-// time of recursive doubling (about 0.95x), 128-512 KiB 0.81-0.90x the
-// ring's; at 1 MiB 1.06-1.07x and at 2-4 MiB 0.99-1.09x the ring's (the pair
-// exchange reduces twice the bytes).
+// plexus-bench --blocking on loopback (see docs/benchmarks.md); above it
+// the ring wins, as the pair exchange reduces twice the bytes.
 constexpr uint64_t kPairMaxBytes = 512 << 10;
-// PLEXUS_TCP_SPIN_US: how long a rank retries its sockets before it sleeps.
-// A small allreduce's answer comes back over loopback in 5-10 us; sleeping
-// and being woken costs about as much again. Off by default when there are
-// more ranks than CPUs, where most spins would wait for a peer that needs
+// PLEXUS_TCP_SPIN_US: how long a rank retries its sockets before it sleeps. A
+// small allreduce's answer comes back over loopback within microseconds;
+// sleeping and being woken costs about as much again. Off by default when there
+// are more ranks than CPUs, where most spins would wait for a peer that needs
 // this CPU (the spin yields the CPU after 10 us, but still costs the tries).
 constexpr int64_t kDefaultSpinUs = 50;
 }  // namespace plexus::tcp
@@ -83,10 +80,8 @@ struct TcpBackend : kit::AlgosBackend<plexus_comm, plexus_backend_ctx> {
     // host, 16 when a peer is on another; socket_transport.cpp says why).
     int64_t depth = 0;
     std::string why;
-    if (!kit::IntSetting(ctx.host, config, "PLEXUS_TCP_SPIN_US", 0, 1000000, "microseconds",
-                         &spin_us, &why) ||
-        !kit::IntSetting(ctx.host, config, "PLEXUS_TCP_PIPELINE_DEPTH", 1, 16, "segments", &depth,
-                         &why)) {
+    if (!kit::IntSetting(ctx.host, config, settings::Id::kTcpSpinUs, &spin_us, &why) ||
+        !kit::IntSetting(ctx.host, config, settings::Id::kTcpPipelineDepth, &depth, &why)) {
       *error = "tcp: " + why;
       return PLEXUS_ERR_INVALID_ARGUMENT;
     }

@@ -49,7 +49,7 @@ namespace plexus::ucx {
 // PLEXUS_UCX_ALGO: which allreduce algorithm to use.
 enum class Algo { kAuto, kRing, kRecursiveDoubling };
 // Below this many bytes recursive doubling's log2(size) latency wins over the
-// ring's 2(size-1) steps (the TCP backend's threshold, also right here: see README).
+// ring's 2(size-1) steps (the TCP backend's threshold, also right here: see README.md).
 constexpr uint64_t kRecursiveDoublingMaxBytes = 64 << 10;
 // PLEXUS_UCX_SPIN_US: how long a waiting operation polls the worker before
 // it arms the event fd and sleeps. Over shared memory a small message's
@@ -60,18 +60,14 @@ constexpr uint64_t kRecursiveDoublingMaxBytes = 64 << 10;
 constexpr int64_t kDefaultSpinUs = 50;
 // UCX_RNDV_THRESH for communicators on one host, unless the environment sets
 // it. UCX's "auto" threshold sends messages from a few KiB on with its
-// rendezvous protocol, which there means a cma copy (process_vm_readv) after
-// a handshake; copying them through the shared-memory FIFO instead (eager)
-// was faster at every size the algorithms send (up to kSegmentBytes,
-// 256 KiB): 2 ranks, allreduce, medians of 6 alternating launches against
-// UCX_RNDV_THRESH=auto, 16 KiB 5.5 vs 8.7 us, 64 KiB 14.3 vs 20.6 us, 1 MiB
-// 156 vs 195 us, 4 MiB 763 vs 1132 us, 16 MiB 5.0 vs 6.3 ms. Larger
-// messages (a big send/recv) keep the zero-copy rendezvous. Across hosts
-// (verbs, tcp) UCX's own choice stands, and so it does with more ranks on
-// the host than CPUs: an eager copy then waits for the receiver to be
-// scheduled to drain the FIFO, where a cma rendezvous lets it pull the whole
-// message in one call (plexus-conformance at 3 ranks plus the battery at 5
-// on 2 CPUs: 64-66 s eager, 46-47 s with UCX's threshold). The protocol is
+// rendezvous protocol, which there means a cma copy (process_vm_readv) after a
+// handshake; copying them through the shared-memory FIFO instead (eager) is
+// faster at every size the algorithms send (up to kSegmentBytes, 256 KiB; see
+// docs/benchmarks.md). Larger messages (a big send/recv) keep the zero-copy
+// rendezvous. Across hosts (verbs, tcp) UCX's own choice stands, and so it does
+// with more ranks on the host than CPUs: an eager copy then waits for the
+// receiver to be scheduled to drain the FIFO, where a cma rendezvous lets it
+// pull the whole message in one call (see docs/benchmarks.md). The protocol is
 // the sender's choice, so ranks whose contexts differ still understand each
 // other.
 constexpr const char* kOneHostRndvThresh = "1m";
@@ -86,9 +82,8 @@ namespace plexus::ucx {
 namespace {
 
 // Operations of at most this many bytes may run on a waiting caller's
-// thread. Measured on 2 ranks (shared memory): run inline, a 128 KiB
-// allreduce took 35-44 us instead of 52-61 us, but a 256 KiB one 200-215 us
-// instead of 83-85 us.
+// thread: on 2 ranks over shared memory, running inline saves the hand-off
+// up to this size and costs far more above it (see docs/benchmarks.md).
 constexpr uint64_t kInlineMaxBytes = 128 << 10;
 
 // "tcp/lo tcp/eth0 posix/memory ..." from ucp_context_print_info's resource
@@ -257,8 +252,8 @@ struct UcxBackend : kit::QueuedBackend<plexus_comm> {
     // peer that needs this CPU; see kDefaultSpinUs and kOneHostRndvThresh).
     const bool cpu_per_rank = config.size <= std::thread::hardware_concurrency();
     int64_t spin_us = cpu_per_rank ? kDefaultSpinUs : 0;
-    if (std::string why; !kit::IntSetting(ctx.host, config, "PLEXUS_UCX_SPIN_US", 0, 1000000,
-                                          "microseconds", &spin_us, &why)) {
+    if (std::string why;
+        !kit::IntSetting(ctx.host, config, settings::Id::kUcxSpinUs, &spin_us, &why)) {
       *error = "ucx: " + why;
       return PLEXUS_ERR_INVALID_ARGUMENT;
     }
@@ -274,10 +269,8 @@ struct UcxBackend : kit::QueuedBackend<plexus_comm> {
     // its rendezvous, a single cma copy from the sender's buffer into the
     // receiver's; below it through the FIFO, copied in and out. So the
     // steps that receive straight into the caller's buffer (the ring
-    // allreduce's allgather half, allgather) send whole blocks. 2 ranks,
-    // float32 allreduce in place, plexus-bench --blocking, medians of 8
-    // alternating launches against 256 KiB segments: 4 MiB 0.90 vs 1.00
-    // ms, 16 MiB 3.59 vs 4.40 ms, 64 MiB 20.8 vs 21.9 ms.
+    // allreduce's allgather half, allgather) send whole blocks, which beats
+    // 256 KiB segments on large vectors (see docs/benchmarks.md).
     if (one_host) transport->set_direct_message_bytes(UINT64_MAX);
     algos::Status st = transport->Connect(config, err_mode);
     if (!st.ok()) {

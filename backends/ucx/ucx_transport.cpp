@@ -600,8 +600,8 @@ algos::Status UcxTransport::Exchange(const algos::OpSignature& sig,
   // The batch lives in a member so that a small exchange allocates nothing;
   // Transfers are addressed from active_, so it is not resized until they end.
   // Built in place (a Transfer is a kit::Message, with a vtable): filling it
-  // with blanks and then copying each in cost the 8-byte allreduce 1-2 %
-  // (paired A/B against the same build otherwise, 2 ranks).
+  // with blanks and then copying each in costs the 8-byte allreduce a
+  // measurable share (see docs/benchmarks.md).
   std::vector<Transfer>& batch = batch_;
   batch.clear();
   batch.reserve(sends.size() + recvs.size());

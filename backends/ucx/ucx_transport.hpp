@@ -171,14 +171,13 @@ class UcxTransport final : public kit::QueueTransport {
   //
   // The second use warms the shared-memory transport. UCX's sysv/posix
   // transport hands a message above its inline size (UCX_MM_FIFO_ELEM_SIZE)
-  // through a FIFO of UCX_MM_FIFO_SIZE elements (64), each with its own
-  // receive segment in shared memory; the first pass over each element
-  // page-faults in both processes. Measured here (2 ranks, 512 B allreduce,
-  // flight recorder per operation): the first 64 operations took 2.7 us,
-  // the rest 1.0 us; with UCX_MM_FIFO_SIZE=32 or 128 the slow stretch was 32
-  // or 128 operations long. So Connect sends each peer on shared memory one
-  // FIFO's worth of kWarmBytes messages (fewer each with many peers) before
-  // the communicator is handed out.
+  // through a FIFO of UCX_MM_FIFO_SIZE elements (64), each with its own receive
+  // segment in shared memory; the first pass over each element page-faults in
+  // both processes, so a communicator's first UCX_MM_FIFO_SIZE operations
+  // through the FIFO are slower than the rest (see docs/benchmarks.md). So
+  // Connect sends each peer on shared memory one FIFO's worth of kWarmBytes
+  // messages (fewer each with many peers) before the communicator is handed
+  // out.
   algos::Status Handshake(const std::vector<uint32_t>& peers, uint32_t first_seq, uint32_t rounds,
                           size_t bytes);
   static constexpr size_t kWarmBytes = 8192;

@@ -1,8 +1,8 @@
 // mpi_paired_bench: Plexus' MPI backend and raw MPI_Allreduce, float32 sum,
 // timed in one process, block against block, so that the overhead of going
 // through Plexus is measured without the launch-to-launch noise of two runs
-// (on the 2-core machines here one launch of a small allreduce differs from
-// the next by up to 40 %, far more than the difference being measured).
+// (on a small machine one launch of a small allreduce can differ from the
+// next by far more than the difference being measured).
 //
 //   PLEXUS_BACKEND=mpi mpirun -np 2 ... mpi_paired_bench
 //       [-b MIN] [-e MAX] [-f FACTOR] [-r ROUNDS] [-t BLOCK_MS] [-w WARMUP] [--json FILE]

@@ -14,7 +14,7 @@
 // collectives). Rank 0 prints the median time per iteration over 5 blocks.
 // (B beyond 64 shows where UCX changes protocol: run it with the backend's
 // UCX_RNDV_THRESH=1m to see what a one-host Plexus communicator gets.) Nothing of Plexus is
-// involved: this is the floor a UCX backend stands on (see backends/ucx/README, Performance).
+// involved: this is the floor a UCX backend stands on (see backends/ucx/README.md, Performance).
 //
 // Exit status: 0 done (and every sum right), 1 a UCX error or a wrong sum,
 // 2 bad arguments.
@@ -95,7 +95,7 @@ bool ParseOptions(int argc, char** argv, Options* o) {
 }
 
 int RankFromEnv() {
-  for (const char* name : {"PLEXUS_RANK", "RANK"}) {
+  for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK"}) {
     if (const char* v = std::getenv(name)) return std::atoi(v);
   }
   return -1;

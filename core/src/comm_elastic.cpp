@@ -19,6 +19,7 @@
 #include "comm_state.hpp"
 #include "plexus/communicator.hpp"
 #include "plexus/log.hpp"
+#include "plexus/settings/environment.hpp"
 #include "stall_report.hpp"
 #include "store/store_protocol.hpp"
 
@@ -77,7 +78,7 @@ Status ReadGeneration(RendezvousStore& store, uint64_t g, std::chrono::milliseco
 }
 
 Status RequireElastic(const detail::CommState& s, const char* what) {
-  const char* elastic = std::getenv("PLEXUS_ELASTIC");
+  const char* elastic = plexus::settings::Raw(plexus::settings::Id::kElastic);
   if (s.job->has_rendezvous && elastic && std::string(elastic) == "1") return Status::Ok();
   return Status::InvalidUsage(std::string(what) + " of " + s.name +
                               " needs a launcher that says which ranks are in the job: "

@@ -15,6 +15,7 @@
 #include "plexus/algos/dtype.hpp"
 #include "plexus/kit/call.hpp"
 #include "plexus/log.hpp"
+#include "plexus/settings/environment.hpp"
 #include "plugins/plugin_loader.hpp"
 #include "slurm_step_end.hpp"
 #include "store/job_token.hpp"
@@ -63,8 +64,8 @@ CommState::~CommState() {
   if (!backend) return;  // from_env failed before a backend was opened
   bool aborted = false;
   // After a failure the job is going down: an operation still running is
-  // waited for briefly, then aborted (a full timeout here doubled the time a
-  // failed rank took to exit).
+  // waited for briefly, then aborted (a full timeout here would double the
+  // time a failed rank takes to exit).
   const auto limit = failed ? std::min(timeout, std::chrono::milliseconds(2000)) : timeout;
   for (const Orphan& o : orphans) {
     plexus_request* r = o.request;
@@ -98,22 +99,12 @@ namespace {
 }
 
 std::chrono::milliseconds TimeoutFromEnv() {
-  const char* v = std::getenv("PLEXUS_TIMEOUT");
-  if (!v || !*v) return std::chrono::seconds(300);
-  // Seconds, fractions allowed, from 1 ms (anything shorter rounds to 0 ms,
-  // which would make every operation time out at once) to 10^7 s (116 days;
-  // beyond that the milliseconds stop being exact in a double).
-  constexpr double kMin = 0.001, kMax = 1e7;
-  const std::string range = " (give seconds from 0.001 to 10000000, e.g. PLEXUS_TIMEOUT=300)";
-  char* end = nullptr;
-  const double seconds = std::strtod(v, &end);
-  if (end == v || *end != '\0' || seconds != seconds) {
-    Throw(
-        Status::InvalidArgument(std::string("PLEXUS_TIMEOUT='") + v + "' is not a number" + range));
-  }
-  if (seconds < kMin || seconds > kMax) {
-    Throw(
-        Status::InvalidArgument(std::string("PLEXUS_TIMEOUT='") + v + "' is out of range" + range));
+  // The table's range starts at 1 ms (shorter rounds to 0 ms, which would
+  // time every operation out at once) and ends at 10^7 s (beyond, the
+  // milliseconds stop being exact in a double).
+  double seconds = 300;
+  if (std::string why; !settings::ReadNumber(settings::Id::kTimeout, &seconds, &why)) {
+    Throw(Status::InvalidArgument(why));
   }
   return std::chrono::milliseconds(int64_t(seconds * 1000));
 }
@@ -261,7 +252,7 @@ Communicator Communicator::from_env(const CommunicatorOptions& options) {
   std::string name = "plexus/" + std::to_string(n);
   // A rank plexus-run --elastic started again: its first communicator is
   // its part of the others' grow().
-  const char* join = std::getenv("PLEXUS_ELASTIC_JOIN");
+  const char* join = plexus::settings::Raw(plexus::settings::Id::kElasticJoin);
   if (n == 0 && join && *join && job->has_rendezvous) {
     char* end = nullptr;
     const uint64_t generation = std::strtoull(join, &end, 10);
@@ -358,7 +349,7 @@ std::shared_ptr<detail::CommState> Communicator::NewState(std::shared_ptr<Job> j
 
   std::string spec = options.backend;
   if (spec.empty()) {
-    if (const char* env = std::getenv("PLEXUS_BACKEND")) spec = env;
+    if (const char* env = plexus::settings::Raw(plexus::settings::Id::kBackend)) spec = env;
   }
   state->config = options.config;
   const Status st = spec.empty() ? ChooseBackend(*job, state->name, timeout, &state->backend)

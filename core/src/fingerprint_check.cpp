@@ -8,6 +8,7 @@
 
 #include "plexus/algos/dtype.hpp"
 #include "plexus/log.hpp"
+#include "plexus/settings/environment.hpp"
 
 namespace plexus::detail {
 
@@ -36,7 +37,7 @@ std::string RankList(const std::vector<uint32_t>& ranks) {
 
 bool DetailDebugEnabled() {
   static const bool enabled = [] {
-    const char* v = std::getenv("PLEXUS_DEBUG");
+    const char* v = plexus::settings::Raw(plexus::settings::Id::kDebug);
     return v && std::string(v) == "detail";
   }();
   return enabled;

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "plexus/log.hpp"
+#include "plexus/settings/environment.hpp"
 #include "roll_call.hpp"
 #include "store/private_dir.hpp"
 #include "store/store_protocol.hpp"
@@ -59,10 +60,22 @@ class NoRendezvousStore final : public RendezvousStore {
   std::string why_;
 };
 
+// A PLEXUS_* variable that is no setting is most likely a typo that would
+// otherwise be ignored in silence: rank 0 says so, once per process.
+void WarnUnknownSettings(uint32_t rank) {
+  static std::once_flag once;
+  if (rank != 0) return;
+  std::call_once(once, [] {
+    for (const std::string& line : settings::UnknownWarnings()) {
+      LogLine(PLEXUS_LOG_WARN, "plexus", line);
+    }
+  });
+}
+
 // PLEXUS_RANK_KEY: the store identity key plexus-run --elastic gives each
 // rank (64 hex digits), the same for the rank started again. Unset: none.
 Status RankKeyFromEnv(std::optional<store::IdentityKey>* key) {
-  const char* text = std::getenv("PLEXUS_RANK_KEY");
+  const char* text = plexus::settings::Raw(plexus::settings::Id::kRankKey);
   if (!text || !*text) return Status::Ok();
   store::IdentityKey k{};
   auto digit = [](char c) {
@@ -99,10 +112,11 @@ Status GetJob(std::chrono::milliseconds timeout, std::shared_ptr<Job>* out) {
   if (!st.ok()) return st.WithContext("launch environment");
   const LaunchInfo& l = j->launch;
   SetLogRank(l.rank);
+  WarnUnknownSettings(l.rank);
   // PLEXUS_SOCKET_IFNAME names the interface backends listen on; checked
   // first, so that a wrong name is reported before anything waits.
   std::string ifname_address;
-  const char* ifname = std::getenv("PLEXUS_SOCKET_IFNAME");
+  const char* ifname = plexus::settings::Raw(plexus::settings::Id::kSocketIfname);
   if (ifname != nullptr && *ifname != '\0') {
     st = InterfaceAddress(ifname, &ifname_address);
     if (!st.ok()) return st.WithContext("rank " + std::to_string(l.rank));
@@ -122,7 +136,7 @@ Status GetJob(std::chrono::milliseconds timeout, std::shared_ptr<Job>* out) {
       st = store::StartTcpStoreServer(l.master_addr, l.master_port, options, &j->server);
       if (!st.ok()) {
         const bool slurm_port = l.source == "Slurm" && !std::getenv("MASTER_PORT") &&
-                                !std::getenv("PLEXUS_MASTER_PORT");
+                                !plexus::settings::Raw(plexus::settings::Id::kMasterPort);
         return st.WithContext(
             "rank 0 could not host the rendezvous store at " + l.master_addr + ":" +
             std::to_string(l.master_port) +
@@ -200,10 +214,11 @@ Status MakeStoreJob(std::unique_ptr<RendezvousStore> store, uint32_t rank, uint3
   l.rank = rank;
   l.size = size;
   l.source = "a store given to Communicator::from_store";
+  WarnUnknownSettings(rank);
   const char* master = std::getenv("MASTER_ADDR");
   if (master && *master) l.master_addr = master;
   std::string address;
-  const char* ifname = std::getenv("PLEXUS_SOCKET_IFNAME");
+  const char* ifname = plexus::settings::Raw(plexus::settings::Id::kSocketIfname);
   if (ifname != nullptr && *ifname != '\0') {
     Status st = InterfaceAddress(ifname, &address);
     if (!st.ok()) return st.WithContext("rank " + std::to_string(rank));

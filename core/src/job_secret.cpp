@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "plexus/log.hpp"
+#include "plexus/settings/environment.hpp"
 #include "store/job_token.hpp"
 #include "store/munge_secret.hpp"
 #include "store/private_dir.hpp"
@@ -75,7 +76,7 @@ std::once_flag g_insecure_warning;
 }  // namespace
 
 bool InsecureRequested() {
-  const char* v = std::getenv("PLEXUS_INSECURE");
+  const char* v = plexus::settings::Raw(plexus::settings::Id::kInsecure);
   return v != nullptr && std::strcmp(v, "1") == 0;
 }
 

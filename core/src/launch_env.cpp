@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "plexus/settings/environment.hpp"
 #include "slurm_env.hpp"
 
 namespace plexus {
@@ -116,7 +117,7 @@ Status ApplySlurm(const EnvLookup& env, LaunchInfo* info) {
 
 EnvLookup ProcessEnv() {
   return [](const char* name) -> std::optional<std::string> {
-    const char* v = std::getenv(name);
+    const char* v = settings::RawByName(name);
     if (!v) return std::nullopt;
     return std::string(v);
   };

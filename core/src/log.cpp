@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "plexus/backend.h"
+#include "plexus/settings/environment.hpp"
 
 namespace plexus {
 namespace {
@@ -15,7 +16,7 @@ std::atomic<int64_t> g_rank{-1};
 
 int32_t Threshold() {
   static const int32_t level = [] {
-    const char* v = std::getenv("PLEXUS_LOG_LEVEL");
+    const char* v = plexus::settings::Raw(plexus::settings::Id::kLogLevel);
     if (!v) return PLEXUS_LOG_WARN;
     const std::string s(v);
     if (s == "error") return PLEXUS_LOG_ERROR;

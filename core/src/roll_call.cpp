@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "plexus/settings/environment.hpp"
 #include "store/store_protocol.hpp"
 
 namespace plexus {
@@ -30,11 +31,11 @@ std::string HostName() {
 // (plexus-run, torchrun): then errors can say which node a silent rank is on.
 std::string Card(const LaunchInfo& l) {
   const std::string host = HostName();
-  const char* backend = std::getenv("PLEXUS_BACKEND");
+  const char* backend = plexus::settings::Raw(plexus::settings::Id::kBackend);
   std::string card = "size=" + std::to_string(l.size) +
                      "\nbackend=" + (backend && *backend ? std::string(backend) : "-") +
                      "\nhost=" + host + "\npid=" + std::to_string(long(getpid())) + "\n";
-  const char* node = std::getenv("PLEXUS_GROUP_RANK");
+  const char* node = plexus::settings::Raw(plexus::settings::Id::kGroupRank);
   if (!node || !*node) node = std::getenv("GROUP_RANK");
   if (l.size != l.local_size && node && *node &&
       std::strspn(node, "0123456789") == std::strlen(node)) {

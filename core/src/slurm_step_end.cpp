@@ -11,6 +11,7 @@
 
 #include "plexus/backend.h"
 #include "plexus/log.hpp"
+#include "plexus/settings/environment.hpp"
 
 extern char** environ;
 
@@ -59,13 +60,13 @@ void Arm(const std::string& why) {
   const char* step = std::getenv("SLURM_STEP_ID");
   if (step == nullptr) step = std::getenv("SLURM_STEPID");
   const char* ntasks = std::getenv("SLURM_NTASKS");
-  const char* off = std::getenv("PLEXUS_SLURM_END_STEP");
+  const char* off = plexus::settings::Raw(plexus::settings::Id::kSlurmEndStep);
   if (!IsId(job) || !IsId(step) || !IsId(ntasks) || std::strtoull(ntasks, nullptr, 10) <= 1) {
     return;
   }
   if (off != nullptr && std::strcmp(off, "0") == 0) return;
   std::string grace = "2";
-  if (const char* g = std::getenv("PLEXUS_SLURM_END_GRACE"); IsId(g) && std::strlen(g) <= 6) {
+  if (const char* g = plexus::settings::Raw(plexus::settings::Id::kSlurmEndGrace); IsId(g) && std::strlen(g) <= 6) {
     grace = g;
   }
   const std::string target = std::string(job) + "." + step;

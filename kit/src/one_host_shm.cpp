@@ -157,7 +157,7 @@ algos::Status OneHostShm::Create(const plexus_host_v1& host, const plexus_comm_c
   }
   int64_t slot_kib = kDefaultSlotKib;
   if (std::string why;
-      !IntSetting(host, config, "PLEXUS_SHM_SLOT_KIB", 64, 1 << 20, "KiB", &slot_kib, &why)) {
+      !IntSetting(host, config, settings::Id::kShmSlotKib, &slot_kib, &why)) {
     bad_setting = why;
   }
   uint64_t slot_bytes = uint64_t(slot_kib) << 10;

@@ -233,9 +233,7 @@ void OpQueue::RunInlineIfNext(plexus_request* req) {
     // them, and the algorithms' scratch buffers are then allocated in the
     // worker's malloc arena, which keeps their pages from one operation to
     // the next, where the caller's main arena often returns them to the
-    // kernel on free and faults them back in (tcp, 4 KiB-1 MiB sweep: 26 page
-    // faults per operation instead of 0.2, a 256 KiB allreduce 280 us instead
-    // of 200 us).
+    // kernel on free and faults them back in (see docs/benchmarks.md).
     const algos::OpSignature& sig = queue_.front().sig;
     if (sig.count * algos::DtypeSize(sig.dtype) > options_.inline_max_bytes) return;
     op = std::move(queue_.front());

@@ -21,6 +21,21 @@ bool IntSetting(const plexus_host_v1& host, const plexus_comm_config_v1& config,
   return true;
 }
 
+bool IntSetting(const plexus_host_v1& host, const plexus_comm_config_v1& config, settings::Id id,
+                int64_t* value, std::string* error) {
+  const std::string v = algos::CommSetting(host, config, settings::Name(id));
+  if (v.empty()) return true;
+  return settings::ParseInt(settings::Get(id), v, value, error);
+}
+
+bool ChoiceSetting(const plexus_host_v1& host, const plexus_comm_config_v1& config, settings::Id id,
+                   std::string* value, std::string* error) {
+  std::string v = algos::CommSetting(host, config, settings::Name(id));
+  if (!v.empty() && !settings::CheckChoice(settings::Get(id), v, error)) return false;
+  *value = std::move(v);
+  return true;
+}
+
 void SetAlgosHostCapabilities(plexus_capabilities& caps, uint32_t collectives) {
   constexpr uint32_t kAllDtypes = 0x1ffeu;  // bits 1..12: every dtype of ABI 1
   caps.collectives = collectives;

@@ -11,6 +11,7 @@
 
 #include "plexus/error.hpp"
 #include "plexus/rendezvous_store.hpp"
+#include "plexus/settings/environment.hpp"
 
 namespace plexus_torch {
 namespace {
@@ -327,7 +328,7 @@ std::vector<PlexusBackend*> g_live;
 std::chrono::milliseconds TimeoutFor(std::chrono::milliseconds torch_timeout) {
   // PLEXUS_TIMEOUT, when set, is what the user asked of Plexus; otherwise
   // the group's timeout from torch (init_process_group(timeout=...)).
-  const char* v = std::getenv("PLEXUS_TIMEOUT");
+  const char* v = plexus::settings::Raw(plexus::settings::Id::kTimeout);
   if (v && *v) return std::chrono::milliseconds(0);  // from_store/from_env read it
   return torch_timeout;
 }
@@ -337,8 +338,8 @@ std::chrono::milliseconds TimeoutFor(std::chrono::milliseconds torch_timeout) {
 // A blocking call (async_op=False) is run to completion before it returns:
 // c10d waits for it at once anyway, and run here, right after its post, a
 // small operation runs on this thread instead of being taken by the
-// backend's worker while Python is between the post and the wait (a thread
-// switch each way, ~10 us on 2 ranks). Failures stay in the work for wait().
+// backend's worker while Python is between the post and the wait (which
+// costs a thread switch each way). Failures stay in the work for wait().
 template <class Options>
 c10::intrusive_ptr<c10d::Work> Handed(const c10::intrusive_ptr<PlexusWork>& work,
                                       const Options& opts) {

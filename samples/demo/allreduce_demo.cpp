@@ -18,6 +18,7 @@
 
 #include "plexus/launch_env.hpp"
 #include "plexus/plexus.hpp"
+#include "plexus/settings/environment.hpp"
 
 namespace {
 
@@ -40,7 +41,7 @@ constexpr std::array<const char*, 4> kPlexusBackends = {"tcp", "mpi", "ucx", "nc
 // cannot run here (not built, its library missing, MPI without mpirun, NCCL
 // without a GPU) is what Communicator::from_env throws.
 std::vector<std::string> Backends() {
-  if (const char* b = std::getenv("PLEXUS_BACKEND"); b && *b) return {b};
+  if (const char* b = plexus::settings::Raw(plexus::settings::Id::kBackend); b && *b) return {b};
   return {kPlexusBackends.begin(), kPlexusBackends.end()};
 }
 
@@ -117,7 +118,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "plexus-demo: unknown argument '%s'\n%s", a.c_str(), kUsage);
     return 2;
   }
-  const char* requested = std::getenv("PLEXUS_BACKEND");
+  const char* requested = plexus::settings::Raw(plexus::settings::Id::kBackend);
   const bool explicit_choice = requested && *requested;
   int failures = 0, ran = 0;
   for (const std::string& b : Backends()) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "plexus/settings/environment.hpp"
 #include "tensor_file.hpp"
 
 #ifndef PLEXUS_TRAINER_DATA_DIRS
@@ -80,7 +81,7 @@ NamedArray ToArray(const std::string& name, const torch::Tensor& tensor) {
 
 std::string FindDigits() {
   std::vector<std::string> dirs;
-  if (const char* d = std::getenv("PLEXUS_DATA_DIR"); d && *d) dirs.emplace_back(d);
+  if (const char* d = plexus::settings::Raw(plexus::settings::Id::kDataDir); d && *d) dirs.emplace_back(d);
   // The build tree's copy, then the installed one (meson passes both, ':'-separated).
   std::string compiled = PLEXUS_TRAINER_DATA_DIRS;
   for (size_t start = 0; start <= compiled.size();) {

@@ -29,6 +29,7 @@
 #include "plexus/ddp.hpp"
 #include "plexus/launch_env.hpp"
 #include "plexus/plexus.hpp"
+#include "plexus/settings/environment.hpp"
 #include "tensor_file.hpp"
 
 namespace trainer {
@@ -111,7 +112,7 @@ Eval Evaluate(torch::nn::Sequential& model, const DataSplits& data, plexus::Comm
 // PLEXUS_RESTART_COUNT (plexus-run), or torchrun's TORCHELASTIC_RESTART_COUNT.
 int RestartCount() {
   for (const char* name : {"PLEXUS_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"}) {
-    const char* v = std::getenv(name);
+    const char* v = plexus::settings::RawByName(name);
     if (v && *v) return std::atoi(v);
   }
   return 0;

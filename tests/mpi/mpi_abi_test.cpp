@@ -6,7 +6,7 @@
 //   mpirun -np 3 mpi_abi_test /path/to/libplexus-mpi.so   (ABI 1.2 checks only)
 //   mpirun -np 2 mpi_abi_test /path/to/libplexus-mpi.so split-late
 //
-// ABI 1.2 (at 2 and 3 ranks, and again with PLEXUS_MPI_MAX_COUNT=3, where
+// ABI 1.2 (at 2 and 3 ranks, and again with PLEXUS_DEBUG_MPI_MAX_COUNT=3, where
 // counts and displacements above 3 elements go as chunks and derived
 // datatypes, and with PLEXUS_MPI_ALLREDUCE=mpi): gather and scatter, in
 // place and not, every root; allgatherv and alltoallv with uneven counts
@@ -390,7 +390,7 @@ void AbortChecks(plexus_backend_ctx* ctx, plexus_comm* comm, uint32_t rank) {
 
 // ---------------------------------------------------------------------------
 // ABI 1.2: gather, scatter, allgatherv, alltoallv, allreduce_coalesced and
-// comm_split, at 2 and 3 ranks (and with PLEXUS_MPI_MAX_COUNT=3, where every
+// comm_split, at 2 and 3 ranks (and with PLEXUS_DEBUG_MPI_MAX_COUNT=3, where every
 // count or displacement above 3 elements takes the chunked or derived-type
 // path).
 
@@ -487,11 +487,11 @@ bool GuardIs(const uint8_t* p, size_t bytes) {
   return true;
 }
 
-// With PLEXUS_MPI_MAX_COUNT set (3 in the tests) every 3 elements are an MPI
+// With PLEXUS_DEBUG_MPI_MAX_COUNT set (3 in the tests) every 3 elements are an MPI
 // call or an allreduce schedule of their own: large counts then take
 // minutes, so the large cases shrink.
 bool Chunky() {
-  return std::getenv("PLEXUS_MPI_MAX_COUNT") != nullptr;
+  return std::getenv("PLEXUS_DEBUG_MPI_MAX_COUNT") != nullptr;
 }
 
 // wait() for a request of the checks below. A wait that ends with the
@@ -1174,9 +1174,9 @@ int main(int argc, char** argv) {
   }
   const uint32_t rank = uint32_t(std::atoi(r));
   // The checks of ABI 1.0/1.1 are written for 2 ranks and MPI's own limits;
-  // those of 1.2 run at 2 and 3 ranks, and with PLEXUS_MPI_MAX_COUNT or
+  // those of 1.2 run at 2 and 3 ranks, and with PLEXUS_DEBUG_MPI_MAX_COUNT or
   // PLEXUS_MPI_ALLREDUCE set.
-  const bool classic = size == 2 && mode.empty() && !std::getenv("PLEXUS_MPI_MAX_COUNT") &&
+  const bool classic = size == 2 && mode.empty() && !std::getenv("PLEXUS_DEBUG_MPI_MAX_COUNT") &&
                        !std::getenv("PLEXUS_MPI_ALLREDUCE");
   g_rank = rank;
   setenv("PLEXUS_BACKEND", "mpi", 1);  // an explicit choice: init() initialises MPI

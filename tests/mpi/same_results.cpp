@@ -7,7 +7,7 @@
 //
 // Every dtype x op for allreduce, reduce and reduce_scatter, in and out of
 // place; broadcast; allgather (in and out of place); alltoall; a send/recv
-// ring (2+ ranks). Counts 1 and 2500 (2500 crosses PLEXUS_MPI_MAX_COUNT=1000,
+// ring (2+ ranks). Counts 1 and 2500 (2500 crosses PLEXUS_DEBUG_MPI_MAX_COUNT=1000,
 // which the test uses to exercise the MPI backend's chunking). Sums are exact
 // in any order, but not always divisible by the world size, so AVG also checks
 // that both backends divide once and truncate integers toward zero alike.

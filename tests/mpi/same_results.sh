@@ -6,7 +6,7 @@
 #
 # Runs SAME_RESULTS (tests/mpi/same_results.cpp) on NP ranks: tcp under
 # plexus-run, mpi under mpirun, and mpi under mpirun in three variants:
-# PLEXUS_MPI_MAX_COUNT=1000 (every operation of 2500 elements split into MPI
+# PLEXUS_DEBUG_MPI_MAX_COUNT=1000 (every operation of 2500 elements split into MPI
 # calls of at most 1000), PLEXUS_MPI_ALLREDUCE=ring (the ring schedule at
 # sizes where recursive doubling is the default) and PLEXUS_MPI_ALLREDUCE=mpi
 # (MPI_Iallreduce instead of the backend's schedules). Each run writes
@@ -22,7 +22,7 @@ fi
 plexus_run=$1 mpirun_sh=$2 mpirun=$3 np=$4 prog=$5
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-variants=("mpi-chunked PLEXUS_MPI_MAX_COUNT=1000" "mpi-ring PLEXUS_MPI_ALLREDUCE=ring"
+variants=("mpi-chunked PLEXUS_DEBUG_MPI_MAX_COUNT=1000" "mpi-ring PLEXUS_MPI_ALLREDUCE=ring"
           "mpi-iallreduce PLEXUS_MPI_ALLREDUCE=mpi")
 mkdir "$dir/tcp" "$dir/mpi"
 

@@ -8,6 +8,7 @@
 
 #include "plexus/launch_env.hpp"
 #include "plexus/rendezvous_store.hpp"
+#include "plexus/settings/environment.hpp"
 #include "store/job_token.hpp"
 #include "store/private_dir.hpp"
 
@@ -51,7 +52,7 @@ bool PrepareLocalRendezvous(int64_t timeout_ms, std::string* error) {
   g_file = store::PrivateFileName("conformance-" + id);
   if (l.rank == 0) {
     std::string token, why;
-    if (const char* t = std::getenv("PLEXUS_TOKEN"); t && *t) {
+    if (const char* t = plexus::settings::Raw(plexus::settings::Id::kToken); t && *t) {
       token = t;
     } else if (!store::MakeJobToken(&token, &why)) {
       *error = "cannot make a job secret: " + why;

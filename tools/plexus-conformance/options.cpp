@@ -1,4 +1,5 @@
 #include "options.hpp"
+#include "plexus/settings/environment.hpp"
 
 #include <getopt.h>
 
@@ -183,10 +184,11 @@ int ParseOptions(int argc, char** argv, Options* out) {
   };
   Options o;
   o.argv.assign(argv, argv + argc);
-  if (const char* env = std::getenv("PLEXUS_TIMEOUT"); env && *env) {
-    char* end = nullptr;
-    const double v = std::strtod(env, &end);
-    if (*end == '\0' && v > 0 && v <= 86400) o.timeout_ms = int64_t(v * 1000);
+  // A bad PLEXUS_TIMEOUT leaves the default: the communicators report it.
+  if (double seconds = 0; plexus::settings::Value(plexus::settings::Id::kTimeout)) {
+    if (std::string why; plexus::settings::ReadNumber(plexus::settings::Id::kTimeout, &seconds, &why)) {
+      o.timeout_ms = int64_t(seconds * 1000);
+    }
   }
   opterr = 0;
   optind = 1;

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "data.hpp"
+#include "plexus/settings/environment.hpp"
 #include "rank_record.hpp"
 
 namespace plexus::conformance {
@@ -21,7 +22,7 @@ std::string g_last_log;  // the backend's last error/warning line, for a failed 
 // The 1.1 per-communicator configuration getter: the environment, like the
 // host's when the application set nothing for the communicator.
 int64_t EnvConfig(void*, const char* key, char* buf, size_t len) {
-  const char* value = key ? std::getenv(key) : nullptr;
+  const char* value = key ? plexus::settings::RawByName(key) : nullptr;
   if (!value) return -1;
   const size_t n = std::strlen(value);
   if (buf && len > 0) {

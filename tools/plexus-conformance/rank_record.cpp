@@ -11,6 +11,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "plexus/settings/environment.hpp"
 #include "restarts.hpp"
 
 namespace plexus::conformance {
@@ -65,7 +66,7 @@ int AppendOtherCalls(char* buf, size_t cap, int32_t skip) {
 }  // namespace
 
 bool InitRankRecord(uint32_t rank) {
-  const char* dir = std::getenv(kStateDirVariable);
+  const char* dir = plexus::settings::Raw(plexus::settings::Id::kConformanceState);
   if (dir && *dir) {
     const std::string path = RankRecordPath(dir, rank);
     const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);

@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "journal.hpp"
+#include "plexus/settings/environment.hpp"
 #include "rank_record.hpp"
 #include "report.hpp"
 
@@ -239,12 +240,12 @@ int RunWithRestarts(const Options& options, const std::vector<std::string>& laun
 }
 
 std::string StateDir() {
-  const char* dir = std::getenv(kStateDirVariable);
+  const char* dir = plexus::settings::Raw(plexus::settings::Id::kConformanceState);
   return dir ? dir : "";
 }
 
 int64_t ResumeAfter() {
-  const char* text = std::getenv(kResumeVariable);
+  const char* text = plexus::settings::Raw(plexus::settings::Id::kConformanceResumeAfter);
   if (!text || !*text) return kNoCheck;
   char* end = nullptr;
   const long long v = std::strtoll(text, &end, 10);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "plexus/launch_env.hpp"
+#include "plexus/settings/environment.hpp"
 #include "restarts.hpp"
 
 namespace plexus::conformance {
@@ -70,7 +71,7 @@ bool NeedsLauncher() {
     std::exit(2);
   }
   if (here.source != none.source) return false;
-  if (std::getenv(kGuardVariable)) {
+  if (plexus::settings::Raw(plexus::settings::Id::kConformanceLaunched)) {
     std::fprintf(stderr,
                  "plexus-conformance: started by plexus-run, yet no rank variables are set "
                  "(PLEXUS_RANK, ...); giving up instead of starting plexus-run again\n");

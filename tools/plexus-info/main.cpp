@@ -10,14 +10,17 @@
 
 #include "plexus/algos/dtype.hpp"
 #include "plexus/launch_env.hpp"
+#include "plexus/settings/environment.hpp"
 #include "plugins/backend_calls.hpp"
 #include "plugins/host_services.hpp"
 #include "plugins/plugin_loader.hpp"
+#include "settings_report.hpp"
 
 namespace {
 
 constexpr const char* kUsage = R"(Usage: plexus-info [--help] [--version] [BACKEND|PATH ...]
        plexus-info --launch
+       plexus-info --settings[=markdown]
 
 Lists every Plexus backend plugin (libplexus-<name>.so) found on the search
 path, with its file, ABI version, implementation version and capabilities;
@@ -35,6 +38,12 @@ Options:
                  "launch: rank 3 of 5, local rank 1 of 2, node 1 of 3, master
                  n07:24242, host n08, from Slurm" (exit 1 with the reason when
                  the launcher's variables are wrong); connects to nothing
+      --settings print every PLEXUS_* setting with its value here, where the
+                 value came from (environment or default) and the layer that
+                 reads it, then any PLEXUS_* variable that is not a setting
+                 (a typo) with the nearest name, and exit
+      --settings=markdown
+                 print the table of docs/environment.md and exit
   -h, --help     show this help and exit
   -V, --version  show the Plexus version and ABI version and exit
 
@@ -146,6 +155,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (a == "--launch") return PrintLaunch();
+    if (a == "--settings") return plexus::info::PrintSettings();
+    if (a == "--settings=markdown") return plexus::info::PrintSettingsMarkdown();
     if (a == "-V" || a == "--version") {
       std::printf("plexus-info %s, backend ABI %d.%d\n", PLEXUS_VERSION_STRING, PLEXUS_ABI_MAJOR,
                   PLEXUS_ABI_MINOR);
@@ -162,7 +173,7 @@ int main(int argc, char** argv) {
   for (const auto& d : plexus::PluginSearchDirs()) {
     std::printf("  %-60s (%s)\n", d.dir.c_str(), d.origin.c_str());
   }
-  const char* chosen = std::getenv("PLEXUS_BACKEND");
+  const char* chosen = plexus::settings::Raw(plexus::settings::Id::kBackend);
   std::printf("PLEXUS_BACKEND: %s\n\n",
               chosen ? chosen : "(unset: first usable of nccl, ucx, mpi, tcp)");
 

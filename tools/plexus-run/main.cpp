@@ -37,6 +37,7 @@
 #include "node_group.hpp"
 #include "plexus/launch_env.hpp"
 #include "plexus/rendezvous_store.hpp"
+#include "plexus/settings/environment.hpp"
 #include "rank_environment.hpp"
 #include "slurm_step.hpp"
 #include "stall_report.hpp"
@@ -438,7 +439,7 @@ std::string CheckReachableByOtherNodes(const Options& opts) {
     return what + " a loopback address: the other nodes (" + nodes +
            ") cannot reach node 0's rendezvous store there; " + instead;
   }
-  const char* ifname = std::getenv("PLEXUS_SOCKET_IFNAME");
+  const char* ifname = plexus::settings::Raw(plexus::settings::Id::kSocketIfname);
   if (std::string address; ifname != nullptr && *ifname != '\0' &&
                            InterfaceAddress(ifname, &address).ok() &&
                            !LoopbackAddressOf(address).empty()) {
@@ -448,7 +449,7 @@ std::string CheckReachableByOtherNodes(const Options& opts) {
            "of the network the nodes share, or unset it (then the interface that routes to "
            "--master-addr is used)";
   }
-  const char* tcp_addr = std::getenv("PLEXUS_TCP_ADDR");
+  const char* tcp_addr = plexus::settings::Raw(plexus::settings::Id::kTcpAddr);
   if (tcp_addr != nullptr && *tcp_addr != '\0' && !LoopbackAddressOf(tcp_addr).empty()) {
     return std::string("PLEXUS_TCP_ADDR=") + tcp_addr + " is a loopback address: with " + nodes +
            " ranks on the other nodes could not connect to the ranks here; give this host's "
@@ -722,15 +723,10 @@ bool PickFreePort(const std::string& addr, uint16_t* port, std::string* error) {
 // How long launchers wait for each other to join: PLEXUS_TIMEOUT seconds
 // (default 300), like every other wait of the job.
 std::chrono::milliseconds JoinTimeout() {
-  const char* v = std::getenv("PLEXUS_TIMEOUT");
-  if (v != nullptr && *v != '\0') {
-    char* end = nullptr;
-    double seconds = std::strtod(v, &end);
-    if (end != v && *end == '\0' && std::isfinite(seconds) && seconds > 0 && seconds < 1e7) {
-      return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
-    }
-  }
-  return std::chrono::seconds(300);
+  double seconds = 300;
+  std::string why;  // a bad value is the ranks' error to report; wait the default
+  if (!plexus::settings::ReadNumber(plexus::settings::Id::kTimeout, &seconds, &why)) seconds = 300;
+  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
 }
 
 // How a start of the ranks failed: what kind of failure, job-wide (unset
@@ -842,10 +838,10 @@ int RunStart(const Options& opts, const JobInfo& given_job, const std::string& p
   config.timeout = opts.timeout;
   config.prefix_output = opts.prefix_output;
   if (opts.bind_to_core) config.rank_cpu = RankCpus(opts.nproc);
-  if (const char* dir = std::getenv("PLEXUS_TRACE_DIR"); dir && *dir) config.trace_dir = dir;
+  if (const char* dir = plexus::settings::Raw(plexus::settings::Id::kTraceDir); dir && *dir) config.trace_dir = dir;
   // The job's name in the ranks' flight-recorder dumps, which plexus-trace
   // checks are of one job: fresh for each start (across hosts node 0's).
-  if (!std::getenv("PLEXUS_JOB_ID")) {
+  if (!plexus::settings::Raw(plexus::settings::Id::kJobId)) {
     std::string id;
     if (group && !group->job_id().empty()) {
       id = group->job_id();
@@ -1076,8 +1072,8 @@ int Main(int argc, char** argv) {
   job.store_hosted = opts.host_store;
   // A token given by the caller (an outer launcher, a multi-host script) is
   // the job's secret; otherwise every job gets a fresh one.
-  const char* given_token = std::getenv("PLEXUS_TOKEN");
-  const char* token_file_var = std::getenv("PLEXUS_TOKEN_FILE");
+  const char* given_token = plexus::settings::Raw(plexus::settings::Id::kToken);
+  const char* token_file_var = plexus::settings::Raw(plexus::settings::Id::kTokenFile);
   const bool multi = opts.nnodes > 1;
   std::string public_credential;  // node 0 under srun with MUNGE: what its store hands out
   if (!opts.token_file.empty() || (multi && (given_token == nullptr || *given_token == '\0') &&

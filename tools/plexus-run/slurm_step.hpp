@@ -1,12 +1,12 @@
 // plexus-run started by srun: one launcher per node, its place from Slurm.
 //
-// `srun -n 2 plexus-run -n 2 prog` used to start two separate 2-rank jobs.
-// Inside an srun step of more than one task, plexus-run either takes
-// --nnodes, --node-rank, --master-addr and --master-port from Slurm (one
+// Without this, `srun -n 2 plexus-run -n 2 prog` would start two separate
+// 2-rank jobs. Inside an srun step of more than one task, plexus-run either
+// takes --nnodes, --node-rank, --master-addr and --master-port from Slurm (one
 // task per node: the step's nodes, SLURM_NODEID, the first host of
-// SLURM_STEP_NODELIST, the port launch discovery derives from the job and
-// step ids), or refuses, saying what to run instead (several tasks on a
-// node). Options the user gave win; a step of one task is one host's job.
+// SLURM_STEP_NODELIST, the port launch discovery derives from the job and step
+// ids), or refuses, saying what to run instead (several tasks on a node).
+// Options the user gave win; a step of one task is one host's job.
 #pragma once
 
 #include <string>

@@ -8,6 +8,7 @@
 #include "job.hpp"
 #include "plexus/algos/dtype.hpp"
 #include "plexus/log.hpp"
+#include "plexus/settings/environment.hpp"
 #include "stall_report.hpp"
 #include "store/store_protocol.hpp"
 
@@ -16,15 +17,12 @@ namespace {
 
 // Under auto, allreduces and reduces smaller than this stay flat: three
 // operations in a row (and a thread's hand-over) cost more than the bytes
-// saved on the links. Measured on 3 namespace hosts x 2 ranks of a 2-core
-// machine (bench/netns-compare --time, tcp across, tcp inside hosts, where
-// the groups inside hosts go through the kit's shared memory; medians of 3
-// rounds, time against flat): allreduce 256 KiB 1.23x, 512 KiB 0.83x,
-// 1 MiB 0.74x, 2 MiB 0.76x, 4 MiB 0.69x; reduce 1 MiB 0.84x. (Before the
-// groups inside hosts had shared memory, it paid from 4 MiB only.)
+// saved on the links. The threshold comes from bench/netns-compare --time
+// (tcp across hosts, the groups inside hosts on the kit's shared memory);
+// the figures are in docs/benchmarks.md.
 constexpr uint64_t kAutoMinBytes = 1 << 20;
 // A broadcast copies, reduces nothing, and has no shared-memory path inside
-// hosts: two-level 1 MiB 1.12x, 4 MiB 0.94x, 16 MiB 0.98x (the same runs).
+// hosts, so two levels pay for it only from a larger size (the same runs).
 constexpr uint64_t kAutoMinBroadcastBytes = 4 << 20;
 
 // An allreduce is cut into pieces of about this many bytes (at most
@@ -119,9 +117,8 @@ bool TwoLevel::Takes(plexus_collective_t coll, uint64_t bytes) const {
   if (bytes == 0) return false;
   if (layout_.setting == HierarchySetting::kOn) return true;
   // Under auto, reduce_scatter and allgather stay flat: in two levels they
-  // did not pay here at 16 MiB (bench/netns-compare --collective, 3 x 2,
-  // median of 3: reduce_scatter 0.87x flat with tcp inside, 0.94x with ucx;
-  // allgather 0.85x and 0.89x), unlike allreduce (1.13x and 1.29x).
+  // do not pay at 16 MiB, unlike allreduce (bench/netns-compare
+  // --collective; the figures are in docs/benchmarks.md).
   if (coll == PLEXUS_COLL_REDUCE_SCATTER || coll == PLEXUS_COLL_ALLGATHER) return false;
   return bytes >= (coll == PLEXUS_COLL_BROADCAST ? kAutoMinBroadcastBytes : kAutoMinBytes);
 }
@@ -738,9 +735,9 @@ Status MakeTwoLevel(Communicator& flat, const std::string& local_address,
                     uint32_t launch_local_rank, uint32_t launch_local_size,
                     std::unique_ptr<TwoLevel>* out) {
   HierarchySetting setting;
-  Status st = ParseHierarchySetting(std::getenv("PLEXUS_HIERARCHY"), &setting);
+  Status st = ParseHierarchySetting(plexus::settings::Raw(plexus::settings::Id::kHierarchy), &setting);
   if (!st.ok()) return st;
-  const char* lb = std::getenv("PLEXUS_LOCAL_BACKEND");
+  const char* lb = plexus::settings::Raw(plexus::settings::Id::kLocalBackend);
   const std::string local_backend = lb ? lb : "";
   if (flat.size() == 1) return Status::Ok();
   LayoutEntry mine;

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "backend_calls.hpp"
+#include "plexus/settings/environment.hpp"
 #include "plexus/status.hpp"
 
 #ifndef PLEXUS_INSTALLED_PLUGIN_DIR
@@ -172,7 +173,7 @@ Status LoadBackendLibrary(const std::string& path, std::unique_ptr<LoadedLibrary
 
 std::vector<SearchDir> PluginSearchDirs() {
   std::vector<SearchDir> dirs;
-  if (const char* env = std::getenv("PLEXUS_PLUGIN_PATH")) {
+  if (const char* env = plexus::settings::Raw(plexus::settings::Id::kPluginPath)) {
     for (auto& d : Split(env, ':')) dirs.push_back({d, "PLEXUS_PLUGIN_PATH"});
   }
   // A libplexus running from its build directory also searches the build

@@ -16,6 +16,7 @@
 
 #include "plexus/backend.h"
 #include "plexus/log.hpp"
+#include "plexus/settings/environment.hpp"
 
 namespace plexus::store {
 namespace {
@@ -110,8 +111,8 @@ Status ReadTokenFile(const std::string& path, std::string* token) {
 
 Status TokenFromEnvironment(std::string* token) {
   token->clear();
-  const char* direct = std::getenv("PLEXUS_TOKEN");
-  const char* file = std::getenv("PLEXUS_TOKEN_FILE");
+  const char* direct = plexus::settings::Raw(plexus::settings::Id::kToken);
+  const char* file = plexus::settings::Raw(plexus::settings::Id::kTokenFile);
   const bool has_file = file != nullptr && *file != '\0';
   if (direct != nullptr && *direct != '\0') {
     if (has_file && !g_said_ignored.exchange(true)) {
@@ -160,7 +161,7 @@ bool MakeJobToken(std::string* token, std::string* error) {
 
 bool ConfigFromEnvironment(const char* key, std::string* value) {
   if (std::strcmp(key, "PLEXUS_TOKEN") != 0) {
-    const char* env = std::getenv(key);
+    const char* env = settings::RawByName(key);
     if (env == nullptr) return false;
     *value = env;
     return true;
@@ -172,7 +173,7 @@ bool ConfigFromEnvironment(const char* key, std::string* value) {
   }
   if (token.empty()) {
     // PLEXUS_TOKEN="" is reported as set (and empty), as getenv() would.
-    const char* env = std::getenv(key);
+    const char* env = settings::RawByName(key);
     if (env == nullptr) return false;
   }
   *value = std::move(token);

@@ -1,5 +1,6 @@
 #include "munge_secret.hpp"
 
+#include "plexus/settings/environment.hpp"
 #include "store_protocol.hpp"
 
 #include <dlfcn.h>
@@ -168,7 +169,7 @@ bool MungeAvailable(std::string* why) {
 }
 
 bool MungeWanted(std::string* why) {
-  const char* off = std::getenv("PLEXUS_SLURM_MUNGE");
+  const char* off = plexus::settings::Raw(plexus::settings::Id::kSlurmMunge);
   if (off != nullptr && std::strcmp(off, "0") == 0) {
     if (why) *why = "PLEXUS_SLURM_MUNGE=0";
     return false;

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "job_token.hpp"
+#include "plexus/settings/environment.hpp"
 
 namespace plexus::store {
 namespace {
@@ -158,7 +159,7 @@ Status ReadIn(int dir, const std::string& name, std::string* contents, bool* mis
 }  // namespace
 
 std::string PrivateDirPath() {
-  const char* dir = std::getenv("PLEXUS_RUNTIME_DIR");
+  const char* dir = plexus::settings::Raw(plexus::settings::Id::kRuntimeDir);
   if (dir != nullptr && *dir != '\0') return dir;
   return "/tmp/plexus-" + std::to_string(geteuid());
 }

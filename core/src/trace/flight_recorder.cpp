@@ -15,13 +15,13 @@
 #include "comm_state.hpp"
 #include "plexus/algos/dtype.hpp"
 #include "plexus/log.hpp"
+#include "plexus/settings/environment.hpp"
 #include "plexus/trace.hpp"
 
 namespace plexus::detail {
 namespace {
 
 constexpr size_t kDefaultOps = 4096;
-constexpr size_t kMaxOps = size_t(1) << 20;  // 64 MiB a communicator
 constexpr size_t kKeptRecorders = 64;        // communicators in a dump, newest
 constexpr size_t kKeptSaid = 16;             // failure messages per communicator
 
@@ -43,14 +43,9 @@ std::string JsonString(const std::string& s) {
 }
 
 size_t CapacityFromEnv() {
-  const char* v = std::getenv("PLEXUS_TRACE_OPS");
-  if (!v || !*v) return kDefaultOps;
-  char* end = nullptr;
-  const unsigned long long n = std::strtoull(v, &end, 10);
-  if (*end != '\0' || n > kMaxOps) {
-    LogLine(PLEXUS_LOG_WARN, "plexus",
-            "PLEXUS_TRACE_OPS='" + std::string(v) + "' is not a number of operations from 0 to " +
-                std::to_string(kMaxOps) + "; using " + std::to_string(kDefaultOps));
+  int64_t n = kDefaultOps;  // the table's range ends at 2^20: 64 MiB a communicator
+  if (std::string why; !settings::ReadInt(settings::Id::kTraceOps, &n, &why)) {
+    LogLine(PLEXUS_LOG_WARN, "plexus", why + "; using " + std::to_string(kDefaultOps));
     return kDefaultOps;
   }
   return size_t(n);
@@ -65,7 +60,7 @@ size_t Capacity() {
 // others: the launcher's name for the job.
 std::string JobId() {
   for (const char* name : {"PLEXUS_JOB_ID", "TORCHELASTIC_RUN_ID", "PMIX_NAMESPACE"}) {
-    const char* v = std::getenv(name);
+    const char* v = settings::RawByName(name);
     if (v && *v) return v;
   }
   const char* job = std::getenv("SLURM_JOB_ID");
@@ -123,7 +118,7 @@ void OnSigusr1(int) {
 // At exit, and on SIGUSR1 (a thread of its own: a signal handler may not
 // write files), when PLEXUS_TRACE_DIR is set.
 void SetUpDumps(Registry& r) {
-  const char* dir = std::getenv("PLEXUS_TRACE_DIR");
+  const char* dir = plexus::settings::Raw(plexus::settings::Id::kTraceDir);
   if (!dir || !*dir) return;
   // (Not in a child made by fork(): its dump would replace the parent's.)
   static const pid_t owner = ::getpid();
@@ -340,7 +335,7 @@ std::shared_ptr<FlightRecorder> NewRecorder(const CommState& s) {
 }
 
 void DumpTraces(const char* reason) {
-  const char* dir = std::getenv("PLEXUS_TRACE_DIR");
+  const char* dir = plexus::settings::Raw(plexus::settings::Id::kTraceDir);
   if (!dir || !*dir) return;
   try {
     Registry& r = TheRegistry();

@@ -79,8 +79,8 @@ class PeerTransport {
   // How many started batches an algorithm should keep in flight (a hint;
   // algorithms cap it). Across hosts a link holds its bandwidth times its
   // delay (about 1 MB at 1 GB/s and 1 ms), so a transport with peers on
-  // other hosts wants several; on one host two are best (measured on TCP
-  // over loopback: 8 in flight made 8 MiB allreduces 1.8x slower).
+  // other hosts wants several; on one host two are best (more in flight made
+  // large allreduces over TCP loopback slower: see docs/benchmarks.md).
   virtual uint32_t PipelineDepth() const { return 2; }
 
   // The longest message an algorithm should send in a step whose receiver

@@ -3,7 +3,7 @@
 // The torch wheel's CUDA kernels, allocator and streams live in
 // libtorch_cuda.so, which registers them with LibTorch when it is loaded.
 // Plexus' programs link torch_cpu and c10 only, so that a CPU job neither
-// pays for loading the CUDA libraries (about 0.9 s per process here) nor
+// pays for loading the CUDA libraries (a noticeable start-up cost) nor
 // needs them installed (PLEXUS_TORCH=cpu-libs installs the wheel without its
 // NVIDIA dependencies); a program that wants CUDA tensors calls this first.
 //

@@ -3,12 +3,12 @@
 // on this host.
 //
 // Why: a transport between two processes copies every byte at least twice
-// (UCX's FIFO in and out, a socket through the kernel; UCX's cma copy runs
-// at half memcpy's speed here), and on a machine whose cores all compute,
-// the all-reduce's CPU time adds to a training step whole. Here each rank
+// (UCX's FIFO in and out, a socket through the kernel; UCX's cma copy is
+// slower than memcpy), and on a machine whose cores all compute, the
+// all-reduce's CPU time adds to a training step whole. Here each rank
 // copies its vector once into its slot of a segment every rank maps, and
-// reduces its piece straight from the peers' slots (issue 31: a 59 MB
-// allreduce's floor through one copy is 9.4-10.9 ms, where UCX took 15-17).
+// reduces its piece straight from the peers' slots (issue 31; the floor
+// this sets, against UCX, is in docs/benchmarks.md).
 // Every backend built on OpQueue gets it (as NCCL's shared-memory transport
 // serves every network plugin): tcp, ucx and vendors' plugins.
 //
@@ -24,8 +24,7 @@
 //          output, copy it
 //          into my slot, publish 2k+2, wait for all; copy the other pieces
 //          from their owners' slots. With 2 ranks each byte is copied in
-//          once, half the vector summed, half copied out (64 MiB float32 in
-//          place on ucx, 2 ranks pinned: 10.6 ms against 14.7 through UCX).
+//          once, half the vector summed, half copied out.
 //   small (one chunk of at most kReduceAllMaxBytes): copy, publish 2k+1,
 //          wait for all; every rank sums the whole chunk in rank order.
 // A half is written again only at chunk k+2, by a rank that has seen every

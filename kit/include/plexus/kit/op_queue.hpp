@@ -22,13 +22,12 @@
 // the mutex (it is atomic), but only QueuedRequests::Free ends the request,
 // and Free takes the mutex first: so the request is freed only after the
 // completing thread has released it and no longer touches it. (Notifying
-// after unlocking let a waiter free the condition variable while the notify
-// was still inside it: a use-after-free that could leave the worker blocked
-// in pthread_cond_broadcast and the next operation never run.) A wait that
-// runs its operation inline reads the status without taking the mutex and
-// nobody is notified: two lock round trips and a broadcast less per small
-// operation (an 8-byte allreduce at world size 1 on ucx, plexus-bench, three
-// alternating runs: 0.29-0.30 us before, 0.26-0.27 us after).
+// after unlocking would let a waiter free the condition variable while the
+// notify is still inside it: a use-after-free that could leave the worker
+// blocked in pthread_cond_broadcast and the next operation never run.) A
+// wait that runs its operation inline reads the status without taking the
+// mutex and nobody is notified: two lock round trips and a broadcast less
+// per small operation (see docs/benchmarks.md).
 #pragma once
 
 #include <atomic>
