@@ -9,6 +9,7 @@
 #include <torch/cuda.h>
 
 #include "plexus/ddp/distributed_data_parallel.hpp"
+#include "plexus/ddp/torch_dtype.hpp"
 #include "plexus/error.hpp"
 #include "plexus/log.hpp"
 #include "torch_bucket_memory.hpp"
@@ -21,35 +22,8 @@ namespace {
   throw Error(code, "plexus", "DDP: " + message);
 }
 
-std::optional<DType> ToDType(c10::ScalarType t) {
-  switch (t) {
-    case c10::ScalarType::Half:
-      return DType::Float16;
-    case c10::ScalarType::BFloat16:
-      return DType::BFloat16;
-    case c10::ScalarType::Float:
-      return DType::Float32;
-    case c10::ScalarType::Double:
-      return DType::Float64;
-    case c10::ScalarType::Char:
-      return DType::Int8;
-    case c10::ScalarType::Byte:
-      return DType::UInt8;
-    case c10::ScalarType::Bool:
-      return DType::UInt8;
-    case c10::ScalarType::Short:
-      return DType::Int16;
-    case c10::ScalarType::Int:
-      return DType::Int32;
-    case c10::ScalarType::Long:
-      return DType::Int64;
-    default:
-      return std::nullopt;
-  }
-}
-
 reducer::Parameter Describe(const std::string& name, const torch::Tensor& t) {
-  const auto dtype = ToDType(t.scalar_type());
+  const auto dtype = DTypeOf(t.scalar_type());
   if (!dtype) {
     Throw(PLEXUS_ERR_UNSUPPORTED, "tensor '" + name + "' has dtype " +
                                       std::string(c10::toString(t.scalar_type())) +
@@ -204,7 +178,7 @@ struct DistributedDataParallelBase::Impl {
       // A CUDA tensor: on its current stream ("done" may mean enqueued there,
       // which orders it before the ops that follow on the stream).
       const auto where = TorchBucketMemory::PlacementFor(t.device(), stream_ordered);
-      comm.broadcast(t.data_ptr(), t.numel(), *ToDType(t.scalar_type()), root,
+      comm.broadcast(t.data_ptr(), t.numel(), *DTypeOf(t.scalar_type()), root,
                      where ? &*where : nullptr)
           .wait();
     }

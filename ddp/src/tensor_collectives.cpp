@@ -3,6 +3,7 @@
 #include <optional>
 #include <string>
 
+#include "plexus/ddp/torch_dtype.hpp"
 #include "plexus/error.hpp"
 #include "torch_bucket_memory.hpp"
 
@@ -16,10 +17,8 @@ DType Checked(const torch::Tensor& t, const char* what) {
                 std::string(what) + ": the tensor must be defined, contiguous, on CPU or CUDA");
   }
   const c10::ScalarType s = t.scalar_type();
-  for (DType d : {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64, DType::Int32,
-                  DType::Int64, DType::UInt8}) {
-    if (ToScalarType(d) == s) return d;
-  }
+  // (bool would travel as uint8 and sum past true.)
+  if (const auto d = DTypeOf(s); d && s != c10::ScalarType::Bool) return *d;
   throw Error(PLEXUS_ERR_UNSUPPORTED, "plexus",
               std::string(what) + ": dtype " + c10::toString(s) + " is not communicated");
 }

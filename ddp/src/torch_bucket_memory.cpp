@@ -3,31 +3,10 @@
 #include <c10/core/Stream.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
+#include "plexus/ddp/torch_dtype.hpp"
 #include "plexus/error.hpp"
 
 namespace plexus::ddp {
-
-c10::ScalarType ToScalarType(DType t) {
-  switch (t) {
-    case DType::Float16:
-      return c10::ScalarType::Half;
-    case DType::BFloat16:
-      return c10::ScalarType::BFloat16;
-    case DType::Float32:
-      return c10::ScalarType::Float;
-    case DType::Float64:
-      return c10::ScalarType::Double;
-    case DType::Int32:
-      return c10::ScalarType::Int;
-    case DType::Int64:
-      return c10::ScalarType::Long;
-    case DType::UInt8:
-      return c10::ScalarType::Byte;
-    default:
-      throw Error(PLEXUS_ERR_INVALID_ARGUMENT, "plexus",
-                  std::string("DDP: no LibTorch dtype for ") + ToString(t) + " in a bucket");
-  }
-}
 
 TorchBucketMemory::TorchBucketMemory(c10::Device device) : device_(device) {}
 
@@ -57,7 +36,7 @@ void TorchBucketMemory::release(void* p) noexcept {
 
 torch::Tensor TorchBucketMemory::View(const void* p, uint64_t count, DType dtype) const {
   return torch::from_blob(const_cast<void*>(p), {static_cast<int64_t>(count)},
-                          torch::TensorOptions().dtype(ToScalarType(dtype)).device(device_));
+                          torch::TensorOptions().dtype(ScalarTypeOf(dtype)).device(device_));
 }
 
 torch::Tensor TorchBucketMemory::Divisor(double divisor, DType dtype) const {

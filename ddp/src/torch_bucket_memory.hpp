@@ -59,7 +59,4 @@ class TorchBucketMemory final : public reducer::BucketMemory {
   std::unordered_map<void*, torch::Tensor> allocations_;
 };
 
-// The LibTorch dtype of a Plexus gradient dtype.
-c10::ScalarType ToScalarType(DType t);
-
 }  // namespace plexus::ddp

@@ -15,111 +15,30 @@
 // here from what it has: BAND/BOR/BXOR from an allgather, PREMUL_SUM by a
 // multiply before the sum, bool and complex tensors as bytes and reals,
 // lists of tensors packed into one buffer.
+//
+// The files: c10d_store (the store adapter), tensors (flattening, packing,
+// checks), reductions (the reduce ops Plexus lacks), work (PlexusWork and the
+// completion thread), posting.hpp (what every post shares), this one's .cpp
+// (creation, the registries, release), collectives_reduce.cpp and
+// collectives_move.cpp (the c10d operations).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
-#include <condition_variable>
-#include <deque>
-#include <functional>
+#include <chrono>
+#include <cstdint>
 #include <memory>
-#include <mutex>
-#include <optional>
 #include <string>
-#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "plexus/communicator.hpp"
+#include "work.hpp"
 
 namespace plexus_torch {
-
-class CompletionThread;
-
-// What a work is, for messages; formatted only when one is needed.
-struct OpLabel {
-  const char* op = "";
-  std::optional<at::ScalarType> dtype;
-  int64_t numel = 0;
-  std::string Text() const;  // "allreduce (Float, 37 elements)"
-};
-
-class PlexusWork : public c10d::Work {
- public:
-  PlexusWork(int rank, c10d::OpType type, OpLabel what, std::vector<at::Tensor> outputs,
-             std::shared_ptr<CompletionThread> completer, std::chrono::milliseconds timeout);
-  ~PlexusWork() override;
-
-  // Set up by the backend before the work is handed out.
-  std::vector<plexus::Work> posted;
-  // Run in order once every posted operation succeeded: unpack, fold, copy back.
-  std::vector<std::function<void()>> finishers;
-  std::vector<at::Tensor> keep;  // buffers the posted operations use
-
-  bool isCompleted() override;
-  bool isSuccess() const override;
-  std::exception_ptr exception() const override;
-  bool wait(std::chrono::milliseconds timeout) override;
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
-  std::vector<at::Tensor> result() override;
-  std::chrono::milliseconds getTimeout() const override { return timeout_; }
-
-  // The completion thread: waits (up to the communicator's timeout) and completes.
-  void CompleteOnThread();
-  // Runs the work to completion on this thread now (a blocking c10d call);
-  // a failure is kept for wait() to raise.
-  void Settle();
-
- private:
-  // Waits for every posted operation, then finishes. The caller holds
-  // drive_mutex_. A timeout given by the caller (not the communicator's)
-  // leaves the work pending and throws.
-  void Drive(std::chrono::milliseconds timeout, bool callers_timeout);
-  void Complete(std::exception_ptr error);
-
-  const OpLabel what_;
-  std::vector<at::Tensor> outputs_;
-  std::shared_ptr<CompletionThread> completer_;
-  const std::chrono::milliseconds timeout_;
-  std::mutex drive_mutex_;  // held by whoever drives `posted` (plexus::Work is single-threaded)
-  bool on_thread_ = false;  // guarded by mutex_ (c10d::Work's): the completion thread drives it
-  c10::intrusive_ptr<c10::ivalue::Future> future_;  // guarded by mutex_
-};
-
-// Waits for the works whose futures were asked for, in order, and completes
-// them. Shared by a backend and its works (a work may outlive its backend);
-// the thread ends when the backend goes and the queue is empty.
-class CompletionThread {
- public:
-  // timeout: the longest a work it completes may wait (the communicator's).
-  explicit CompletionThread(std::chrono::milliseconds timeout);
-  ~CompletionThread();
-  // False once stopping: the caller completes the work itself.
-  bool Add(c10::intrusive_ptr<PlexusWork> work);
-  void Stop();  // the backend is going: finish the queue, then end
-  // At interpreter exit (atexit, without the GIL): stops every completion
-  // thread in the process, the detached ones of backends already gone
-  // included, and waits for each to finish its queue, up to the longest
-  // timeout among them + 5 s in all (*bound says how long that was). A
-  // future's callbacks may be Python code, which takes the GIL: a thread
-  // still running one once Python finalises is ended by Python in the middle
-  // of C++ frames (std::terminate). Returns how many were still running.
-  static int StopAllAndWait(std::chrono::milliseconds* bound);
-
- private:
-  struct Queue {
-    std::mutex mutex;
-    std::condition_variable cv;
-    std::deque<c10::intrusive_ptr<PlexusWork>> works;
-    bool stop = false;
-    bool finished = false;  // the loop has returned: it touches no work any more
-    std::chrono::milliseconds timeout{0};  // set at construction, then read only
-  };
-  static void Loop(std::shared_ptr<Queue> q);
-  std::shared_ptr<Queue> queue_;
-  std::thread thread_;
-};
 
 class PlexusBackend : public c10d::Backend {
  public:
