@@ -82,57 +82,6 @@ void DivideHalf(void* buf, uint64_t count, uint32_t divisor) {
 
 }  // namespace
 
-size_t DtypeSize(plexus_dtype_t dtype) {
-  switch (dtype) {
-    case PLEXUS_DTYPE_INT8:
-    case PLEXUS_DTYPE_UINT8:
-      return 1;
-    case PLEXUS_DTYPE_INT16:
-    case PLEXUS_DTYPE_UINT16:
-    case PLEXUS_DTYPE_FLOAT16:
-    case PLEXUS_DTYPE_BFLOAT16:
-      return 2;
-    case PLEXUS_DTYPE_INT32:
-    case PLEXUS_DTYPE_UINT32:
-    case PLEXUS_DTYPE_FLOAT32:
-      return 4;
-    case PLEXUS_DTYPE_INT64:
-    case PLEXUS_DTYPE_UINT64:
-    case PLEXUS_DTYPE_FLOAT64:
-      return 8;
-    default:
-      return 0;
-  }
-}
-
-const char* DtypeName(plexus_dtype_t dtype) {
-  static const char* const kNames[] = {"unknown",  "int8",    "uint8",  "int16",  "uint16",
-                                       "int32",    "uint32",  "int64",  "uint64", "float16",
-                                       "bfloat16", "float32", "float64"};
-  return dtype <= PLEXUS_DTYPE_MAX_V1 ? kNames[dtype] : "unknown";
-}
-
-const char* ReduceOpName(plexus_reduce_op_t op) {
-  static const char* const kNames[] = {"unknown", "sum", "prod", "min", "max", "avg"};
-  return op <= PLEXUS_OP_MAX_V1 ? kNames[op] : "unknown";
-}
-
-const char* CollectiveName(plexus_collective_t coll) {
-  static const char* const kNames[] = {"allreduce",      "broadcast",
-                                       "reduce",         "allgather",
-                                       "reduce_scatter", "alltoall",
-                                       "barrier",        "send",
-                                       "recv",           "gather",
-                                       "scatter",        "allgatherv",
-                                       "alltoallv",      "allreduce_coalesced"};
-  static_assert(sizeof kNames / sizeof kNames[0] == PLEXUS_COLL_COUNT_V1_2);
-  return coll < PLEXUS_COLL_COUNT_V1_2 ? kNames[coll] : "unknown";
-}
-
-bool CanReduce(plexus_dtype_t dtype, plexus_reduce_op_t op) {
-  return DtypeSize(dtype) != 0 && op >= PLEXUS_OP_SUM && op <= PLEXUS_OP_MAX_V1;
-}
-
 void ReduceTo(void* out, const void* a, const void* b, uint64_t count, plexus_dtype_t dtype,
               plexus_reduce_op_t op) {
   switch (dtype) {

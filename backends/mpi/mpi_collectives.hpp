@@ -51,7 +51,7 @@
 
 #include <cstdint>
 
-#include "mpi_backend.hpp"
+#include "mpi_requests.hpp"
 #include "plexus/backend.h"
 
 namespace plexus::mpi {

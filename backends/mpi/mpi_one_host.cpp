@@ -3,7 +3,7 @@
 #include <string>
 #include <utility>
 
-#include "mpi_backend.hpp"
+#include "mpi_requests.hpp"
 #include "plexus/algos/dtype.hpp"
 #include "plexus/kit/worker_policy.hpp"
 

@@ -37,7 +37,7 @@
 #include <thread>
 #include <vector>
 
-#include "mpi_backend.hpp"
+#include "mpi_requests.hpp"
 #include "mpi_collectives.hpp"
 #include "mpi_types.hpp"
 #include "plexus/algos/dtype.hpp"

@@ -43,7 +43,7 @@
 // So the steps of different operations never match each other, whatever
 // order the ranks progress them in. A message of fewer than 2^count_bits
 // elements also carries its count in the tag (see TagLayout in
-// mpi_backend.hpp) and is received with a plain MPI_Irecv of exactly that
+// mpi_requests.hpp) and is received with a plain MPI_Irecv of exactly that
 // count; longer ones go through the matched probe (Match). The sequence
 // wraps around after TagLayout::slots schedules; a schedule starts only once
 // the one slots before it has finished (plexus_comm::TakeSlot), so that

@@ -13,7 +13,8 @@
 #include "comm_state.hpp"
 #include "fingerprint_check.hpp"
 #include "plexus/algos/dtype.hpp"
-#include "plexus/kit/call.hpp"
+#include "plexus/abi/call.hpp"
+#include "plexus/abi/collectives.hpp"
 #include "plexus/log.hpp"
 #include "plexus/settings/environment.hpp"
 #include "plugins/plugin_loader.hpp"
@@ -501,8 +502,8 @@ plexus_reduce_op_t Code(ReduceOp op) {
 // size an object can have: a backend that multiplied without checking would
 // wrap around and then read or write far past the buffers (seen: alltoall of
 // 2^62 int8 on 4 ranks accepted, then SIGSEGV).
-Status CheckBytes(const char* what, uint64_t count, DType dtype, uint64_t blocks) {
-  const uint64_t es = algos::DtypeSize(Code(dtype));
+Status CheckBytes(const char* what, uint64_t count, plexus_dtype_t dtype, uint64_t blocks) {
+  const uint64_t es = algos::DtypeSize(dtype);
   if (es == 0) return Status::Ok();  // an unknown dtype: the backend call says so
   uint64_t bytes = 0;
   if (!__builtin_mul_overflow(count, es, &bytes) &&
@@ -511,7 +512,7 @@ Status CheckBytes(const char* what, uint64_t count, DType dtype, uint64_t blocks
   }
   return Status::InvalidArgument(
       std::string(what) + ": count " + std::to_string(count) + " x " + std::to_string(es) +
-      " bytes (" + algos::DtypeName(Code(dtype)) + ")" +
+      " bytes (" + algos::DtypeName(dtype) + ")" +
       (blocks > 1 ? " x " + std::to_string(blocks) + " ranks" : std::string()) +
       " is more memory than a process can address (2^63 bytes or more)");
 }
@@ -520,10 +521,9 @@ Status CheckBytes(const char* what, uint64_t count, DType dtype, uint64_t blocks
 // (blocks ranks' worth), and in PLEXUS_DEBUG=detail mode the fingerprints of
 // all ranks. guard must be held for the whole post.
 Status Prepare(detail::CommState& s, const detail::PostingGuard& guard, const char* what,
-               plexus_collective_t coll, uint64_t count, DType dtype, plexus_reduce_op_t op,
-               uint32_t root, uint64_t blocks, detail::PostedOp* posted) {
-  *posted = detail::PostedOp{
-      0, count, coll, coll == PLEXUS_COLL_BARRIER ? 0u : uint32_t(Code(dtype)), op, root};
+               plexus_collective_t coll, uint64_t count, plexus_dtype_t dtype,
+               plexus_reduce_op_t op, uint32_t root, uint64_t blocks, detail::PostedOp* posted) {
+  *posted = detail::PostedOp{0, count, coll, dtype, op, root};
   if (s.recorder) posted->posted_ticks = detail::TraceTicks();
   Status st = guard.status();
   if (st.ok()) st = CheckBytes(what, count, dtype, blocks);
@@ -531,7 +531,7 @@ Status Prepare(detail::CommState& s, const detail::PostingGuard& guard, const ch
     detail::Fingerprint f;
     f.count = count;
     f.coll = coll;
-    f.dtype = coll == PLEXUS_COLL_BARRIER ? 0 : Code(dtype);
+    f.dtype = dtype;
     f.op = op;
     f.root = root;
     st = detail::CheckFingerprints(s, f);
@@ -551,11 +551,11 @@ bool GoesTwoLevel(const detail::CommState& s, plexus_collective_t coll, uint64_t
 // it gone flat (its capabilities, then the ABI's rules for the arguments,
 // the kit's CheckCall, which every backend built on the kit applies); the
 // groups' own checks would come too late, on the two-level thread.
-Status PostTwoLevel(detail::CommState& s, const kit::Call& call, detail::PostedOp* posted,
+Status PostTwoLevel(detail::CommState& s, const abi::Call& call, detail::PostedOp* posted,
                     std::shared_ptr<detail::HostOp>* op) {
   Status st = s.backend->CheckSupported(call.coll, call.dtype, call.op, call.placement);
   if (!st.ok()) return st;
-  const algos::Status rules = kit::CheckCall(call, kit::CommShape{s.rank, s.size});
+  const abi::Status rules = abi::CheckCall(call, abi::CommShape{s.rank, s.size});
   if (!rules.ok()) return Status(rules.code, rules.message);
   posted->seq = ++s.collectives_posted;
   if (s.recorder) s.recorder->Posted(posted, posted->seq, PLEXUS_OK);
@@ -571,189 +571,92 @@ Status CheckRank(uint32_t rank, uint32_t size, const char* what) {
 }
 }  // namespace
 
-Work Communicator::allreduce(const void* send, void* recv, uint64_t count, DType dtype, ReduceOp op,
-                             const plexus_placement* where) {
+Work Communicator::Post(const abi::Call& call) {
   auto& s = state();
+  const abi::Traits traits = abi::TraitsOf(call.coll);
+  const char* what = abi::CollectiveName(call.coll);
   plexus_request* req = nullptr;
   detail::PostedOp posted;
   detail::PostingGuard guard(s);
-  Status st =
-      Prepare(s, guard, "allreduce", PLEXUS_COLL_ALLREDUCE, count, dtype, Code(op), 0, 1, &posted);
-  if (st.ok() &&
-      GoesTwoLevel(s, PLEXUS_COLL_ALLREDUCE, count * algos::DtypeSize(Code(dtype)), where)) {
+  const uint64_t blocks = traits.send_per_rank || traits.recv_per_rank ? s.size : 1;
+  Status st;
+  if (traits.root != abi::Root::kNone) {
+    st = CheckRank(call.root, s.size,
+                   (std::string(what) + (traits.root == abi::Root::kPeer ? " peer" : " root")).c_str());
+  }
+  if (st.ok() && traits.sequenced) {
+    // A v-collective's count differs between ranks by design: 0 in the fingerprint.
+    const uint64_t count = traits.layout == abi::Layout::kPerRankCounts ? 0 : call.count;
+    st = Prepare(s, guard, what, call.coll, count, call.dtype, call.op, call.root, blocks,
+                 &posted);
+  } else if (st.ok()) {
+    st = guard.status();
+    if (st.ok()) st = CheckBytes(what, call.count, call.dtype, blocks);
+  }
+  if (st.ok() && traits.two_level &&
+      GoesTwoLevel(s, call.coll, call.count * blocks * algos::DtypeSize(call.dtype),
+                   call.placement)) {
     std::shared_ptr<detail::HostOp> two;
-    kit::Call call{PLEXUS_COLL_ALLREDUCE, send, recv, count, Code(dtype), Code(op), 0, where};
     st = PostTwoLevel(s, call, &posted, &two);
     if (!st.ok()) throw Error(st.code(), s.backend->name(), st.message());
-    return Work(state_, std::move(two), "allreduce", posted);
+    return Work(state_, std::move(two), what, posted);
   }
-  if (st.ok()) {
-    st = s.backend->Allreduce(s.comm, send, recv, count, Code(dtype), Code(op), where, &req);
-  }
-  return Start(st, req, "allreduce", &posted);
+  if (st.ok()) st = s.backend->Post(s.comm, call, &req);
+  return Start(st, req, what, traits.sequenced ? &posted : nullptr);
+}
+
+Work Communicator::allreduce(const void* send, void* recv, uint64_t count, DType dtype, ReduceOp op,
+                             const plexus_placement* where) {
+  return Post({PLEXUS_COLL_ALLREDUCE, send, recv, count, Code(dtype), Code(op), 0, where});
 }
 
 Work Communicator::broadcast(void* buf, uint64_t count, DType dtype, uint32_t root,
                              const plexus_placement* where) {
-  auto& s = state();
-  plexus_request* req = nullptr;
-  detail::PostedOp posted;
-  detail::PostingGuard guard(s);
-  Status st = CheckRank(root, s.size, "broadcast root");
-  if (st.ok()) {
-    st = Prepare(s, guard, "broadcast", PLEXUS_COLL_BROADCAST, count, dtype, 0, root, 1, &posted);
-  }
-  if (st.ok() &&
-      GoesTwoLevel(s, PLEXUS_COLL_BROADCAST, count * algos::DtypeSize(Code(dtype)), where)) {
-    std::shared_ptr<detail::HostOp> two;
-    kit::Call call{PLEXUS_COLL_BROADCAST, nullptr, buf, count, Code(dtype), 0, root, where};
-    st = PostTwoLevel(s, call, &posted, &two);
-    if (!st.ok()) throw Error(st.code(), s.backend->name(), st.message());
-    return Work(state_, std::move(two), "broadcast", posted);
-  }
-  if (st.ok()) st = s.backend->Broadcast(s.comm, buf, count, Code(dtype), root, where, &req);
-  return Start(st, req, "broadcast", &posted);
+  return Post({PLEXUS_COLL_BROADCAST, nullptr, buf, count, Code(dtype), 0, root, where});
 }
 
 Work Communicator::reduce(const void* send, void* recv, uint64_t count, DType dtype, ReduceOp op,
                           uint32_t root, const plexus_placement* where) {
-  auto& s = state();
-  plexus_request* req = nullptr;
-  detail::PostedOp posted;
-  detail::PostingGuard guard(s);
-  Status st = CheckRank(root, s.size, "reduce root");
-  if (st.ok()) {
-    st = Prepare(s, guard, "reduce", PLEXUS_COLL_REDUCE, count, dtype, Code(op), root, 1, &posted);
-  }
-  if (st.ok() &&
-      GoesTwoLevel(s, PLEXUS_COLL_REDUCE, count * algos::DtypeSize(Code(dtype)), where)) {
-    std::shared_ptr<detail::HostOp> two;
-    kit::Call call{PLEXUS_COLL_REDUCE, send, recv, count, Code(dtype), Code(op), root, where};
-    st = PostTwoLevel(s, call, &posted, &two);
-    if (!st.ok()) throw Error(st.code(), s.backend->name(), st.message());
-    return Work(state_, std::move(two), "reduce", posted);
-  }
-  if (st.ok()) {
-    st = s.backend->Reduce(s.comm, send, recv, count, Code(dtype), Code(op), root, where, &req);
-  }
-  return Start(st, req, "reduce", &posted);
+  return Post({PLEXUS_COLL_REDUCE, send, recv, count, Code(dtype), Code(op), root, where});
 }
 
 Work Communicator::allgather(const void* send, void* recv, uint64_t count, DType dtype,
                              const plexus_placement* where) {
-  auto& s = state();
-  plexus_request* req = nullptr;
-  detail::PostedOp posted;
-  detail::PostingGuard guard(s);
-  Status st =
-      Prepare(s, guard, "allgather", PLEXUS_COLL_ALLGATHER, count, dtype, 0, 0, s.size, &posted);
-  if (st.ok() && GoesTwoLevel(s, PLEXUS_COLL_ALLGATHER,
-                              count * s.size * algos::DtypeSize(Code(dtype)), where)) {
-    std::shared_ptr<detail::HostOp> two;
-    kit::Call call{PLEXUS_COLL_ALLGATHER, send, recv, count, Code(dtype), 0, 0, where};
-    st = PostTwoLevel(s, call, &posted, &two);
-    if (!st.ok()) throw Error(st.code(), s.backend->name(), st.message());
-    return Work(state_, std::move(two), "allgather", posted);
-  }
-  if (st.ok()) st = s.backend->Allgather(s.comm, send, recv, count, Code(dtype), where, &req);
-  return Start(st, req, "allgather", &posted);
+  return Post({PLEXUS_COLL_ALLGATHER, send, recv, count, Code(dtype), 0, 0, where});
 }
 
 Work Communicator::reduce_scatter(const void* send, void* recv, uint64_t count, DType dtype,
                                   ReduceOp op, const plexus_placement* where) {
-  auto& s = state();
-  plexus_request* req = nullptr;
-  detail::PostedOp posted;
-  detail::PostingGuard guard(s);
-  Status st = Prepare(s, guard, "reduce_scatter", PLEXUS_COLL_REDUCE_SCATTER, count, dtype,
-                      Code(op), 0, s.size, &posted);
-  if (st.ok() && GoesTwoLevel(s, PLEXUS_COLL_REDUCE_SCATTER,
-                              count * s.size * algos::DtypeSize(Code(dtype)), where)) {
-    std::shared_ptr<detail::HostOp> two;
-    kit::Call call{PLEXUS_COLL_REDUCE_SCATTER, send, recv, count, Code(dtype), Code(op), 0, where};
-    st = PostTwoLevel(s, call, &posted, &two);
-    if (!st.ok()) throw Error(st.code(), s.backend->name(), st.message());
-    return Work(state_, std::move(two), "reduce_scatter", posted);
-  }
-  if (st.ok()) {
-    st = s.backend->ReduceScatter(s.comm, send, recv, count, Code(dtype), Code(op), where, &req);
-  }
-  return Start(st, req, "reduce_scatter", &posted);
+  return Post({PLEXUS_COLL_REDUCE_SCATTER, send, recv, count, Code(dtype), Code(op), 0, where});
 }
 
 Work Communicator::alltoall(const void* send, void* recv, uint64_t count, DType dtype,
                             const plexus_placement* where) {
-  auto& s = state();
-  plexus_request* req = nullptr;
-  detail::PostedOp posted;
-  detail::PostingGuard guard(s);
-  Status st =
-      Prepare(s, guard, "alltoall", PLEXUS_COLL_ALLTOALL, count, dtype, 0, 0, s.size, &posted);
-  if (st.ok()) st = s.backend->Alltoall(s.comm, send, recv, count, Code(dtype), where, &req);
-  return Start(st, req, "alltoall", &posted);
+  return Post({PLEXUS_COLL_ALLTOALL, send, recv, count, Code(dtype), 0, 0, where});
 }
 
 Work Communicator::send(const void* buf, uint64_t count, DType dtype, uint32_t peer,
                         const plexus_placement* where) {
-  auto& s = state();
-  plexus_request* req = nullptr;
-  detail::PostingGuard guard(s);
-  Status st = guard.status();
-  if (st.ok()) st = CheckRank(peer, s.size, "send peer");
-  if (st.ok()) st = CheckBytes("send", count, dtype, 1);
-  if (st.ok()) st = s.backend->Send(s.comm, buf, count, Code(dtype), peer, where, &req);
-  return Start(st, req, "send", nullptr);
+  return Post({PLEXUS_COLL_SEND, buf, nullptr, count, Code(dtype), 0, peer, where});
 }
 
 Work Communicator::recv(void* buf, uint64_t count, DType dtype, uint32_t peer,
                         const plexus_placement* where) {
-  auto& s = state();
-  plexus_request* req = nullptr;
-  detail::PostingGuard guard(s);
-  Status st = guard.status();
-  if (st.ok()) st = CheckRank(peer, s.size, "recv peer");
-  if (st.ok()) st = CheckBytes("recv", count, dtype, 1);
-  if (st.ok()) st = s.backend->Recv(s.comm, buf, count, Code(dtype), peer, where, &req);
-  return Start(st, req, "recv", nullptr);
+  return Post({PLEXUS_COLL_RECV, nullptr, buf, count, Code(dtype), 0, peer, where});
 }
 
 Work Communicator::barrier() {
-  auto& s = state();
-  plexus_request* req = nullptr;
-  detail::PostedOp posted;
-  detail::PostingGuard guard(s);
-  Status st =
-      Prepare(s, guard, "barrier", PLEXUS_COLL_BARRIER, 0, DType::Float32, 0, 0, 1, &posted);
-  if (st.ok()) st = s.backend->Barrier(s.comm, &req);
-  return Start(st, req, "barrier", &posted);
+  return Post({PLEXUS_COLL_BARRIER});
 }
 
 Work Communicator::gather(const void* send, void* recv, uint64_t count, DType dtype, uint32_t root,
                           const plexus_placement* where) {
-  auto& s = state();
-  plexus_request* req = nullptr;
-  detail::PostedOp posted;
-  detail::PostingGuard guard(s);
-  Status st = CheckRank(root, s.size, "gather root");
-  if (st.ok()) {
-    st = Prepare(s, guard, "gather", PLEXUS_COLL_GATHER, count, dtype, 0, root, s.size, &posted);
-  }
-  if (st.ok()) st = s.backend->Gather(s.comm, send, recv, count, Code(dtype), root, where, &req);
-  return Start(st, req, "gather", &posted);
+  return Post({PLEXUS_COLL_GATHER, send, recv, count, Code(dtype), 0, root, where});
 }
 
 Work Communicator::scatter(const void* send, void* recv, uint64_t count, DType dtype, uint32_t root,
                            const plexus_placement* where) {
-  auto& s = state();
-  plexus_request* req = nullptr;
-  detail::PostedOp posted;
-  detail::PostingGuard guard(s);
-  Status st = CheckRank(root, s.size, "scatter root");
-  if (st.ok()) {
-    st = Prepare(s, guard, "scatter", PLEXUS_COLL_SCATTER, count, dtype, 0, root, s.size, &posted);
-  }
-  if (st.ok()) st = s.backend->Scatter(s.comm, send, recv, count, Code(dtype), root, where, &req);
-  return Start(st, req, "scatter", &posted);
+  return Post({PLEXUS_COLL_SCATTER, send, recv, count, Code(dtype), 0, root, where});
 }
 
 namespace {
@@ -766,25 +669,23 @@ Status CheckPerRank(std::span<const uint64_t> a, uint32_t size, const char* what
 }
 }  // namespace
 
+Work Communicator::Refused(const Status& st, plexus_collective_t coll) {
+  detail::PostedOp attempted;
+  attempted.coll = coll;
+  return Start(st, nullptr, abi::CollectiveName(coll), &attempted);
+}
+
 Work Communicator::allgatherv(const void* send, uint64_t send_count, void* recv,
                               std::span<const uint64_t> recv_counts,
                               std::span<const uint64_t> displs, DType dtype,
                               const plexus_placement* where) {
-  auto& s = state();
-  plexus_request* req = nullptr;
-  detail::PostedOp posted;
-  detail::PostingGuard guard(s);
-  Status st = CheckPerRank(recv_counts, s.size, "allgatherv recv_counts");
-  if (st.ok()) st = CheckPerRank(displs, s.size, "allgatherv displs");
-  // (The fingerprint's count is 0: ranks send different counts by design.)
-  if (st.ok()) {
-    st = Prepare(s, guard, "allgatherv", PLEXUS_COLL_ALLGATHERV, 0, dtype, 0, 0, 1, &posted);
-  }
-  if (st.ok()) {
-    st = s.backend->Allgatherv(s.comm, send, send_count, recv, recv_counts.data(), displs.data(),
-                               Code(dtype), where, &req);
-  }
-  return Start(st, req, "allgatherv", &posted);
+  Status st = CheckPerRank(recv_counts, size(), "allgatherv recv_counts");
+  if (st.ok()) st = CheckPerRank(displs, size(), "allgatherv displs");
+  if (!st.ok()) return Refused(st, PLEXUS_COLL_ALLGATHERV);
+  abi::Call call{PLEXUS_COLL_ALLGATHERV, send, recv, send_count, Code(dtype), 0, 0, where};
+  call.recvcounts = recv_counts.data();
+  call.rdispls = displs.data();
+  return Post(call);
 }
 
 Work Communicator::alltoallv(const void* send, std::span<const uint64_t> send_counts,
@@ -792,32 +693,23 @@ Work Communicator::alltoallv(const void* send, std::span<const uint64_t> send_co
                              std::span<const uint64_t> recv_counts,
                              std::span<const uint64_t> recv_displs, DType dtype,
                              const plexus_placement* where) {
-  auto& s = state();
-  plexus_request* req = nullptr;
-  detail::PostedOp posted;
-  detail::PostingGuard guard(s);
-  Status st = CheckPerRank(send_counts, s.size, "alltoallv send_counts");
-  if (st.ok()) st = CheckPerRank(send_displs, s.size, "alltoallv send_displs");
-  if (st.ok()) st = CheckPerRank(recv_counts, s.size, "alltoallv recv_counts");
-  if (st.ok()) st = CheckPerRank(recv_displs, s.size, "alltoallv recv_displs");
-  if (st.ok()) {
-    st = Prepare(s, guard, "alltoallv", PLEXUS_COLL_ALLTOALLV, 0, dtype, 0, 0, 1, &posted);
-  }
-  if (st.ok()) {
-    st = s.backend->Alltoallv(s.comm, send, send_counts.data(), send_displs.data(), recv,
-                              recv_counts.data(), recv_displs.data(), Code(dtype), where, &req);
-  }
-  return Start(st, req, "alltoallv", &posted);
+  Status st = CheckPerRank(send_counts, size(), "alltoallv send_counts");
+  if (st.ok()) st = CheckPerRank(send_displs, size(), "alltoallv send_displs");
+  if (st.ok()) st = CheckPerRank(recv_counts, size(), "alltoallv recv_counts");
+  if (st.ok()) st = CheckPerRank(recv_displs, size(), "alltoallv recv_displs");
+  if (!st.ok()) return Refused(st, PLEXUS_COLL_ALLTOALLV);
+  abi::Call call{PLEXUS_COLL_ALLTOALLV, send, recv, 0, Code(dtype), 0, 0, where};
+  call.sendcounts = send_counts.data();
+  call.sdispls = send_displs.data();
+  call.recvcounts = recv_counts.data();
+  call.rdispls = recv_displs.data();
+  return Post(call);
 }
 
 Work Communicator::allreduce_coalesced(std::span<const void* const> sends,
                                        std::span<void* const> recvs,
                                        std::span<const uint64_t> counts, DType dtype, ReduceOp op,
                                        const plexus_placement* where) {
-  auto& s = state();
-  plexus_request* req = nullptr;
-  detail::PostedOp posted;
-  detail::PostingGuard guard(s);
   Status st;
   if (sends.size() != recvs.size() || sends.size() != counts.size()) {
     st = Status::InvalidArgument("allreduce_coalesced: " + std::to_string(sends.size()) +
@@ -828,17 +720,15 @@ Work Communicator::allreduce_coalesced(std::span<const void* const> sends,
     st = Status::InvalidArgument("allreduce_coalesced: " + std::to_string(sends.size()) +
                                  " buffers (give 1 to 2^32 - 1)");
   }
-  uint64_t total = 0;
-  for (uint64_t c : counts) total += c;  // (the backend checks it against overflow)
-  if (st.ok()) {
-    st = Prepare(s, guard, "allreduce_coalesced", PLEXUS_COLL_ALLREDUCE_COALESCED, total, dtype,
-                 Code(op), 0, 1, &posted);
-  }
-  if (st.ok()) {
-    st = s.backend->AllreduceCoalesced(s.comm, sends.data(), recvs.data(), counts.data(),
-                                       uint32_t(sends.size()), Code(dtype), Code(op), where, &req);
-  }
-  return Start(st, req, "allreduce_coalesced", &posted);
+  if (!st.ok()) return Refused(st, PLEXUS_COLL_ALLREDUCE_COALESCED);
+  abi::Call call{PLEXUS_COLL_ALLREDUCE_COALESCED, nullptr, nullptr, 0, Code(dtype), Code(op), 0,
+                 where};
+  call.sendbufs = sends.data();
+  call.recvbufs = recvs.data();
+  call.counts = counts.data();
+  call.nbuffers = uint32_t(sends.size());
+  for (uint64_t c : counts) call.count += c;  // (the backend checks it against overflow)
+  return Post(call);
 }
 
 std::vector<uint64_t> Communicator::PackedDispls(std::span<const uint64_t> counts, uint64_t total,

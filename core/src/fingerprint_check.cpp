@@ -76,8 +76,8 @@ Status CheckFingerprints(CommState& s, Fingerprint mine) {
     return Status::Ok();
   }
   plexus_request* req = nullptr;
-  Status st = s.backend->Allgather(s.comm, &mine, all.data(), sizeof mine, PLEXUS_DTYPE_UINT8,
-                                   nullptr, &req);
+  Status st = s.backend->Post(
+      s.comm, {PLEXUS_COLL_ALLGATHER, &mine, all.data(), sizeof mine, PLEXUS_DTYPE_UINT8}, &req);
   if (!st.ok())
     return st.WithContext("PLEXUS_DEBUG=detail: comparing " + DescribeFingerprint(mine));
   const int32_t rc = s.backend->Wait(req, s.timeout.count());

@@ -23,7 +23,7 @@
 
 #include "plexus/algos/comm_setting.hpp"
 #include "plexus/backend.h"
-#include "plexus/kit/algos_body.hpp"
+#include "plexus/kit/collective_algorithms.hpp"
 #include "plexus/kit/op_queue.hpp"
 #include "plexus/kit/settings.hpp"
 #include "plexus/kit/table.hpp"

@@ -319,7 +319,7 @@ int32_t Check(plexus_comm* comm, const plexus::kit::Call& call, plexus_request**
   if (!comm || !req_out) return PLEXUS_ERR_INVALID_ARGUMENT;
   *req_out = nullptr;
   SetError(comm, "");
-  const plexus::algos::Status st =
+  const plexus::abi::Status st =
       plexus::kit::CheckCall(call, {comm->rank, comm->size}, plexus::kit::kHostMemoryOnly);
   if (!st.ok()) SetError(comm, "reference12 " + st.message);
   return st.code;

@@ -63,7 +63,8 @@ build store_protocol "$here/fuzz_store_protocol.cpp" \
   -I"$root/core/include" -I"$root/core/src/store" || status=1
 build tcp_frame "$here/fuzz_tcp_frame.cpp" \
   "$root/backends/tcp/frame.cpp" "$root/algos/src/dtype.cpp" "$root/algos/src/describe.cpp" \
-  -I"$root/algos/include" -I"$root/backends/tcp" || status=1
+  "$root/api/src/types.cpp" -I"$root/algos/include" -I"$root/api/include" \
+  -I"$root/backends/tcp" || status=1
 # shellcheck disable=SC2086  # sodium_flags is a list of flags
 build auth_message "$here/fuzz_auth_message.cpp" "$root/auth/src/handshake.cpp" \
   -I"$root/auth/include" $sodium_flags || status=1

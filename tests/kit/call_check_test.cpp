@@ -20,7 +20,7 @@ constexpr plexus_reduce_op_t kSum = PLEXUS_OP_SUM;
 // The refusal of call on rank `rank` of `size` ranks: "" when accepted.
 std::string Refusal(const Call& call, uint32_t rank = 0, uint32_t size = 2,
                     uint32_t memory = plexus::kit::kHostMemoryOnly, int32_t* code = nullptr) {
-  const plexus::algos::Status st = CheckCall(call, CommShape{rank, size}, memory);
+  const plexus::abi::Status st = CheckCall(call, CommShape{rank, size}, memory);
   if (code) *code = st.code;
   return st.ok() ? "" : st.message;
 }

@@ -13,6 +13,7 @@
 #include "buffer.hpp"
 #include "check.hpp"
 #include "data.hpp"
+#include "plexus/abi/call.hpp"
 #include "plugin.hpp"
 #include "rank_record.hpp"
 #include "refusals.hpp"
@@ -80,25 +81,26 @@ int32_t Invoke(Context& ctx, plexus_collective_t coll, const Args& a, Buffer& se
   const uint32_t root = a.root >= 0 ? uint32_t(a.root) : 0;
   const uint32_t right = a.root >= 0 ? uint32_t(a.root) : (ctx.rank + 1) % ctx.size;
   const uint32_t left = a.root >= 0 ? uint32_t(a.root) : (ctx.rank + ctx.size - 1) % ctx.size;
+  auto post = [&](const abi::Call& call) { return t.post(comm, call, req); };
   switch (coll) {
     case PLEXUS_COLL_ALLREDUCE:
-      return t.allreduce(comm, s, r, a.count, a.dtype, a.op, a.placement, req);
+      return post({PLEXUS_COLL_ALLREDUCE, s, r, a.count, a.dtype, a.op, 0, a.placement});
     case PLEXUS_COLL_BROADCAST:
-      return t.broadcast(comm, r, a.count, a.dtype, root, a.placement, req);
+      return post({PLEXUS_COLL_BROADCAST, nullptr, r, a.count, a.dtype, 0, root, a.placement});
     case PLEXUS_COLL_REDUCE:
-      return t.reduce(comm, s, r, a.count, a.dtype, a.op, root, a.placement, req);
+      return post({PLEXUS_COLL_REDUCE, s, r, a.count, a.dtype, a.op, root, a.placement});
     case PLEXUS_COLL_ALLGATHER:
-      return t.allgather(comm, s, r, a.count, a.dtype, a.placement, req);
+      return post({PLEXUS_COLL_ALLGATHER, s, r, a.count, a.dtype, 0, 0, a.placement});
     case PLEXUS_COLL_REDUCE_SCATTER:
-      return t.reduce_scatter(comm, s, r, a.count, a.dtype, a.op, a.placement, req);
+      return post({PLEXUS_COLL_REDUCE_SCATTER, s, r, a.count, a.dtype, a.op, 0, a.placement});
     case PLEXUS_COLL_ALLTOALL:
-      return t.alltoall(comm, s, r, a.count, a.dtype, a.placement, req);
+      return post({PLEXUS_COLL_ALLTOALL, s, r, a.count, a.dtype, 0, 0, a.placement});
     case PLEXUS_COLL_BARRIER:
-      return t.barrier(comm, req);
+      return post({PLEXUS_COLL_BARRIER});
     case PLEXUS_COLL_SEND:
-      return t.send(comm, s, a.count, a.dtype, right, a.placement, req);
+      return post({PLEXUS_COLL_SEND, s, nullptr, a.count, a.dtype, 0, right, a.placement});
     case PLEXUS_COLL_RECV:
-      return t.recv(comm, r, a.count, a.dtype, left, a.placement, req);
+      return post({PLEXUS_COLL_RECV, nullptr, r, a.count, a.dtype, 0, left, a.placement});
     default:
       return PLEXUS_ERR_INTERNAL;
   }

@@ -10,6 +10,7 @@
 #include "data.hpp"
 #include "operation.hpp"
 #include "options.hpp"
+#include "plexus/abi/call.hpp"
 #include "plugin.hpp"
 #include "rank_record.hpp"
 
@@ -100,8 +101,12 @@ Outcome RunCase(Context& ctx, const Case& c) {
         op.ExpectUntouched(s, 0, n, "sendbuf");
       }
       op.ExpectResult(r, 0, n, std::move(want), "recvbuf");
-      op.Posted("allreduce", t.allreduce(comm, op.data(s), op.data(r), n, dt, c.op, nullptr, &req),
-                &req);
+      op.Posted(
+          "allreduce",
+          t.post(comm,
+                 abi::Call{PLEXUS_COLL_ALLREDUCE, op.data(s), op.data(r), n, dt, c.op, 0, nullptr},
+                 &req),
+          &req);
       break;
     }
     case PLEXUS_COLL_BROADCAST: {
@@ -110,7 +115,12 @@ Outcome RunCase(Context& ctx, const Case& c) {
       FillMoveData(dt, c.root, salt, 0, n, want.data());
       if (rank == c.root) FillMoveData(dt, c.root, salt, 0, n, op.data(b));
       op.ExpectResult(b, 0, n, std::move(want), rank == c.root ? "root's buf" : "buf");
-      op.Posted("broadcast", t.broadcast(comm, op.data(b), n, dt, c.root, nullptr, &req), &req);
+      op.Posted(
+          "broadcast",
+          t.post(comm,
+                 abi::Call{PLEXUS_COLL_BROADCAST, nullptr, op.data(b), n, dt, 0, c.root, nullptr},
+                 &req),
+          &req);
       break;
     }
     case PLEXUS_COLL_REDUCE: {
@@ -135,8 +145,12 @@ Outcome RunCase(Context& ctx, const Case& c) {
           recv = op.data(r);
         }
       }
-      op.Posted("reduce", t.reduce(comm, op.data(s), recv, n, dt, c.op, c.root, nullptr, &req),
-                &req);
+      op.Posted(
+          "reduce",
+          t.post(comm,
+                 abi::Call{PLEXUS_COLL_REDUCE, op.data(s), recv, n, dt, c.op, c.root, nullptr},
+                 &req),
+          &req);
       break;
     }
     case PLEXUS_COLL_ALLGATHER: {
@@ -156,7 +170,11 @@ Outcome RunCase(Context& ctx, const Case& c) {
         send = op.data(s);
       }
       op.ExpectResult(r, 0, n * size, std::move(want), "recvbuf");
-      op.Posted("allgather", t.allgather(comm, send, op.data(r), n, dt, nullptr, &req), &req);
+      op.Posted(
+          "allgather",
+          t.post(comm, abi::Call{PLEXUS_COLL_ALLGATHER, send, op.data(r), n, dt, 0, 0, nullptr},
+                 &req),
+          &req);
       break;
     }
     case PLEXUS_COLL_REDUCE_SCATTER: {
@@ -175,8 +193,12 @@ Outcome RunCase(Context& ctx, const Case& c) {
         op.ExpectResult(r, 0, n, std::move(want), "recvbuf");
         recv = op.data(r);
       }
-      op.Posted("reduce_scatter",
-                t.reduce_scatter(comm, op.data(s), recv, n, dt, c.op, nullptr, &req), &req);
+      op.Posted(
+          "reduce_scatter",
+          t.post(comm,
+                 abi::Call{PLEXUS_COLL_REDUCE_SCATTER, op.data(s), recv, n, dt, c.op, 0, nullptr},
+                 &req),
+          &req);
       break;
     }
     case PLEXUS_COLL_ALLTOALL: {
@@ -189,7 +211,12 @@ Outcome RunCase(Context& ctx, const Case& c) {
       }
       op.ExpectUntouched(s, 0, n * size, "sendbuf");
       op.ExpectResult(r, 0, n * size, std::move(want), "recvbuf");
-      op.Posted("alltoall", t.alltoall(comm, op.data(s), op.data(r), n, dt, nullptr, &req), &req);
+      op.Posted(
+          "alltoall",
+          t.post(comm,
+                 abi::Call{PLEXUS_COLL_ALLTOALL, op.data(s), op.data(r), n, dt, 0, 0, nullptr},
+                 &req),
+          &req);
       break;
     }
     case kSendRecvRing: {
@@ -209,13 +236,19 @@ Outcome RunCase(Context& ctx, const Case& c) {
       const bool send_first = c.send_first || rank % 2 == 0;
       auto post_send = [&] {
         plexus_request* q = nullptr;
-        op.Posted("send to rank " + std::to_string(right),
-                  t.send(comm, op.data(s), n, dt, right, nullptr, &q), &q);
+        op.Posted(
+            "send to rank " + std::to_string(right),
+            t.post(comm, abi::Call{PLEXUS_COLL_SEND, op.data(s), nullptr, n, dt, 0, right, nullptr},
+                   &q),
+            &q);
       };
       auto post_recv = [&] {
         plexus_request* q = nullptr;
-        op.Posted("recv from rank " + std::to_string(left),
-                  t.recv(comm, op.data(r), n, dt, left, nullptr, &q), &q);
+        op.Posted(
+            "recv from rank " + std::to_string(left),
+            t.post(comm, abi::Call{PLEXUS_COLL_RECV, nullptr, op.data(r), n, dt, 0, left, nullptr},
+                   &q),
+            &q);
       };
       if (send_first) {
         post_send();
@@ -241,7 +274,7 @@ Outcome RunCase(Context& ctx, const Case& c) {
 Outcome RunBarrier(Context& ctx) {
   Operation op(ctx, ctx.comm(), PLEXUS_DTYPE_UINT8);
   plexus_request* req = nullptr;
-  op.Posted("barrier", ctx.calls().barrier(ctx.comm(), &req), &req);
+  op.Posted("barrier", ctx.calls().post(ctx.comm(), abi::Call{PLEXUS_COLL_BARRIER}, &req), &req);
   Findings f;
   bool broken = false;
   op.Finish(&f, &broken);

@@ -13,6 +13,7 @@
 #include "fault_support.hpp"
 #include "operation.hpp"
 #include "options.hpp"
+#include "plexus/abi/call.hpp"
 #include "plugin.hpp"
 
 namespace plexus::conformance {
@@ -163,8 +164,10 @@ Outcome AbortFromThread(Context& ctx) {
       late.KeepAfterFailure("the allreduce posted after comm_abort");
       const size_t s = late.AddBuffer(16, "sendbuf"), r = late.AddBuffer(16, "recvbuf");
       plexus_request* after = nullptr;
-      const int32_t rc = t.allreduce(comm.get(), late.data(s), late.data(r), 16, PLEXUS_DTYPE_INT32,
-                                     PLEXUS_OP_SUM, nullptr, &after);
+      const int32_t rc = t.post(comm.get(),
+                                abi::Call{PLEXUS_COLL_ALLREDUCE, late.data(s), late.data(r), 16,
+                                          PLEXUS_DTYPE_INT32, PLEXUS_OP_SUM, 0, nullptr},
+                                &after);
       if (rc == PLEXUS_OK) {
         std::string then;
         if (after) {

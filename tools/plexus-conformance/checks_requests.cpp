@@ -14,6 +14,7 @@
 #include "exchange.hpp"
 #include "operation.hpp"
 #include "options.hpp"
+#include "plexus/abi/call.hpp"
 #include "plugin.hpp"
 
 namespace plexus::conformance {
@@ -62,7 +63,8 @@ Outcome BarrierWaits(Context& ctx) {
   Operation op(ctx, ctx.comm(), PLEXUS_DTYPE_UINT8);
   plexus_request* req = nullptr;
   const auto posted = Clock::now();
-  if (!op.Posted("barrier", ctx.calls().barrier(ctx.comm(), &req), &req)) {
+  if (!op.Posted("barrier", ctx.calls().post(ctx.comm(), abi::Call{PLEXUS_COLL_BARRIER}, &req),
+                 &req)) {
     op.Finish(&f, &broken);
     return WithBroken(f, broken);
   }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "check.hpp"
+#include "plexus/abi/call.hpp"
 #include "plugin.hpp"
 #include "requests.hpp"
 #include "traced_calls.hpp"
@@ -75,7 +76,7 @@ Outcome RunSharedBuffer(Context& ctx) {
   // The ABI: a rank posts on the memory once every rank's mem_alloc has
   // returned (the host runs a collective in between; a barrier here).
   if (plugin.HasCollective(PLEXUS_COLL_BARRIER)) {
-    if (t.barrier(comm, &req) != PLEXUS_OK)
+    if (t.post(comm, abi::Call{PLEXUS_COLL_BARRIER}, &req) != PLEXUS_OK)
       return Outcome::Fail("barrier: " + plugin.LastError(comm));
     const Completion c = WaitFor(plugin, req, ctx.op_bound_ms());
     if (!c.done) {
@@ -87,8 +88,10 @@ Outcome RunSharedBuffer(Context& ctx) {
     f.Add(CheckAndFree(plugin, req, c.status));
     req = nullptr;
   }
-  if (int32_t post =
-          t.allreduce(comm, p, p, kCount, PLEXUS_DTYPE_FLOAT32, PLEXUS_OP_SUM, nullptr, &req);
+  if (int32_t post = t.post(comm,
+                            abi::Call{PLEXUS_COLL_ALLREDUCE, p, p, kCount, PLEXUS_DTYPE_FLOAT32,
+                                      PLEXUS_OP_SUM, 0, nullptr},
+                            &req);
       post != PLEXUS_OK) {
     f.Add("in-place allreduce on mem_alloc's memory: post returned " + StatusText(post) + ": " +
           plugin.LastError(comm));

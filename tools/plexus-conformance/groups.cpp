@@ -9,6 +9,7 @@
 #include "data.hpp"
 #include "exchange.hpp"
 #include "operation.hpp"
+#include "plexus/abi/call.hpp"
 #include "session.hpp"
 
 namespace plexus::conformance {
@@ -158,10 +159,12 @@ void ExerciseGroup(Context& ctx, plexus_comm* comm, const GroupShape& shape,
     op.ExpectResult(r, 0, n, std::move(want),
                     "allreduce over the group's " + std::to_string(shape.size) + " rank(s)");
     plexus_request* req = nullptr;
-    op.Posted(
-        "allreduce",
-        t.allreduce(comm, op.data(s), op.data(r), n, reduce_dtype, PLEXUS_OP_SUM, nullptr, &req),
-        &req);
+    op.Posted("allreduce",
+              t.post(comm,
+                     abi::Call{PLEXUS_COLL_ALLREDUCE, op.data(s), op.data(r), n, reduce_dtype,
+                               PLEXUS_OP_SUM, 0, nullptr},
+                     &req),
+              &req);
     Findings mine;
     bool broken = false;
     const bool ok = op.Finish(&mine, &broken);
@@ -186,7 +189,12 @@ void ExerciseGroup(Context& ctx, plexus_comm* comm, const GroupShape& shape,
                     "broadcast from group rank " + std::to_string(root) + " (job rank " +
                         std::to_string(shape.members[root]) + ")");
     plexus_request* req = nullptr;
-    op.Posted("broadcast", t.broadcast(comm, op.data(b), n, move_dtype, root, nullptr, &req), &req);
+    op.Posted("broadcast",
+              t.post(comm,
+                     abi::Call{PLEXUS_COLL_BROADCAST, nullptr, op.data(b), n, move_dtype, 0, root,
+                               nullptr},
+                     &req),
+              &req);
     Findings mine;
     bool broken = false;
     const bool ok = op.Finish(&mine, &broken);

@@ -31,7 +31,9 @@
 // operation/requests/buffer/data (posting, bounded waits, guard zones,
 // exact inputs and results), refusals (calls that must be refused), groups
 // (communicators over a subset of the ranks), elf_symbols, and the checks_*
-// files, one per family of checks (the *12 ones: ABI 1.2).
+// files, one per family of checks (the checks_uneven_* ones: the uneven
+// collectives of ABI 1.2, gather, scatter, allgatherv, alltoallv and
+// allreduce_coalesced).
 #include "options.hpp"
 #include "runner.hpp"
 #include "self_launch.hpp"

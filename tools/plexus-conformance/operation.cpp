@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "data.hpp"
+#include "plexus/abi/call.hpp"
 #include "plugin.hpp"
 #include "session.hpp"
 
@@ -77,8 +78,9 @@ plexus_request* Operation::PostAllreduce(plexus_reduce_op_t rop, uint64_t count,
   ExpectUntouched(s, 0, count, "sendbuf");
   ExpectResult(r, 0, count, std::move(want), "recvbuf");
   plexus_request* req = nullptr;
-  const int32_t rc =
-      ctx_.calls().allreduce(comm_, data(s), data(r), count, dtype_, rop, nullptr, &req);
+  const int32_t rc = ctx_.calls().post(
+      comm_, abi::Call{PLEXUS_COLL_ALLREDUCE, data(s), data(r), count, dtype_, rop, 0, nullptr},
+      &req);
   return Posted("allreduce", rc, &req) ? req : nullptr;
 }
 

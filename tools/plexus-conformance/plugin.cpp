@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "data.hpp"
+#include "plexus/abi/collectives.hpp"
 #include "plexus/settings/environment.hpp"
 #include "rank_record.hpp"
 
@@ -107,73 +108,18 @@ bool Plugin::has_request_error() const {
 
 namespace {
 
-// Where a 1.2 slot ends in the table, or 0 for a collective of 1.0.
-size_t SlotEnd12(plexus_collective_t coll) {
-  switch (coll) {
-    case PLEXUS_COLL_GATHER:
-      return PLEXUS_CONFORMANCE_SLOT_END(gather);
-    case PLEXUS_COLL_SCATTER:
-      return PLEXUS_CONFORMANCE_SLOT_END(scatter);
-    case PLEXUS_COLL_ALLGATHERV:
-      return PLEXUS_CONFORMANCE_SLOT_END(allgatherv);
-    case PLEXUS_COLL_ALLTOALLV:
-      return PLEXUS_CONFORMANCE_SLOT_END(alltoallv);
-    case PLEXUS_COLL_ALLREDUCE_COALESCED:
-      return PLEXUS_CONFORMANCE_SLOT_END(allreduce_coalesced);
-    default:
-      return 0;
-  }
-}
-
-// The slot of coll as a plain pointer; a 1.2 slot only once the caller made
-// sure the table has it.
-const void* SlotPointer(const plexus_backend_v1& t, plexus_collective_t coll) {
-  switch (coll) {
-    case PLEXUS_COLL_ALLREDUCE:
-      return reinterpret_cast<const void*>(t.allreduce);
-    case PLEXUS_COLL_BROADCAST:
-      return reinterpret_cast<const void*>(t.broadcast);
-    case PLEXUS_COLL_REDUCE:
-      return reinterpret_cast<const void*>(t.reduce);
-    case PLEXUS_COLL_ALLGATHER:
-      return reinterpret_cast<const void*>(t.allgather);
-    case PLEXUS_COLL_REDUCE_SCATTER:
-      return reinterpret_cast<const void*>(t.reduce_scatter);
-    case PLEXUS_COLL_ALLTOALL:
-      return reinterpret_cast<const void*>(t.alltoall);
-    case PLEXUS_COLL_BARRIER:
-      return reinterpret_cast<const void*>(t.barrier);
-    case PLEXUS_COLL_SEND:
-      return reinterpret_cast<const void*>(t.send);
-    case PLEXUS_COLL_RECV:
-      return reinterpret_cast<const void*>(t.recv);
-    case PLEXUS_COLL_GATHER:
-      return reinterpret_cast<const void*>(t.gather);
-    case PLEXUS_COLL_SCATTER:
-      return reinterpret_cast<const void*>(t.scatter);
-    case PLEXUS_COLL_ALLGATHERV:
-      return reinterpret_cast<const void*>(t.allgatherv);
-    case PLEXUS_COLL_ALLTOALLV:
-      return reinterpret_cast<const void*>(t.alltoallv);
-    case PLEXUS_COLL_ALLREDUCE_COALESCED:
-      return reinterpret_cast<const void*>(t.allreduce_coalesced);
-    default:
-      return nullptr;
-  }
-}
-
-// A slot added in 1.2 is the plugin's only if its table says 1.2 or later
-// and is long enough; the loader's copy has NULL past a short table, but a
-// 1.1 table may be longer than its own slots and hold anything there.
-std::string Missing12(const Plugin& p, const char* slot, size_t end) {
+// A slot added in 1.minor is the plugin's only if its table says 1.minor or
+// later and is long enough; the loader's copy has NULL past a short table,
+// but an older table may be longer than its own slots and hold anything there.
+std::string MissingSlot(const Plugin& p, const char* slot, uint32_t minor, size_t end) {
   const auto& t = p.table();
-  if (t.abi_minor < 2) {
+  if (t.abi_minor < minor) {
     return "backend is ABI " + std::to_string(t.abi_major) + "." + std::to_string(t.abi_minor) +
            ": no " + slot;
   }
   if (p.plugin_struct_size() < end) {
     return "backend's table (struct_size " + std::to_string(p.plugin_struct_size()) +
-           ") ends before the 1.2 slot " + slot;
+           ") ends before the 1." + std::to_string(minor) + " slot " + slot;
   }
   return {};
 }
@@ -182,12 +128,12 @@ std::string Missing12(const Plugin& p, const char* slot, size_t end) {
 
 std::string Plugin::NoSlotReason(plexus_collective_t coll) const {
   const char* name = CollectiveName(coll);
-  if (const size_t end = SlotEnd12(coll); end != 0) {
-    if (std::string why = Missing12(*this, name, end); !why.empty()) return why;
-  } else if (coll >= PLEXUS_COLL_COUNT_V1) {
-    return "unknown collective code " + std::to_string(coll);
+  if (coll >= abi::kCollectiveCount) return "unknown collective code " + std::to_string(coll);
+  if (std::string why = MissingSlot(*this, name, abi::MinorOf(coll), abi::SlotEnd(coll));
+      !why.empty()) {
+    return why;
   }
-  if (!SlotPointer(table(), coll)) return std::string("the ") + name + " slot is NULL";
+  if (!abi::SlotOf(table(), coll)) return std::string("the ") + name + " slot is NULL";
   return {};
 }
 
@@ -196,7 +142,7 @@ bool Plugin::HasCollective(plexus_collective_t coll) const {
 }
 
 std::string Plugin::NoCommSplitReason() const {
-  if (std::string why = Missing12(*this, "comm_split", PLEXUS_CONFORMANCE_SLOT_END(comm_split));
+  if (std::string why = MissingSlot(*this, "comm_split", 2, PLEXUS_CONFORMANCE_SLOT_END(comm_split));
       !why.empty()) {
     return why;
   }

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "data.hpp"
+#include "plexus/abi/collectives.hpp"
 #include "rank_record.hpp"
 
 namespace plexus::conformance {
@@ -158,232 +159,60 @@ size_t TracedCalls::comm_last_error(plexus_comm* comm, char* buf, size_t len) co
   return table_->comm_last_error(comm, buf, len);
 }
 
-int32_t TracedCalls::allreduce(plexus_comm* comm, const void* sendbuf, void* recvbuf,
-                               uint64_t count, plexus_dtype_t dtype, plexus_reduce_op_t op,
-                               const plexus_placement* placement, plexus_request** req_out) const {
-  const std::string details =
-      "count " + std::to_string(count) + ", " + Dtype(dtype) + ", " + Op(op);
-  const std::string text = "allreduce(" + Buffers(sendbuf, recvbuf) + ", " + details + ", " +
-                           Placement(placement) + ")" + CommSuffix(comm);
-  int32_t rc;
-  {
-    CallInFlight call(text.c_str());
-    rc = table_->allreduce(comm, sendbuf, recvbuf, count, dtype, op, placement, req_out);
-  }
-  NamePosted(rc, req_out, "allreduce", details);
-  return rc;
-}
-
-int32_t TracedCalls::broadcast(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype,
-                               uint32_t root, const plexus_placement* placement,
-                               plexus_request** req_out) const {
-  const std::string details =
-      "count " + std::to_string(count) + ", " + Dtype(dtype) + ", root " + std::to_string(root);
-  const std::string text = "broadcast(buf=" + Pointer(buf) + ", " + details + ", " +
-                           Placement(placement) + ")" + CommSuffix(comm);
-  int32_t rc;
-  {
-    CallInFlight call(text.c_str());
-    rc = table_->broadcast(comm, buf, count, dtype, root, placement, req_out);
-  }
-  NamePosted(rc, req_out, "broadcast", details);
-  return rc;
-}
-
-int32_t TracedCalls::reduce(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
-                            plexus_dtype_t dtype, plexus_reduce_op_t op, uint32_t root,
-                            const plexus_placement* placement, plexus_request** req_out) const {
-  const std::string details = "count " + std::to_string(count) + ", " + Dtype(dtype) + ", " +
-                              Op(op) + ", root " + std::to_string(root);
-  const std::string text = "reduce(" + Buffers(sendbuf, recvbuf) + ", " + details + ", " +
-                           Placement(placement) + ")" + CommSuffix(comm);
-  int32_t rc;
-  {
-    CallInFlight call(text.c_str());
-    rc = table_->reduce(comm, sendbuf, recvbuf, count, dtype, op, root, placement, req_out);
-  }
-  NamePosted(rc, req_out, "reduce", details);
-  return rc;
-}
-
-int32_t TracedCalls::allgather(plexus_comm* comm, const void* sendbuf, void* recvbuf,
-                               uint64_t count, plexus_dtype_t dtype,
-                               const plexus_placement* placement, plexus_request** req_out) const {
-  const std::string details = "count " + std::to_string(count) + " per rank, " + Dtype(dtype);
-  const std::string text = "allgather(" + Buffers(sendbuf, recvbuf) + ", " + details + ", " +
-                           Placement(placement) + ")" + CommSuffix(comm);
-  int32_t rc;
-  {
-    CallInFlight call(text.c_str());
-    rc = table_->allgather(comm, sendbuf, recvbuf, count, dtype, placement, req_out);
-  }
-  NamePosted(rc, req_out, "allgather", details);
-  return rc;
-}
-
-int32_t TracedCalls::reduce_scatter(plexus_comm* comm, const void* sendbuf, void* recvbuf,
-                                    uint64_t count, plexus_dtype_t dtype, plexus_reduce_op_t op,
-                                    const plexus_placement* placement,
-                                    plexus_request** req_out) const {
-  const std::string details =
-      "count " + std::to_string(count) + " per rank, " + Dtype(dtype) + ", " + Op(op);
-  const std::string text = "reduce_scatter(" + Buffers(sendbuf, recvbuf) + ", " + details + ", " +
-                           Placement(placement) + ")" + CommSuffix(comm);
-  int32_t rc;
-  {
-    CallInFlight call(text.c_str());
-    rc = table_->reduce_scatter(comm, sendbuf, recvbuf, count, dtype, op, placement, req_out);
-  }
-  NamePosted(rc, req_out, "reduce_scatter", details);
-  return rc;
-}
-
-int32_t TracedCalls::alltoall(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
-                              plexus_dtype_t dtype, const plexus_placement* placement,
-                              plexus_request** req_out) const {
-  const std::string details = "count " + std::to_string(count) + " per rank, " + Dtype(dtype);
-  const std::string text = "alltoall(" + Buffers(sendbuf, recvbuf) + ", " + details + ", " +
-                           Placement(placement) + ")" + CommSuffix(comm);
-  int32_t rc;
-  {
-    CallInFlight call(text.c_str());
-    rc = table_->alltoall(comm, sendbuf, recvbuf, count, dtype, placement, req_out);
-  }
-  NamePosted(rc, req_out, "alltoall", details);
-  return rc;
-}
-
-int32_t TracedCalls::barrier(plexus_comm* comm, plexus_request** req_out) const {
-  const std::string text = "barrier()" + CommSuffix(comm);
-  int32_t rc;
-  {
-    CallInFlight call(text.c_str());
-    rc = table_->barrier(comm, req_out);
-  }
-  NamePosted(rc, req_out, "barrier", "");
-  return rc;
-}
-
-int32_t TracedCalls::send(plexus_comm* comm, const void* buf, uint64_t count, plexus_dtype_t dtype,
-                          uint32_t peer, const plexus_placement* placement,
+int32_t TracedCalls::post(plexus_comm* comm, const abi::Call& call,
                           plexus_request** req_out) const {
-  const std::string details =
-      "count " + std::to_string(count) + ", " + Dtype(dtype) + ", peer " + std::to_string(peer);
-  const std::string text = "send(buf=" + Pointer(buf) + ", " + details + ", " +
-                           Placement(placement) + ")" + CommSuffix(comm);
-  int32_t rc;
-  {
-    CallInFlight call(text.c_str());
-    rc = table_->send(comm, buf, count, dtype, peer, placement, req_out);
+  const abi::Traits traits = abi::TraitsOf(call.coll);
+  const char* name = abi::CollectiveName(call.coll);
+  // details: what the request is named with ("allreduce #3 (details)");
+  // the text adds the buffers before it and any displacements after it.
+  std::string buffers, details, displs;
+  switch (traits.layout) {
+    case abi::Layout::kCount:
+      if (!traits.typed) break;  // barrier: no arguments
+      if (traits.needs_send != traits.needs_recv) {
+        // One buffer: broadcast's and recv's recvbuf, send's sendbuf.
+        buffers = "buf=" + Pointer(traits.needs_send ? call.sendbuf : call.recvbuf);
+      } else {
+        buffers = Buffers(call.sendbuf, call.recvbuf);
+      }
+      details = "count " + std::to_string(call.count) +
+                (traits.send_per_rank || traits.recv_per_rank ? " per rank" : "") + ", " +
+                Dtype(call.dtype);
+      break;
+    case abi::Layout::kPerRankCounts: {
+      const uint32_t n = CommSize(comm);
+      buffers = Buffers(call.sendbuf, call.recvbuf);
+      if (call.coll == PLEXUS_COLL_ALLTOALLV) {
+        details = "sendcounts " + Array(call.sendcounts, n) + ", recvcounts " +
+                  Array(call.recvcounts, n) + ", " + Dtype(call.dtype);
+        displs = ", sdispls " + Array(call.sdispls, n) + ", rdispls " + Array(call.rdispls, n);
+      } else {  // allgatherv: count is the sendcount, rdispls its displs
+        details = "sendcount " + std::to_string(call.count) + ", " + Dtype(call.dtype);
+        displs = ", recvcounts " + Array(call.recvcounts, n) + ", displs " + Array(call.rdispls, n);
+      }
+      break;
+    }
+    case abi::Layout::kBufferList:
+      buffers = "sendbufs=" + Pointer(call.sendbufs) + ", recvbufs=" + Pointer(call.recvbufs);
+      details = std::to_string(call.nbuffers) + " buffers, counts " +
+                Array(call.counts, call.nbuffers) + ", " + Dtype(call.dtype);
+      break;
   }
-  NamePosted(rc, req_out, "send", details);
-  return rc;
-}
+  if (traits.reduces) details += ", " + Op(call.op);
+  if (traits.root == abi::Root::kRoot) details += ", root " + std::to_string(call.root);
+  if (traits.root == abi::Root::kPeer) details += ", peer " + std::to_string(call.root);
 
-int32_t TracedCalls::recv(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype,
-                          uint32_t peer, const plexus_placement* placement,
-                          plexus_request** req_out) const {
-  const std::string details =
-      "count " + std::to_string(count) + ", " + Dtype(dtype) + ", peer " + std::to_string(peer);
-  const std::string text = "recv(buf=" + Pointer(buf) + ", " + details + ", " +
-                           Placement(placement) + ")" + CommSuffix(comm);
+  std::string text = std::string(name) + "(";
+  if (traits.typed) {
+    text += buffers + ", " + details + displs + ", " + Placement(call.placement);
+  }
+  text += ")" + CommSuffix(comm);
   int32_t rc;
   {
-    CallInFlight call(text.c_str());
-    rc = table_->recv(comm, buf, count, dtype, peer, placement, req_out);
+    CallInFlight in_flight(text.c_str());
+    rc = abi::Invoke(*table_, comm, call, req_out);
   }
-  NamePosted(rc, req_out, "recv", details);
-  return rc;
-}
-
-int32_t TracedCalls::gather(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
-                            plexus_dtype_t dtype, uint32_t root, const plexus_placement* placement,
-                            plexus_request** req_out) const {
-  const std::string details = "count " + std::to_string(count) + " per rank, " + Dtype(dtype) +
-                              ", root " + std::to_string(root);
-  const std::string text = "gather(" + Buffers(sendbuf, recvbuf) + ", " + details + ", " +
-                           Placement(placement) + ")" + CommSuffix(comm);
-  int32_t rc;
-  {
-    CallInFlight call(text.c_str());
-    rc = table_->gather(comm, sendbuf, recvbuf, count, dtype, root, placement, req_out);
-  }
-  NamePosted(rc, req_out, "gather", details);
-  return rc;
-}
-
-int32_t TracedCalls::scatter(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
-                             plexus_dtype_t dtype, uint32_t root, const plexus_placement* placement,
-                             plexus_request** req_out) const {
-  const std::string details = "count " + std::to_string(count) + " per rank, " + Dtype(dtype) +
-                              ", root " + std::to_string(root);
-  const std::string text = "scatter(" + Buffers(sendbuf, recvbuf) + ", " + details + ", " +
-                           Placement(placement) + ")" + CommSuffix(comm);
-  int32_t rc;
-  {
-    CallInFlight call(text.c_str());
-    rc = table_->scatter(comm, sendbuf, recvbuf, count, dtype, root, placement, req_out);
-  }
-  NamePosted(rc, req_out, "scatter", details);
-  return rc;
-}
-
-int32_t TracedCalls::allgatherv(plexus_comm* comm, const void* sendbuf, uint64_t sendcount,
-                                void* recvbuf, const uint64_t* recvcounts, const uint64_t* displs,
-                                plexus_dtype_t dtype, const plexus_placement* placement,
-                                plexus_request** req_out) const {
-  const uint32_t n = CommSize(comm);
-  const std::string details = "sendcount " + std::to_string(sendcount) + ", " + Dtype(dtype);
-  const std::string text = "allgatherv(" + Buffers(sendbuf, recvbuf) + ", " + details +
-                           ", recvcounts " + Array(recvcounts, n) + ", displs " + Array(displs, n) +
-                           ", " + Placement(placement) + ")" + CommSuffix(comm);
-  int32_t rc;
-  {
-    CallInFlight call(text.c_str());
-    rc = table_->allgatherv(comm, sendbuf, sendcount, recvbuf, recvcounts, displs, dtype, placement,
-                            req_out);
-  }
-  NamePosted(rc, req_out, "allgatherv", details);
-  return rc;
-}
-
-int32_t TracedCalls::alltoallv(plexus_comm* comm, const void* sendbuf, const uint64_t* sendcounts,
-                               const uint64_t* sdispls, void* recvbuf, const uint64_t* recvcounts,
-                               const uint64_t* rdispls, plexus_dtype_t dtype,
-                               const plexus_placement* placement, plexus_request** req_out) const {
-  const uint32_t n = CommSize(comm);
-  const std::string details = "sendcounts " + Array(sendcounts, n) + ", recvcounts " +
-                              Array(recvcounts, n) + ", " + Dtype(dtype);
-  const std::string text = "alltoallv(" + Buffers(sendbuf, recvbuf) + ", " + details +
-                           ", sdispls " + Array(sdispls, n) + ", rdispls " + Array(rdispls, n) +
-                           ", " + Placement(placement) + ")" + CommSuffix(comm);
-  int32_t rc;
-  {
-    CallInFlight call(text.c_str());
-    rc = table_->alltoallv(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dtype,
-                           placement, req_out);
-  }
-  NamePosted(rc, req_out, "alltoallv", details);
-  return rc;
-}
-
-int32_t TracedCalls::allreduce_coalesced(plexus_comm* comm, const void* const* sendbufs,
-                                         void* const* recvbufs, const uint64_t* counts,
-                                         uint32_t nbuffers, plexus_dtype_t dtype,
-                                         plexus_reduce_op_t op, const plexus_placement* placement,
-                                         plexus_request** req_out) const {
-  const std::string details = std::to_string(nbuffers) + " buffers, counts " +
-                              Array(counts, nbuffers) + ", " + Dtype(dtype) + ", " + Op(op);
-  const std::string text = "allreduce_coalesced(sendbufs=" + Pointer(sendbufs) +
-                           ", recvbufs=" + Pointer(recvbufs) + ", " + details + ", " +
-                           Placement(placement) + ")" + CommSuffix(comm);
-  int32_t rc;
-  {
-    CallInFlight call(text.c_str());
-    rc = table_->allreduce_coalesced(comm, sendbufs, recvbufs, counts, nbuffers, dtype, op,
-                                     placement, req_out);
-  }
-  NamePosted(rc, req_out, "allreduce_coalesced", details);
+  NamePosted(rc, req_out, name, details);
   return rc;
 }
 

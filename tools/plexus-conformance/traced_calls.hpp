@@ -1,9 +1,9 @@
 // Every call the suite makes into the plugin, recorded while it runs.
 //
-// Each function below calls the table's function pointer of the same name
-// with the same arguments and returns what it returns, unchanged (the suite
-// observes the raw plugin; see main.cpp). Around the call it records the
-// call in flight with its arguments as a vendor wants to read them, e.g.
+// Each function below calls the table's function pointer and returns what
+// it returns, unchanged (the suite observes the raw plugin; see main.cpp).
+// Around the call it records the call in flight with its arguments as a
+// vendor wants to read them, e.g.
 //   broadcast(buf=NULL, count 4, int32, root 0, placement NULL (host))
 //   wait(req of allreduce #3 (count 1009, int32, sum), timeout 1000 ms)
 // in this rank's record (rank_record.hpp), which the crash report and the
@@ -11,9 +11,13 @@
 // counting that collective's posts in the running check; communicators by
 // the name the suite gave them.
 //
-// The functions carry the ABI's slot names so that a call reads like the
-// ABI. Nothing else in the suite calls a plugin function pointer (the
-// entry function aside, which checks_table traces itself).
+// Every collective goes through post(), which takes an abi::Call and calls
+// the slot of call.coll (abi::Invoke); its text is written from the list
+// of collectives (plexus/abi/collectives.def): the slot's name and the
+// arguments its traits say it takes. The other functions carry the ABI's
+// slot names, so that a call reads like the ABI. Nothing else in the suite
+// calls a plugin function pointer (the entry function aside, which
+// checks_table traces itself).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +25,7 @@
 #include <mutex>
 #include <string>
 
+#include "plexus/abi/call.hpp"
 #include "plexus/backend.h"
 
 namespace plexus::conformance {
@@ -40,50 +45,15 @@ class TracedCalls {
   int32_t comm_abort(plexus_comm* comm) const;
   size_t comm_last_error(plexus_comm* comm, char* buf, size_t len) const;
 
-  int32_t allreduce(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
-                    plexus_dtype_t dtype, plexus_reduce_op_t op, const plexus_placement* placement,
-                    plexus_request** req_out) const;
-  int32_t broadcast(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype,
-                    uint32_t root, const plexus_placement* placement,
-                    plexus_request** req_out) const;
-  int32_t reduce(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
-                 plexus_dtype_t dtype, plexus_reduce_op_t op, uint32_t root,
-                 const plexus_placement* placement, plexus_request** req_out) const;
-  int32_t allgather(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
-                    plexus_dtype_t dtype, const plexus_placement* placement,
-                    plexus_request** req_out) const;
-  int32_t reduce_scatter(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
-                         plexus_dtype_t dtype, plexus_reduce_op_t op,
-                         const plexus_placement* placement, plexus_request** req_out) const;
-  int32_t alltoall(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
-                   plexus_dtype_t dtype, const plexus_placement* placement,
-                   plexus_request** req_out) const;
-  int32_t barrier(plexus_comm* comm, plexus_request** req_out) const;
-  int32_t send(plexus_comm* comm, const void* buf, uint64_t count, plexus_dtype_t dtype,
-               uint32_t peer, const plexus_placement* placement, plexus_request** req_out) const;
-  int32_t recv(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype, uint32_t peer,
-               const plexus_placement* placement, plexus_request** req_out) const;
+  // Posts call through the plugin's slot for call.coll (abi::Invoke) and
+  // returns its status. The caller has checked that the slot is there: the
+  // collectives of ABI 1.2 only when Plugin::HasCollective says so. The
+  // per-rank arrays (allgatherv, alltoallv) are printed with the
+  // communicator's size as their length (as far as the suite made the
+  // communicator).
+  int32_t post(plexus_comm* comm, const abi::Call& call, plexus_request** req_out) const;
 
-  // ABI 1.2: call them only when Plugin::HasCollective / has_comm_split
-  // says the slot is there. The arrays are printed with the communicator's
-  // size as their length (as far as the suite made the communicator).
-  int32_t gather(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
-                 plexus_dtype_t dtype, uint32_t root, const plexus_placement* placement,
-                 plexus_request** req_out) const;
-  int32_t scatter(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
-                  plexus_dtype_t dtype, uint32_t root, const plexus_placement* placement,
-                  plexus_request** req_out) const;
-  int32_t allgatherv(plexus_comm* comm, const void* sendbuf, uint64_t sendcount, void* recvbuf,
-                     const uint64_t* recvcounts, const uint64_t* displs, plexus_dtype_t dtype,
-                     const plexus_placement* placement, plexus_request** req_out) const;
-  int32_t alltoallv(plexus_comm* comm, const void* sendbuf, const uint64_t* sendcounts,
-                    const uint64_t* sdispls, void* recvbuf, const uint64_t* recvcounts,
-                    const uint64_t* rdispls, plexus_dtype_t dtype,
-                    const plexus_placement* placement, plexus_request** req_out) const;
-  int32_t allreduce_coalesced(plexus_comm* comm, const void* const* sendbufs, void* const* recvbufs,
-                              const uint64_t* counts, uint32_t nbuffers, plexus_dtype_t dtype,
-                              plexus_reduce_op_t op, const plexus_placement* placement,
-                              plexus_request** req_out) const;
+  // ABI 1.2: only when Plugin::has_comm_split says the slot is there.
   // Names *comm_out after config->name when it succeeds with a communicator.
   int32_t comm_split(plexus_comm* comm, uint32_t color, uint32_t key,
                      const plexus_comm_config_v1* config, plexus_comm** comm_out, char* err,

@@ -46,6 +46,9 @@ struct CommunicatorOptions {
 };
 
 struct Job;
+namespace abi {
+struct Call;
+}
 namespace detail {
 struct CommState;
 class TwoLevel;
@@ -329,6 +332,14 @@ class Communicator {
   // size() entries whose sum is total (INVALID_ARGUMENT otherwise).
   std::vector<uint64_t> PackedDispls(std::span<const uint64_t> counts, uint64_t total,
                                      const char* what) const;
+  // Posts call, any collective of the list (abi/collectives.def): the
+  // checks its traits ask for (root or peer, byte size, the ranks'
+  // fingerprints), in two levels where the scheme takes it, else through
+  // the backend.
+  Work Post(const abi::Call& call);
+  // Throws st, a refusal of coll's arguments before anything was posted
+  // (the flight recorder notes the attempt).
+  Work Refused(const Status& st, plexus_collective_t coll);
   // collective: what was posted, counted here in the communicator's sequence
   // (for stall reports); nullptr for send/recv.
   Work Start(const Status& posted, plexus_request* req, const char* what,

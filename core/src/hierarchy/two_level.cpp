@@ -46,7 +46,7 @@ std::string Ranks(const std::vector<uint32_t>& ranks) {
 
 // An operation queued for the thread.
 struct TwoLevel::Op {
-  kit::Call call;  // (reduce: recvbuf may be NULL but on the root)
+  abi::Call call;  // (reduce: recvbuf may be NULL but on the root)
   PostedOp posted;
   std::shared_ptr<HostOp> done;
   const char* what() const { return algos::CollectiveName(call.coll); }
@@ -123,7 +123,7 @@ bool TwoLevel::Takes(plexus_collective_t coll, uint64_t bytes) const {
   return bytes >= (coll == PLEXUS_COLL_BROADCAST ? kAutoMinBroadcastBytes : kAutoMinBytes);
 }
 
-std::shared_ptr<HostOp> TwoLevel::Post(const kit::Call& call, const PostedOp& posted) {
+std::shared_ptr<HostOp> TwoLevel::Post(const abi::Call& call, const PostedOp& posted) {
   auto done = std::make_shared<HostOp>();
   void (TwoLevel::*run)(const Op&) = nullptr;
   switch (call.coll) {

@@ -71,7 +71,7 @@
 #include "hierarchy/host_layout.hpp"
 #include "host_op.hpp"
 #include "plexus/communicator.hpp"
-#include "plexus/kit/call.hpp"
+#include "plexus/abi/call.hpp"
 
 namespace plexus::detail {
 
@@ -101,7 +101,7 @@ class TwoLevel {
   // buffers are BORROWED until the returned op completes, when every part
   // has. posted: the collective as the communicator counted it (a failure is
   // reported against it, naming the rank at fault).
-  std::shared_ptr<HostOp> Post(const kit::Call& call, const PostedOp& posted);
+  std::shared_ptr<HostOp> Post(const abi::Call& call, const PostedOp& posted);
 
   // Aborts the groups; operations queued or running fail with ABORTED.
   void Abort();

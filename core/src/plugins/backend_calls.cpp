@@ -9,48 +9,14 @@
 #include <cstdio>
 #include <cstring>
 #include <utility>
+#include <vector>
 
+#include "plexus/abi/collectives.hpp"
 #include "plexus/algos/dtype.hpp"
 #include "plexus/log.hpp"
 
 namespace plexus {
 namespace {
-
-// The table slot of each collective, to check caps against slots.
-const void* SlotOf(const plexus_backend_v1& t, plexus_collective_t coll) {
-  switch (coll) {
-    case PLEXUS_COLL_ALLREDUCE:
-      return reinterpret_cast<const void*>(t.allreduce);
-    case PLEXUS_COLL_BROADCAST:
-      return reinterpret_cast<const void*>(t.broadcast);
-    case PLEXUS_COLL_REDUCE:
-      return reinterpret_cast<const void*>(t.reduce);
-    case PLEXUS_COLL_ALLGATHER:
-      return reinterpret_cast<const void*>(t.allgather);
-    case PLEXUS_COLL_REDUCE_SCATTER:
-      return reinterpret_cast<const void*>(t.reduce_scatter);
-    case PLEXUS_COLL_ALLTOALL:
-      return reinterpret_cast<const void*>(t.alltoall);
-    case PLEXUS_COLL_BARRIER:
-      return reinterpret_cast<const void*>(t.barrier);
-    case PLEXUS_COLL_SEND:
-      return reinterpret_cast<const void*>(t.send);
-    case PLEXUS_COLL_RECV:
-      return reinterpret_cast<const void*>(t.recv);
-    case PLEXUS_COLL_GATHER:
-      return reinterpret_cast<const void*>(t.gather);
-    case PLEXUS_COLL_SCATTER:
-      return reinterpret_cast<const void*>(t.scatter);
-    case PLEXUS_COLL_ALLGATHERV:
-      return reinterpret_cast<const void*>(t.allgatherv);
-    case PLEXUS_COLL_ALLTOALLV:
-      return reinterpret_cast<const void*>(t.alltoallv);
-    case PLEXUS_COLL_ALLREDUCE_COALESCED:
-      return reinterpret_cast<const void*>(t.allreduce_coalesced);
-    default:
-      return nullptr;
-  }
-}
 
 const char* MemoryName(const plexus_placement* where) {
   if (!where || where->memory_type == PLEXUS_MEMORY_HOST) return "host memory";
@@ -75,7 +41,7 @@ std::string Where(const plexus_placement* where) {
 }
 
 // "allreduce(comm=0x.., send=0x.., ...)" for the trace.
-std::string Args(const char* call, std::initializer_list<std::pair<const char*, std::string>> kv) {
+std::string Args(const char* call, const std::vector<std::pair<const char*, std::string>>& kv) {
   std::string s = std::string(call) + "(";
   bool first = true;
   for (const auto& [k, v] : kv) {
@@ -160,11 +126,13 @@ Status Backend::Open(std::unique_ptr<LoadedLibrary> lib, std::unique_ptr<HostSer
   }
   // Bits of collectives newer than the plugin's minor mean nothing (a 1.1
   // backend may have set them by mistake); they are dropped, not believed.
-  const plexus_collective_t known =
-      b->t_->abi_minor >= 2 ? PLEXUS_COLL_COUNT_V1_2 : PLEXUS_COLL_COUNT_V1;
-  b->caps_.collectives &= (1u << known) - 1;
-  for (plexus_collective_t c = 0; c < known; ++c) {
-    if ((b->caps_.collectives >> c & 1u) && !SlotOf(*b->t_, c)) {
+  uint32_t known = 0;
+  abi::ForEachCollective([&](auto c) {
+    if (c.kMinor <= b->t_->abi_minor) known |= 1u << c.kCode;
+  });
+  b->caps_.collectives &= known;
+  for (plexus_collective_t c = 0; c < abi::kCollectiveCount; ++c) {
+    if ((b->caps_.collectives >> c & 1u) && !abi::SlotOf(*b->t_, c)) {
       return Status::Internal(who + " claims " + algos::CollectiveName(c) +
                               " in its capabilities but its slot is NULL (a backend bug)");
     }
@@ -289,10 +257,11 @@ Status Backend::CheckSupported(plexus_collective_t coll, plexus_dtype_t dtype,
     what += std::string(" in ") + MemoryName(where);
     return Status::Unsupported(what + " (" + why + ")");
   };
-  if (!(caps_.collectives >> coll & 1u) || !SlotOf(*t_, coll)) {
-    if (coll >= PLEXUS_COLL_COUNT_V1 && t_->abi_minor < 2) {
+  if (!(caps_.collectives >> coll & 1u) || !abi::SlotOf(*t_, coll)) {
+    if (abi::MinorOf(coll) > t_->abi_minor) {
       return refuse("the backend is built for ABI 1." + std::to_string(t_->abi_minor) + "; " +
-                    algos::CollectiveName(coll) + " came in 1.2");
+                    algos::CollectiveName(coll) + " came in 1." +
+                    std::to_string(abi::MinorOf(coll)));
     }
     return refuse("collective not implemented");
   }
@@ -337,172 +306,42 @@ Status Backend::Posted(plexus_comm* comm, int32_t code, plexus_collective_t coll
   return Describe(comm, code, what);
 }
 
-#define PLEXUS_CHECKED_CALL(coll, dtype, op, where, args_text, call)        \
-  do {                                                                      \
-    *req = nullptr;                                                         \
-    Status st_ = CheckSupported(coll, dtype, op, where);                    \
-    if (!st_.ok()) return st_;                                              \
-    const int32_t rc_ = t_->call;                                           \
-    if (Tracing()) {                                                        \
-      LogLine(PLEXUS_LOG_TRACE, name_,                                      \
-              args_text + " -> " + StatusName(rc_) + ", req=" + Ptr(*req)); \
-    }                                                                       \
-    return Posted(comm, rc_, coll, req);                                    \
-  } while (0)
+namespace {
 
-#define PLEXUS_DT(d) algos::DtypeName(d)
-#define PLEXUS_OPN(o) algos::ReduceOpName(o)
-
-Status Backend::Allreduce(plexus_comm* comm, const void* send, void* recv, uint64_t count,
-                          plexus_dtype_t dtype, plexus_reduce_op_t op,
-                          const plexus_placement* where, plexus_request** req) {
-  PLEXUS_CHECKED_CALL(PLEXUS_COLL_ALLREDUCE, dtype, op, where,
-                      Args("allreduce", {{"comm", Ptr(comm)},
-                                         {"send", Ptr(send)},
-                                         {"recv", Ptr(recv)},
-                                         {"count", std::to_string(count)},
-                                         {"dtype", PLEXUS_DT(dtype)},
-                                         {"op", PLEXUS_OPN(op)},
-                                         {"where", Where(where)}}),
-                      allreduce(comm, send, recv, count, dtype, op, where, req));
+// "allreduce(comm=0x.., send=0x.., recv=0x.., count=8, dtype=float32,
+// op=sum, where=host)": the call as the trace shows it.
+std::string TraceText(plexus_comm* comm, const abi::Call& c) {
+  const abi::Traits t = abi::TraitsOf(c.coll);
+  std::vector<std::pair<const char*, std::string>> kv = {{"comm", Ptr(comm)}};
+  if (t.layout == abi::Layout::kBufferList) {
+    kv.push_back({"nbuffers", std::to_string(c.nbuffers)});
+  } else if (t.typed) {
+    if (t.needs_send || t.layout == abi::Layout::kPerRankCounts) kv.push_back({"send", Ptr(c.sendbuf)});
+    if (t.needs_recv || t.layout == abi::Layout::kPerRankCounts) kv.push_back({"recv", Ptr(c.recvbuf)});
+    if (c.coll != PLEXUS_COLL_ALLTOALLV) kv.push_back({"count", std::to_string(c.count)});
+  }
+  if (t.typed) kv.push_back({"dtype", algos::DtypeName(c.dtype)});
+  if (t.reduces) kv.push_back({"op", algos::ReduceOpName(c.op)});
+  if (t.root == abi::Root::kRoot) kv.push_back({"root", std::to_string(c.root)});
+  if (t.root == abi::Root::kPeer) kv.push_back({"peer", std::to_string(c.root)});
+  if (t.typed) kv.push_back({"where", Where(c.placement)});
+  return Args(abi::CollectiveName(c.coll), kv);
 }
 
-Status Backend::Broadcast(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype,
-                          uint32_t root, const plexus_placement* where, plexus_request** req) {
-  PLEXUS_CHECKED_CALL(PLEXUS_COLL_BROADCAST, dtype, 0, where,
-                      Args("broadcast", {{"comm", Ptr(comm)},
-                                         {"buf", Ptr(buf)},
-                                         {"count", std::to_string(count)},
-                                         {"dtype", PLEXUS_DT(dtype)},
-                                         {"root", std::to_string(root)},
-                                         {"where", Where(where)}}),
-                      broadcast(comm, buf, count, dtype, root, where, req));
-}
+}  // namespace
 
-Status Backend::Reduce(plexus_comm* comm, const void* send, void* recv, uint64_t count,
-                       plexus_dtype_t dtype, plexus_reduce_op_t op, uint32_t root,
-                       const plexus_placement* where, plexus_request** req) {
-  PLEXUS_CHECKED_CALL(PLEXUS_COLL_REDUCE, dtype, op, where,
-                      Args("reduce", {{"comm", Ptr(comm)},
-                                      {"send", Ptr(send)},
-                                      {"recv", Ptr(recv)},
-                                      {"count", std::to_string(count)},
-                                      {"dtype", PLEXUS_DT(dtype)},
-                                      {"op", PLEXUS_OPN(op)},
-                                      {"root", std::to_string(root)},
-                                      {"where", Where(where)}}),
-                      reduce(comm, send, recv, count, dtype, op, root, where, req));
-}
-
-Status Backend::Allgather(plexus_comm* comm, const void* send, void* recv, uint64_t count,
-                          plexus_dtype_t dtype, const plexus_placement* where,
-                          plexus_request** req) {
-  PLEXUS_CHECKED_CALL(PLEXUS_COLL_ALLGATHER, dtype, 0, where,
-                      Args("allgather", {{"comm", Ptr(comm)},
-                                         {"send", Ptr(send)},
-                                         {"recv", Ptr(recv)},
-                                         {"count", std::to_string(count)},
-                                         {"dtype", PLEXUS_DT(dtype)},
-                                         {"where", Where(where)}}),
-                      allgather(comm, send, recv, count, dtype, where, req));
-}
-
-Status Backend::ReduceScatter(plexus_comm* comm, const void* send, void* recv, uint64_t count,
-                              plexus_dtype_t dtype, plexus_reduce_op_t op,
-                              const plexus_placement* where, plexus_request** req) {
-  PLEXUS_CHECKED_CALL(PLEXUS_COLL_REDUCE_SCATTER, dtype, op, where,
-                      Args("reduce_scatter", {{"comm", Ptr(comm)},
-                                              {"send", Ptr(send)},
-                                              {"recv", Ptr(recv)},
-                                              {"count", std::to_string(count)},
-                                              {"dtype", PLEXUS_DT(dtype)},
-                                              {"op", PLEXUS_OPN(op)},
-                                              {"where", Where(where)}}),
-                      reduce_scatter(comm, send, recv, count, dtype, op, where, req));
-}
-
-Status Backend::Alltoall(plexus_comm* comm, const void* send, void* recv, uint64_t count,
-                         plexus_dtype_t dtype, const plexus_placement* where,
-                         plexus_request** req) {
-  PLEXUS_CHECKED_CALL(PLEXUS_COLL_ALLTOALL, dtype, 0, where,
-                      Args("alltoall", {{"comm", Ptr(comm)},
-                                        {"send", Ptr(send)},
-                                        {"recv", Ptr(recv)},
-                                        {"count", std::to_string(count)},
-                                        {"dtype", PLEXUS_DT(dtype)},
-                                        {"where", Where(where)}}),
-                      alltoall(comm, send, recv, count, dtype, where, req));
-}
-
-Status Backend::Gather(plexus_comm* comm, const void* send, void* recv, uint64_t count,
-                       plexus_dtype_t dtype, uint32_t root, const plexus_placement* where,
-                       plexus_request** req) {
-  PLEXUS_CHECKED_CALL(PLEXUS_COLL_GATHER, dtype, 0, where,
-                      Args("gather", {{"comm", Ptr(comm)},
-                                      {"send", Ptr(send)},
-                                      {"recv", Ptr(recv)},
-                                      {"count", std::to_string(count)},
-                                      {"dtype", PLEXUS_DT(dtype)},
-                                      {"root", std::to_string(root)},
-                                      {"where", Where(where)}}),
-                      gather(comm, send, recv, count, dtype, root, where, req));
-}
-
-Status Backend::Scatter(plexus_comm* comm, const void* send, void* recv, uint64_t count,
-                        plexus_dtype_t dtype, uint32_t root, const plexus_placement* where,
-                        plexus_request** req) {
-  PLEXUS_CHECKED_CALL(PLEXUS_COLL_SCATTER, dtype, 0, where,
-                      Args("scatter", {{"comm", Ptr(comm)},
-                                       {"send", Ptr(send)},
-                                       {"recv", Ptr(recv)},
-                                       {"count", std::to_string(count)},
-                                       {"dtype", PLEXUS_DT(dtype)},
-                                       {"root", std::to_string(root)},
-                                       {"where", Where(where)}}),
-                      scatter(comm, send, recv, count, dtype, root, where, req));
-}
-
-Status Backend::Allgatherv(plexus_comm* comm, const void* send, uint64_t send_count, void* recv,
-                           const uint64_t* recv_counts, const uint64_t* displs,
-                           plexus_dtype_t dtype, const plexus_placement* where,
-                           plexus_request** req) {
-  PLEXUS_CHECKED_CALL(
-      PLEXUS_COLL_ALLGATHERV, dtype, 0, where,
-      Args("allgatherv", {{"comm", Ptr(comm)},
-                          {"send", Ptr(send)},
-                          {"send_count", std::to_string(send_count)},
-                          {"recv", Ptr(recv)},
-                          {"dtype", PLEXUS_DT(dtype)},
-                          {"where", Where(where)}}),
-      allgatherv(comm, send, send_count, recv, recv_counts, displs, dtype, where, req));
-}
-
-Status Backend::Alltoallv(plexus_comm* comm, const void* send, const uint64_t* send_counts,
-                          const uint64_t* send_displs, void* recv, const uint64_t* recv_counts,
-                          const uint64_t* recv_displs, plexus_dtype_t dtype,
-                          const plexus_placement* where, plexus_request** req) {
-  PLEXUS_CHECKED_CALL(PLEXUS_COLL_ALLTOALLV, dtype, 0, where,
-                      Args("alltoallv", {{"comm", Ptr(comm)},
-                                         {"send", Ptr(send)},
-                                         {"recv", Ptr(recv)},
-                                         {"dtype", PLEXUS_DT(dtype)},
-                                         {"where", Where(where)}}),
-                      alltoallv(comm, send, send_counts, send_displs, recv, recv_counts,
-                                recv_displs, dtype, where, req));
-}
-
-Status Backend::AllreduceCoalesced(plexus_comm* comm, const void* const* sends, void* const* recvs,
-                                   const uint64_t* counts, uint32_t nbuffers, plexus_dtype_t dtype,
-                                   plexus_reduce_op_t op, const plexus_placement* where,
-                                   plexus_request** req) {
-  PLEXUS_CHECKED_CALL(
-      PLEXUS_COLL_ALLREDUCE_COALESCED, dtype, op, where,
-      Args("allreduce_coalesced", {{"comm", Ptr(comm)},
-                                   {"nbuffers", std::to_string(nbuffers)},
-                                   {"dtype", PLEXUS_DT(dtype)},
-                                   {"op", PLEXUS_OPN(op)},
-                                   {"where", Where(where)}}),
-      allreduce_coalesced(comm, sends, recvs, counts, nbuffers, dtype, op, where, req));
+Status Backend::Post(plexus_comm* comm, const abi::Call& call, plexus_request** req) {
+  *req = nullptr;
+  const abi::Traits traits = abi::TraitsOf(call.coll);
+  Status st = CheckSupported(call.coll, traits.typed ? call.dtype : 0,
+                             traits.reduces ? call.op : 0, call.placement);
+  if (!st.ok()) return st;
+  const int32_t rc = abi::Invoke(*t_, comm, call, req);
+  if (Tracing()) {
+    LogLine(PLEXUS_LOG_TRACE, name_,
+            TraceText(comm, call) + " -> " + StatusName(rc) + ", req=" + Ptr(*req));
+  }
+  return Posted(comm, rc, call.coll, req);
 }
 
 Status Backend::SplitComm(plexus_comm* parent, uint32_t color, uint32_t key,
@@ -573,38 +412,6 @@ Status Backend::MemFree(plexus_comm* comm, void* p) {
   return Describe(comm, rc > 0 ? PLEXUS_ERR_INTERNAL : rc, "mem_free", nullptr);
 }
 
-Status Backend::Barrier(plexus_comm* comm, plexus_request** req) {
-  PLEXUS_CHECKED_CALL(PLEXUS_COLL_BARRIER, 0, 0, nullptr, Args("barrier", {{"comm", Ptr(comm)}}),
-                      barrier(comm, req));
-}
-
-Status Backend::Send(plexus_comm* comm, const void* buf, uint64_t count, plexus_dtype_t dtype,
-                     uint32_t peer, const plexus_placement* where, plexus_request** req) {
-  PLEXUS_CHECKED_CALL(PLEXUS_COLL_SEND, dtype, 0, where,
-                      Args("send", {{"comm", Ptr(comm)},
-                                    {"buf", Ptr(buf)},
-                                    {"count", std::to_string(count)},
-                                    {"dtype", PLEXUS_DT(dtype)},
-                                    {"peer", std::to_string(peer)},
-                                    {"where", Where(where)}}),
-                      send(comm, buf, count, dtype, peer, where, req));
-}
-
-Status Backend::Recv(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype,
-                     uint32_t peer, const plexus_placement* where, plexus_request** req) {
-  PLEXUS_CHECKED_CALL(PLEXUS_COLL_RECV, dtype, 0, where,
-                      Args("recv", {{"comm", Ptr(comm)},
-                                    {"buf", Ptr(buf)},
-                                    {"count", std::to_string(count)},
-                                    {"dtype", PLEXUS_DT(dtype)},
-                                    {"peer", std::to_string(peer)},
-                                    {"where", Where(where)}}),
-                      recv(comm, buf, count, dtype, peer, where, req));
-}
-
-#undef PLEXUS_DT
-#undef PLEXUS_OPN
-#undef PLEXUS_CHECKED_CALL
 
 namespace {
 

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "host_services.hpp"
+#include "plexus/abi/call.hpp"
 #include "plexus/backend.h"
 #include "plexus/status.hpp"
 #include "plugin_loader.hpp"
@@ -56,47 +57,12 @@ class Backend {
   Status Describe(plexus_comm* comm, int32_t code, const std::string& what,
                   plexus_request* req = nullptr);
 
-  // Collectives. Refused with UNSUPPORTED, naming backend, collective, dtype
-  // and memory type, when the slot is missing or the capabilities say no.
-  Status Allreduce(plexus_comm* comm, const void* send, void* recv, uint64_t count,
-                   plexus_dtype_t dtype, plexus_reduce_op_t op, const plexus_placement* where,
-                   plexus_request** req);
-  Status Broadcast(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype,
-                   uint32_t root, const plexus_placement* where, plexus_request** req);
-  Status Reduce(plexus_comm* comm, const void* send, void* recv, uint64_t count,
-                plexus_dtype_t dtype, plexus_reduce_op_t op, uint32_t root,
-                const plexus_placement* where, plexus_request** req);
-  Status Allgather(plexus_comm* comm, const void* send, void* recv, uint64_t count,
-                   plexus_dtype_t dtype, const plexus_placement* where, plexus_request** req);
-  Status ReduceScatter(plexus_comm* comm, const void* send, void* recv, uint64_t count,
-                       plexus_dtype_t dtype, plexus_reduce_op_t op, const plexus_placement* where,
-                       plexus_request** req);
-  Status Alltoall(plexus_comm* comm, const void* send, void* recv, uint64_t count,
-                  plexus_dtype_t dtype, const plexus_placement* where, plexus_request** req);
-  Status Barrier(plexus_comm* comm, plexus_request** req);
-  Status Send(plexus_comm* comm, const void* buf, uint64_t count, plexus_dtype_t dtype,
-              uint32_t peer, const plexus_placement* where, plexus_request** req);
-  Status Recv(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype, uint32_t peer,
-              const plexus_placement* where, plexus_request** req);
-
-  // ABI 1.2. The count arrays are borrowed for the call.
-  Status Gather(plexus_comm* comm, const void* send, void* recv, uint64_t count,
-                plexus_dtype_t dtype, uint32_t root, const plexus_placement* where,
-                plexus_request** req);
-  Status Scatter(plexus_comm* comm, const void* send, void* recv, uint64_t count,
-                 plexus_dtype_t dtype, uint32_t root, const plexus_placement* where,
-                 plexus_request** req);
-  Status Allgatherv(plexus_comm* comm, const void* send, uint64_t send_count, void* recv,
-                    const uint64_t* recv_counts, const uint64_t* displs, plexus_dtype_t dtype,
-                    const plexus_placement* where, plexus_request** req);
-  Status Alltoallv(plexus_comm* comm, const void* send, const uint64_t* send_counts,
-                   const uint64_t* send_displs, void* recv, const uint64_t* recv_counts,
-                   const uint64_t* recv_displs, plexus_dtype_t dtype, const plexus_placement* where,
-                   plexus_request** req);
-  Status AllreduceCoalesced(plexus_comm* comm, const void* const* sends, void* const* recvs,
-                            const uint64_t* counts, uint32_t nbuffers, plexus_dtype_t dtype,
-                            plexus_reduce_op_t op, const plexus_placement* where,
-                            plexus_request** req);
+  // Posts call (any collective of the list, abi/collectives.def) through
+  // the plugin's slot. Refused with UNSUPPORTED, naming backend, collective,
+  // dtype and memory type, when the slot is missing or the capabilities say
+  // no. The call's arrays are borrowed for the post only. *req is set only
+  // on success.
+  Status Post(plexus_comm* comm, const abi::Call& call, plexus_request** req);
 
   // Whether the backend splits natively (comm_split, ABI 1.2).
   bool HasCommSplit() const { return t_->comm_split != nullptr; }

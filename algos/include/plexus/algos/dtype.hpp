@@ -1,27 +1,22 @@
-// Element sizes, names and reduction kernels for the ABI dtypes and ops.
+// Reduction kernels for the ABI dtypes and ops. Sizes and names are the
+// ABI's (plexus/abi/types.hpp, collectives.hpp), named here too for the
+// algorithms and the backends that use them.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "plexus/abi/collectives.hpp"
+#include "plexus/abi/types.hpp"
 #include "plexus/backend.h"
 
 namespace plexus::algos {
 
-// Size in bytes of one element, or 0 for a code that is not a dtype.
-size_t DtypeSize(plexus_dtype_t dtype);
-
-// "float32", "bfloat16", ...; "dtype(<n>)" is not produced: unknown codes give "unknown".
-const char* DtypeName(plexus_dtype_t dtype);
-
-// "sum", "prod", "min", "max", "avg"; "unknown" otherwise.
-const char* ReduceOpName(plexus_reduce_op_t op);
-
-// "allreduce", "broadcast", ...; "unknown" otherwise.
-const char* CollectiveName(plexus_collective_t coll);
-
-// True when dtype and op are codes this library can reduce.
-bool CanReduce(plexus_dtype_t dtype, plexus_reduce_op_t op);
+using abi::CanReduce;
+using abi::CollectiveName;
+using abi::DtypeName;
+using abi::DtypeSize;
+using abi::ReduceOpName;
 
 // acc[i] = acc[i] (op) in[i] for i < count. For PLEXUS_OP_AVG this sums; the
 // caller divides once at the end with FinishAverage. acc and in may not overlap

@@ -1,26 +1,19 @@
 // plexus::algos::Status — result of an algorithm or transport call.
 //
-// The algorithm library is linked into backends, which must not depend on
-// libplexus, so it carries its own minimal status: an ABI status code from
-// plexus/backend.h and a message that says what failed and where.
+// The ABI's minimal status (plexus/abi/status.hpp): an ABI status code and a
+// message that says what failed and where; backends cannot use libplexus'.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <utility>
 
+#include "plexus/abi/status.hpp"
 #include "plexus/backend.h"
 
 namespace plexus::algos {
 
-struct Status {
-  int32_t code = PLEXUS_OK;
-  std::string message;
-
-  Status() = default;
-  Status(int32_t c, std::string m) : code(c), message(std::move(m)) {}
-  bool ok() const { return code == PLEXUS_OK; }
-};
+using Status = abi::Status;
 
 // Returns early from the enclosing function when expr yields a failed Status.
 #define PLEXUS_ALGOS_RETURN_IF_ERROR(expr)    \

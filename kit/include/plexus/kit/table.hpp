@@ -153,14 +153,15 @@ struct Glue {
     }
   }
 
-  // Every collective: its arguments as a Call, checked, then B::Post.
+  // Every collective: its arguments as a Call (each slot's C function is
+  // abi::Collective::Entry, from the list), checked, then B::Post.
   static int32_t Post(plexus_comm* comm, const Call& call, plexus_request** req_out) {
     if (!comm) return PLEXUS_ERR_INVALID_ARGUMENT;
     ErrorSlot& errors = B::Errors(*comm);
     return Guarded(&errors, B::kName, [&] {
       if (!req_out) return Reject(errors, PLEXUS_ERR_INVALID_ARGUMENT, call, "req_out is NULL");
       *req_out = nullptr;
-      algos::Status st = CheckCall(call, B::Shape(*comm), B::MemoryTypes(*comm));
+      abi::Status st = CheckCall(call, B::Shape(*comm), B::MemoryTypes(*comm));
       if (!st.ok()) {
         errors.Set(std::string(B::kName) + " " + st.message);
         return st.code;
@@ -171,102 +172,6 @@ struct Glue {
     });
   }
 
-  static int32_t Allreduce(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
-                           plexus_dtype_t dtype, plexus_reduce_op_t op,
-                           const plexus_placement* placement, plexus_request** req_out) {
-    return Post(comm, {PLEXUS_COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, 0, placement},
-                req_out);
-  }
-  static int32_t Broadcast(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype,
-                           uint32_t root, const plexus_placement* placement,
-                           plexus_request** req_out) {
-    return Post(comm, {PLEXUS_COLL_BROADCAST, nullptr, buf, count, dtype, 0, root, placement},
-                req_out);
-  }
-  static int32_t Reduce(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
-                        plexus_dtype_t dtype, plexus_reduce_op_t op, uint32_t root,
-                        const plexus_placement* placement, plexus_request** req_out) {
-    return Post(comm, {PLEXUS_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root, placement},
-                req_out);
-  }
-  static int32_t Allgather(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
-                           plexus_dtype_t dtype, const plexus_placement* placement,
-                           plexus_request** req_out) {
-    return Post(comm, {PLEXUS_COLL_ALLGATHER, sendbuf, recvbuf, count, dtype, 0, 0, placement},
-                req_out);
-  }
-  static int32_t ReduceScatter(plexus_comm* comm, const void* sendbuf, void* recvbuf,
-                               uint64_t count, plexus_dtype_t dtype, plexus_reduce_op_t op,
-                               const plexus_placement* placement, plexus_request** req_out) {
-    return Post(comm,
-                {PLEXUS_COLL_REDUCE_SCATTER, sendbuf, recvbuf, count, dtype, op, 0, placement},
-                req_out);
-  }
-  static int32_t Alltoall(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
-                          plexus_dtype_t dtype, const plexus_placement* placement,
-                          plexus_request** req_out) {
-    return Post(comm, {PLEXUS_COLL_ALLTOALL, sendbuf, recvbuf, count, dtype, 0, 0, placement},
-                req_out);
-  }
-  static int32_t Barrier(plexus_comm* comm, plexus_request** req_out) {
-    return Post(comm, {PLEXUS_COLL_BARRIER}, req_out);
-  }
-  static int32_t Send(plexus_comm* comm, const void* buf, uint64_t count, plexus_dtype_t dtype,
-                      uint32_t peer, const plexus_placement* placement, plexus_request** req_out) {
-    return Post(comm, {PLEXUS_COLL_SEND, buf, nullptr, count, dtype, 0, peer, placement}, req_out);
-  }
-  static int32_t Recv(plexus_comm* comm, void* buf, uint64_t count, plexus_dtype_t dtype,
-                      uint32_t peer, const plexus_placement* placement, plexus_request** req_out) {
-    return Post(comm, {PLEXUS_COLL_RECV, nullptr, buf, count, dtype, 0, peer, placement}, req_out);
-  }
-  static int32_t Gather(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
-                        plexus_dtype_t dtype, uint32_t root, const plexus_placement* placement,
-                        plexus_request** req_out) {
-    return Post(comm, {PLEXUS_COLL_GATHER, sendbuf, recvbuf, count, dtype, 0, root, placement},
-                req_out);
-  }
-  static int32_t Scatter(plexus_comm* comm, const void* sendbuf, void* recvbuf, uint64_t count,
-                         plexus_dtype_t dtype, uint32_t root, const plexus_placement* placement,
-                         plexus_request** req_out) {
-    return Post(comm, {PLEXUS_COLL_SCATTER, sendbuf, recvbuf, count, dtype, 0, root, placement},
-                req_out);
-  }
-  static int32_t Allgatherv(plexus_comm* comm, const void* sendbuf, uint64_t sendcount,
-                            void* recvbuf, const uint64_t* recvcounts, const uint64_t* displs,
-                            plexus_dtype_t dtype, const plexus_placement* placement,
-                            plexus_request** req_out) {
-    Call call{PLEXUS_COLL_ALLGATHERV, sendbuf, recvbuf, sendcount, dtype, 0, 0, placement};
-    call.recvcounts = recvcounts;
-    call.rdispls = displs;
-    return Post(comm, call, req_out);
-  }
-  static int32_t Alltoallv(plexus_comm* comm, const void* sendbuf, const uint64_t* sendcounts,
-                           const uint64_t* sdispls, void* recvbuf, const uint64_t* recvcounts,
-                           const uint64_t* rdispls, plexus_dtype_t dtype,
-                           const plexus_placement* placement, plexus_request** req_out) {
-    Call call{PLEXUS_COLL_ALLTOALLV, sendbuf, recvbuf, 0, dtype, 0, 0, placement};
-    call.sendcounts = sendcounts;
-    call.sdispls = sdispls;
-    call.recvcounts = recvcounts;
-    call.rdispls = rdispls;
-    return Post(comm, call, req_out);
-  }
-  static int32_t AllreduceCoalesced(plexus_comm* comm, const void* const* sendbufs,
-                                    void* const* recvbufs, const uint64_t* counts,
-                                    uint32_t nbuffers, plexus_dtype_t dtype, plexus_reduce_op_t op,
-                                    const plexus_placement* placement, plexus_request** req_out) {
-    Call call{PLEXUS_COLL_ALLREDUCE_COALESCED, nullptr, nullptr, 0, dtype, op, 0, placement};
-    call.sendbufs = sendbufs;
-    call.recvbufs = recvbufs;
-    call.counts = counts;
-    call.nbuffers = nbuffers;
-    // count: the sum (CheckCall checks it against the counts); the host's
-    // stall reports and the backend's signature see the fused size.
-    if (counts) {
-      for (uint32_t i = 0; i < nbuffers; ++i) call.count += counts[i];
-    }
-    return Post(comm, call, req_out);
-  }
   // comm_split, for a backend with B::CommSplit (the kit checks the
   // arguments, B gets a config only for a color).
   static int32_t CommSplit(plexus_comm* comm, uint32_t color, uint32_t key,
@@ -356,20 +261,9 @@ plexus_backend_v1 MakeTable() {
                 }) {
     t.request_error = G::RequestError;
   }
-  if (has(PLEXUS_COLL_ALLREDUCE)) t.allreduce = G::Allreduce;
-  if (has(PLEXUS_COLL_BROADCAST)) t.broadcast = G::Broadcast;
-  if (has(PLEXUS_COLL_REDUCE)) t.reduce = G::Reduce;
-  if (has(PLEXUS_COLL_ALLGATHER)) t.allgather = G::Allgather;
-  if (has(PLEXUS_COLL_REDUCE_SCATTER)) t.reduce_scatter = G::ReduceScatter;
-  if (has(PLEXUS_COLL_ALLTOALL)) t.alltoall = G::Alltoall;
-  if (has(PLEXUS_COLL_BARRIER)) t.barrier = G::Barrier;
-  if (has(PLEXUS_COLL_SEND)) t.send = G::Send;
-  if (has(PLEXUS_COLL_RECV)) t.recv = G::Recv;
-  if (has(PLEXUS_COLL_GATHER)) t.gather = G::Gather;
-  if (has(PLEXUS_COLL_SCATTER)) t.scatter = G::Scatter;
-  if (has(PLEXUS_COLL_ALLGATHERV)) t.allgatherv = G::Allgatherv;
-  if (has(PLEXUS_COLL_ALLTOALLV)) t.alltoallv = G::Alltoallv;
-  if (has(PLEXUS_COLL_ALLREDUCE_COALESCED)) t.allreduce_coalesced = G::AllreduceCoalesced;
+  abi::ForEachCollective([&](auto c) {
+    if (has(c.kCode)) c.template Install<G>(t);
+  });
   // Optional: a backend that splits natively (MPI_Comm_split, ncclCommSplit)
   // defines B::CommSplit(comm, color, key, config or NULL, comm_out, error).
   if constexpr (requires(plexus_comm & c, const plexus_comm_config_v1* cfg, plexus_comm** out,

@@ -17,8 +17,9 @@
 
 #include "buffer.hpp"
 #include "check.hpp"
-#include "checks_collectives12.hpp"
+#include "checks_uneven_collectives.hpp"
 #include "data.hpp"
+#include "plexus/abi/call.hpp"
 #include "plugin.hpp"
 #include "refusals.hpp"
 #include "session.hpp"
@@ -58,10 +59,9 @@ RefusedCall RootedCall(plexus_collective_t coll, std::string what, Rooted r, Arg
                                                           : ctx.size;
             const void* s = r.null_send ? nullptr : send.data();
             void* v = r.null_recv ? nullptr : recv.data();
-            if (coll == PLEXUS_COLL_GATHER) {
-              return ctx.calls().gather(ctx.comm(), s, v, r.count, a.dtype, root, a.placement, req);
-            }
-            return ctx.calls().scatter(ctx.comm(), s, v, r.count, a.dtype, root, a.placement, req);
+            // coll is gather or scatter: the same arguments.
+            return ctx.calls().post(
+                ctx.comm(), abi::Call{coll, s, v, r.count, a.dtype, 0, root, a.placement}, req);
           }};
 }
 
@@ -114,19 +114,25 @@ struct GatherV {
 
 RefusedCall AllgathervCall(std::string what, std::function<void(GatherV&, uint32_t, uint32_t)> edit,
                            Args a) {
-  return {std::move(what),
-          [edit, a](Context& ctx, Buffer& send, Buffer& recv, plexus_request** req) {
-            GatherV v;
-            for (uint32_t r = 0; r < ctx.size; ++r) {
-              v.counts.push_back(4);
-              v.displs.push_back(4 * uint64_t(r));
-            }
-            edit(v, ctx.rank, ctx.size);
-            return ctx.calls().allgatherv(
-                ctx.comm(), v.null_send ? nullptr : send.data(), v.sendcount,
-                v.null_recv ? nullptr : recv.data(), v.null_counts ? nullptr : v.counts.data(),
-                v.null_displs ? nullptr : v.displs.data(), a.dtype, a.placement, req);
-          }};
+  return {
+      std::move(what), [edit, a](Context& ctx, Buffer& send, Buffer& recv, plexus_request** req) {
+        GatherV v;
+        for (uint32_t r = 0; r < ctx.size; ++r) {
+          v.counts.push_back(4);
+          v.displs.push_back(4 * uint64_t(r));
+        }
+        edit(v, ctx.rank, ctx.size);
+        return ctx.calls().post(ctx.comm(),
+                                abi::Call{.coll = PLEXUS_COLL_ALLGATHERV,
+                                          .sendbuf = v.null_send ? nullptr : send.data(),
+                                          .recvbuf = v.null_recv ? nullptr : recv.data(),
+                                          .count = v.sendcount,
+                                          .dtype = a.dtype,
+                                          .placement = a.placement,
+                                          .recvcounts = v.null_counts ? nullptr : v.counts.data(),
+                                          .rdispls = v.null_displs ? nullptr : v.displs.data()},
+                                req);
+      }};
 }
 
 std::vector<RefusedCall> AllgathervInvalid(Args a, uint32_t size) {
@@ -190,21 +196,27 @@ struct AllV {
 
 RefusedCall AlltoallvCall(std::string what, std::function<void(AllV&, uint32_t, uint32_t)> edit,
                           Args a) {
-  return {std::move(what),
-          [edit, a](Context& ctx, Buffer& send, Buffer& recv, plexus_request** req) {
-            AllV v;
-            for (uint32_t r = 0; r < ctx.size; ++r) {
-              for (auto* arr : {&v.sendcounts, &v.recvcounts}) arr->push_back(4);
-              for (auto* arr : {&v.sdispls, &v.rdispls}) arr->push_back(4 * uint64_t(r));
-            }
-            edit(v, ctx.rank, ctx.size);
-            void* r = v.null_recv ? nullptr : v.recv_is_send ? send.data() : recv.data();
-            return ctx.calls().alltoallv(
-                ctx.comm(), v.null_send ? nullptr : send.data(),
-                v.null[0] ? nullptr : v.sendcounts.data(), v.null[1] ? nullptr : v.sdispls.data(),
-                r, v.null[2] ? nullptr : v.recvcounts.data(),
-                v.null[3] ? nullptr : v.rdispls.data(), a.dtype, a.placement, req);
-          }};
+  return {
+      std::move(what), [edit, a](Context& ctx, Buffer& send, Buffer& recv, plexus_request** req) {
+        AllV v;
+        for (uint32_t r = 0; r < ctx.size; ++r) {
+          for (auto* arr : {&v.sendcounts, &v.recvcounts}) arr->push_back(4);
+          for (auto* arr : {&v.sdispls, &v.rdispls}) arr->push_back(4 * uint64_t(r));
+        }
+        edit(v, ctx.rank, ctx.size);
+        void* r = v.null_recv ? nullptr : v.recv_is_send ? send.data() : recv.data();
+        return ctx.calls().post(ctx.comm(),
+                                abi::Call{.coll = PLEXUS_COLL_ALLTOALLV,
+                                          .sendbuf = v.null_send ? nullptr : send.data(),
+                                          .recvbuf = r,
+                                          .dtype = a.dtype,
+                                          .placement = a.placement,
+                                          .sendcounts = v.null[0] ? nullptr : v.sendcounts.data(),
+                                          .sdispls = v.null[1] ? nullptr : v.sdispls.data(),
+                                          .recvcounts = v.null[2] ? nullptr : v.recvcounts.data(),
+                                          .rdispls = v.null[3] ? nullptr : v.rdispls.data()},
+                                req);
+      }};
 }
 
 std::vector<RefusedCall> AlltoallvInvalid(Args a, uint32_t size) {
@@ -267,23 +279,30 @@ struct Coalesced {
 };
 
 RefusedCall CoalescedCall(std::string what, std::function<void(Coalesced&)> edit, Args a) {
-  return {
-      std::move(what), [edit, a](Context& ctx, Buffer& send, Buffer& recv, plexus_request** req) {
-        Coalesced c;
-        edit(c);
-        const size_t es = ElementSize(a.dtype) ? ElementSize(a.dtype) : 4;
-        std::vector<const void*> sends;
-        std::vector<void*> recvs;
-        for (size_t i = 0; i < c.sends.size(); ++i) {
-          uint8_t* base = c.send_in_recv[i] ? recv.data() : send.data();
-          sends.push_back(c.sends[i] < 0 ? nullptr : base + size_t(c.sends[i]) * es);
-        }
-        for (int64_t e : c.recvs) recvs.push_back(e < 0 ? nullptr : recv.data() + size_t(e) * es);
-        return ctx.calls().allreduce_coalesced(ctx.comm(), c.null_sends ? nullptr : sends.data(),
-                                               c.null_recvs ? nullptr : recvs.data(),
-                                               c.null_counts ? nullptr : c.counts.data(),
-                                               c.nbuffers, a.dtype, a.op, a.placement, req);
-      }};
+  return {std::move(what),
+          [edit, a](Context& ctx, Buffer& send, Buffer& recv, plexus_request** req) {
+            Coalesced c;
+            edit(c);
+            const size_t es = ElementSize(a.dtype) ? ElementSize(a.dtype) : 4;
+            std::vector<const void*> sends;
+            std::vector<void*> recvs;
+            for (size_t i = 0; i < c.sends.size(); ++i) {
+              uint8_t* base = c.send_in_recv[i] ? recv.data() : send.data();
+              sends.push_back(c.sends[i] < 0 ? nullptr : base + size_t(c.sends[i]) * es);
+            }
+            for (int64_t e : c.recvs)
+              recvs.push_back(e < 0 ? nullptr : recv.data() + size_t(e) * es);
+            return ctx.calls().post(ctx.comm(),
+                                    abi::Call{.coll = PLEXUS_COLL_ALLREDUCE_COALESCED,
+                                              .dtype = a.dtype,
+                                              .op = a.op,
+                                              .placement = a.placement,
+                                              .sendbufs = c.null_sends ? nullptr : sends.data(),
+                                              .recvbufs = c.null_recvs ? nullptr : recvs.data(),
+                                              .counts = c.null_counts ? nullptr : c.counts.data(),
+                                              .nbuffers = c.nbuffers},
+                                    req);
+          }};
 }
 
 std::vector<RefusedCall> CoalescedInvalid(Args a) {

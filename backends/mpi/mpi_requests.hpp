@@ -108,12 +108,13 @@ struct plexus_backend_ctx {
   void AdvanceSchedules();
   void DropSchedules(plexus_comm* comm);
 
-  const plexus_host_v1 host;        // copy of the host's table (its pointers outlive us)
-  uint64_t max_count = 2147483647;  // most elements one MPI call is given (PLEXUS_DEBUG_MPI_MAX_COUNT)
+  const plexus_host_v1 host;  // copy of the host's table (its pointers outlive us)
+  uint64_t max_count =
+      2147483647;  // most elements one MPI call is given (PLEXUS_DEBUG_MPI_MAX_COUNT)
   // Allreduce on host memory (PLEXUS_MPI_ALLREDUCE); set at init, then read only.
   plexus::mpi::AllreduceAlgorithm allreduce_algorithm = plexus::mpi::AllreduceAlgorithm::kAuto;
   // Every rank of the job on this host, over Open MPI's shared memory
-  // (OneHostSharedMemory in mpi_backend.cpp); set by EnsureMpi, then read only.
+  // (OneHostSharedMemory in mpi_requests.cpp); set by EnsureMpi, then read only.
   bool shared_memory = false;
   // An allreduce over the one-host segment failed because a peer made no
   // progress, exited or gave up (mpi_one_host.hpp): it may be stopped or

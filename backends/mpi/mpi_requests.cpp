@@ -1,4 +1,4 @@
-#include "mpi_backend.hpp"
+#include "mpi_requests.hpp"
 
 #include "mpi_schedule.hpp"
 

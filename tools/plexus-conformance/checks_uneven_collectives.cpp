@@ -11,7 +11,7 @@
 // A collective that is not claimed gets one SKIP line saying why (not
 // claimed, or an ABI 1.0/1.1 backend that has no such slot). The slots are
 // read only when the table is 1.2 and long enough (Plugin::HasCollective).
-#include "checks_collectives12.hpp"
+#include "checks_uneven_collectives.hpp"
 
 #include <algorithm>
 #include <string>
@@ -21,6 +21,7 @@
 #include "data.hpp"
 #include "operation.hpp"
 #include "options.hpp"
+#include "plexus/abi/call.hpp"
 #include "plugin.hpp"
 #include "rank_record.hpp"
 
@@ -242,7 +243,10 @@ void PostGather(Context& ctx, plexus_comm* comm, Operation& op, const Case& c, u
     }
   }
   plexus_request* req = nullptr;
-  op.Posted("gather", ctx.calls().gather(comm, send, recv, n, dt, c.root, nullptr, &req), &req);
+  op.Posted("gather",
+            ctx.calls().post(
+                comm, abi::Call{PLEXUS_COLL_GATHER, send, recv, n, dt, 0, c.root, nullptr}, &req),
+            &req);
 }
 
 void PostScatter(Context& ctx, plexus_comm* comm, Operation& op, const Case& c, uint64_t salt) {
@@ -279,7 +283,10 @@ void PostScatter(Context& ctx, plexus_comm* comm, Operation& op, const Case& c, 
     }
   }
   plexus_request* req = nullptr;
-  op.Posted("scatter", ctx.calls().scatter(comm, send, recv, n, dt, c.root, nullptr, &req), &req);
+  op.Posted("scatter",
+            ctx.calls().post(
+                comm, abi::Call{PLEXUS_COLL_SCATTER, send, recv, n, dt, 0, c.root, nullptr}, &req),
+            &req);
 }
 
 void PostAllgatherv(Context& ctx, plexus_comm* comm, Operation& op, const Case& c, uint64_t salt) {
@@ -308,8 +315,16 @@ void PostAllgatherv(Context& ctx, plexus_comm* comm, Operation& op, const Case& 
     send = op.data(s);
   }
   plexus_request* req = nullptr;
-  const int32_t rc = ctx.calls().allgatherv(comm, send, counts[rank], op.data(r), counts.data(),
-                                            displs.data(), dt, nullptr, &req);
+  const int32_t rc = ctx.calls().post(comm,
+                                      abi::Call{.coll = PLEXUS_COLL_ALLGATHERV,
+                                                .sendbuf = send,
+                                                .recvbuf = op.data(r),
+                                                .count = counts[rank],
+                                                .dtype = dt,
+                                                .placement = nullptr,
+                                                .recvcounts = counts.data(),
+                                                .rdispls = displs.data()},
+                                      &req);
   Scribble(counts);
   Scribble(displs);
   op.Posted("allgatherv", rc, &req);
@@ -358,9 +373,17 @@ void PostAlltoallv(Context& ctx, plexus_comm* comm, Operation& op, const Case& c
   }
   ExpectGapsUntouched(op, r, recv_extent, blocks, "recvbuf outside every rank's block");
   plexus_request* req = nullptr;
-  const int32_t rc =
-      ctx.calls().alltoallv(comm, op.data(s), sendcounts.data(), sdispls.data(), op.data(r),
-                            recvcounts.data(), rdispls.data(), dt, nullptr, &req);
+  const int32_t rc = ctx.calls().post(comm,
+                                      abi::Call{.coll = PLEXUS_COLL_ALLTOALLV,
+                                                .sendbuf = op.data(s),
+                                                .recvbuf = op.data(r),
+                                                .dtype = dt,
+                                                .placement = nullptr,
+                                                .sendcounts = sendcounts.data(),
+                                                .sdispls = sdispls.data(),
+                                                .recvcounts = recvcounts.data(),
+                                                .rdispls = rdispls.data()},
+                                      &req);
   Scribble(sendcounts);
   Scribble(sdispls);
   Scribble(recvcounts);
@@ -422,8 +445,16 @@ void PostCoalesced(Context& ctx, plexus_comm* comm, Operation& op, const Case& c
                     "recvbufs[" + n + "]" + (sends[i] == recvs[i] ? " (in place)" : ""));
   }
   plexus_request* req = nullptr;
-  const int32_t rc = ctx.calls().allreduce_coalesced(comm, sends.data(), recvs.data(),
-                                                     counts.data(), nb, dt, c.op, nullptr, &req);
+  const int32_t rc = ctx.calls().post(comm,
+                                      abi::Call{.coll = PLEXUS_COLL_ALLREDUCE_COALESCED,
+                                                .dtype = dt,
+                                                .op = c.op,
+                                                .placement = nullptr,
+                                                .sendbufs = sends.data(),
+                                                .recvbufs = recvs.data(),
+                                                .counts = counts.data(),
+                                                .nbuffers = nb},
+                                      &req);
   Scribble(sends);
   Scribble(recvs);
   Scribble(counts);

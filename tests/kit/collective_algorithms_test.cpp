@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "../algos/mem_transport.hpp"
-#include "plexus/kit/algos_body.hpp"
+#include "plexus/kit/collective_algorithms.hpp"
 #include "plexus/kit/op_queue.hpp"
 
 namespace {

@@ -12,12 +12,13 @@
 #include <vector>
 
 #include "check.hpp"
-#include "checks_collectives12.hpp"
+#include "checks_uneven_collectives.hpp"
 #include "data.hpp"
 #include "exchange.hpp"
 #include "fault_support.hpp"
 #include "operation.hpp"
 #include "options.hpp"
+#include "plexus/abi/call.hpp"
 #include "plugin.hpp"
 
 namespace plexus::conformance {
@@ -72,8 +73,16 @@ plexus_request* PostMine(Context& ctx, plexus_comm* comm, Operation& op, plexus_
       *mine = "sendcount " + std::to_string(counts[rank]) + ", recvcounts[" + std::to_string(last) +
               "] " + std::to_string(counts[last]) + ": ";
       op.Posted("allgatherv",
-                t.allgatherv(comm, op.data(s), counts[rank], op.data(r), counts.data(),
-                             displs.data(), dt, nullptr, &req),
+                t.post(comm,
+                       abi::Call{.coll = PLEXUS_COLL_ALLGATHERV,
+                                 .sendbuf = op.data(s),
+                                 .recvbuf = op.data(r),
+                                 .count = counts[rank],
+                                 .dtype = dt,
+                                 .placement = nullptr,
+                                 .recvcounts = counts.data(),
+                                 .rdispls = displs.data()},
+                       &req),
                 &req);
       break;
     }
@@ -98,8 +107,17 @@ plexus_request* PostMine(Context& ctx, plexus_comm* comm, Operation& op, plexus_
       *mine = "sendcounts[0] " + std::to_string(sendcounts[0]) + ", recvcounts[" +
               std::to_string(last) + "] " + std::to_string(recvcounts[last]) + ": ";
       op.Posted("alltoallv",
-                t.alltoallv(comm, op.data(s), sendcounts.data(), sdispls.data(), op.data(r),
-                            recvcounts.data(), rdispls.data(), dt, nullptr, &req),
+                t.post(comm,
+                       abi::Call{.coll = PLEXUS_COLL_ALLTOALLV,
+                                 .sendbuf = op.data(s),
+                                 .recvbuf = op.data(r),
+                                 .dtype = dt,
+                                 .placement = nullptr,
+                                 .sendcounts = sendcounts.data(),
+                                 .sdispls = sdispls.data(),
+                                 .recvcounts = recvcounts.data(),
+                                 .rdispls = rdispls.data()},
+                       &req),
                 &req);
       break;
     }
@@ -129,10 +147,9 @@ plexus_request* PostMine(Context& ctx, plexus_comm* comm, Operation& op, plexus_
       void* recv = op.data(r);
       if (gather && rank != root) recv = nullptr;
       if (!gather && rank != root) send = nullptr;
+      // coll is gather or scatter: the same arguments.
       op.Posted(CollectiveName(coll),
-                gather ? t.gather(comm, send, recv, n, dt, root, nullptr, &req)
-                       : t.scatter(comm, send, recv, n, dt, root, nullptr, &req),
-                &req);
+                t.post(comm, abi::Call{coll, send, recv, n, dt, 0, root, nullptr}, &req), &req);
       break;
     }
     default:

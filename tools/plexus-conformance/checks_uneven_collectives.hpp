@@ -1,4 +1,4 @@
-// What the checks of ABI 1.2 share (checks_collectives12.cpp).
+// What the checks of the uneven collectives of ABI 1.2 share (checks_uneven_collectives.cpp).
 #pragma once
 
 #include <string>

@@ -1,92 +1,19 @@
-#include "plexus/kit/call.hpp"
+#include "plexus/abi/call.hpp"
 
 #include <algorithm>
 #include <cstdio>
 
-#include "plexus/algos/dtype.hpp"
+#include "plexus/abi/collectives.hpp"
+#include "plexus/abi/types.hpp"
 
-namespace plexus::kit {
+namespace plexus::abi {
 namespace {
 
-// How a collective's buffers may share memory (the ABI's in-place forms).
-enum class InPlace {
-  kNone,       // one buffer, or none
-  kEqual,      // sendbuf == recvbuf (allreduce; reduce on the root)
-  kRecvBlock,  // sendbuf == recvbuf + rank * count (allgather)
-  kSendBlock,  // recvbuf == sendbuf + rank * count (reduce_scatter)
-  kDisjoint,   // no overlap at all (alltoall)
-};
+static_assert(kCollectiveCount == PLEXUS_COLL_COUNT_V1_2,
+              "collectives.def and backend.h's codes disagree");
 
-// What the ABI says of each collective's arguments.
-struct Rules {
-  bool reduces = false;
-  bool rooted = false;  // root is a rank
-  bool peer = false;    // root is another rank (send, recv)
-  bool needs_send = false;
-  bool needs_recv = false;            // (reduce, gather: on the root only)
-  bool send_on_root_only = false;     // scatter
-  bool recv_on_root_only = false;     // reduce, gather
-  uint64_t send_blocks_per_rank = 0;  // 1: count elements; size: count per rank
-  uint64_t recv_blocks_per_rank = 0;
-  InPlace in_place = InPlace::kNone;
-};
-
-Rules RulesOf(plexus_collective_t coll, uint32_t size) {
-  Rules r;
-  switch (coll) {
-    case PLEXUS_COLL_ALLREDUCE:
-      r.reduces = r.needs_send = r.needs_recv = true;
-      r.in_place = InPlace::kEqual;
-      break;
-    case PLEXUS_COLL_BROADCAST:
-      r.rooted = r.needs_recv = true;
-      break;
-    case PLEXUS_COLL_REDUCE:
-      r.reduces = r.rooted = r.needs_send = r.needs_recv = r.recv_on_root_only = true;
-      r.in_place = InPlace::kEqual;
-      break;
-    case PLEXUS_COLL_GATHER:
-      r.rooted = r.needs_send = r.needs_recv = r.recv_on_root_only = true;
-      r.recv_blocks_per_rank = size;
-      r.in_place = InPlace::kRecvBlock;
-      break;
-    case PLEXUS_COLL_SCATTER:
-      r.rooted = r.needs_send = r.needs_recv = r.send_on_root_only = true;
-      r.send_blocks_per_rank = size;
-      r.in_place = InPlace::kSendBlock;
-      break;
-    case PLEXUS_COLL_ALLREDUCE_COALESCED:
-      r.reduces = true;  // its buffers are checked by CheckCoalesced
-      break;
-    case PLEXUS_COLL_ALLGATHER:
-      r.needs_send = r.needs_recv = true;
-      r.recv_blocks_per_rank = size;
-      r.in_place = InPlace::kRecvBlock;
-      break;
-    case PLEXUS_COLL_REDUCE_SCATTER:
-      r.reduces = r.needs_send = r.needs_recv = true;
-      r.send_blocks_per_rank = size;
-      r.in_place = InPlace::kSendBlock;
-      break;
-    case PLEXUS_COLL_ALLTOALL:
-      r.needs_send = r.needs_recv = true;
-      r.send_blocks_per_rank = r.recv_blocks_per_rank = size;
-      r.in_place = InPlace::kDisjoint;
-      break;
-    case PLEXUS_COLL_SEND:
-      r.peer = r.needs_send = true;
-      break;
-    case PLEXUS_COLL_RECV:
-      r.peer = r.needs_recv = true;
-      break;
-    default:  // barrier: no buffers
-      break;
-  }
-  return r;
-}
-
-algos::Status Invalid(const Call& c, const std::string& why) {
-  return {PLEXUS_ERR_INVALID_ARGUMENT, std::string(algos::CollectiveName(c.coll)) + ": " + why};
+Status Invalid(const Call& c, const std::string& why) {
+  return {PLEXUS_ERR_INVALID_ARGUMENT, std::string(CollectiveName(c.coll)) + ": " + why};
 }
 
 bool Overlap(const void* a, uint64_t a_bytes, const void* b, uint64_t b_bytes) {
@@ -102,11 +29,11 @@ const char* MemoryName(plexus_memory_type_t m) {
 }  // namespace
 
 bool IsReduction(plexus_collective_t coll) {
-  return RulesOf(coll, 1).reduces;
+  return TraitsOf(coll).reduces;
 }
 
 uint64_t CallBytes(const Call& call, uint64_t blocks) {
-  return call.count * algos::DtypeSize(call.dtype) * blocks;
+  return call.count * DtypeSize(call.dtype) * blocks;
 }
 
 VCounts VCounts::Of(const Call& call, uint32_t size) {
@@ -136,9 +63,8 @@ struct Block {
 // Checks the size blocks described by counts and displs (elements of elem
 // bytes): each one inside 2^62 bytes. Fills blocks (non-empty ones only) and
 // *extent (the bytes the buffer must hold).
-algos::Status BlocksOf(const Call& c, const char* what, const uint64_t* counts,
-                       const uint64_t* displs, uint32_t size, size_t elem,
-                       std::vector<Block>* blocks, uint64_t* extent) {
+Status BlocksOf(const Call& c, const char* what, const uint64_t* counts, const uint64_t* displs,
+                uint32_t size, size_t elem, std::vector<Block>* blocks, uint64_t* extent) {
   *extent = 0;
   for (uint32_t j = 0; j < size; ++j) {
     uint64_t end = 0, bytes = 0;
@@ -157,7 +83,7 @@ algos::Status BlocksOf(const Call& c, const char* what, const uint64_t* counts,
 
 // Receive blocks may not share an element: the result would depend on
 // which rank's data landed last.
-algos::Status Disjoint(const Call& c, const char* what, std::vector<Block> blocks) {
+Status Disjoint(const Call& c, const char* what, std::vector<Block> blocks) {
   std::sort(blocks.begin(), blocks.end(),
             [](const Block& a, const Block& b) { return a.begin < b.begin; });
   for (size_t i = 1; i < blocks.size(); ++i) {
@@ -170,14 +96,14 @@ algos::Status Disjoint(const Call& c, const char* what, std::vector<Block> block
   return {};
 }
 
-algos::Status CheckV(const Call& c, CommShape comm, size_t elem) {
+Status CheckV(const Call& c, CommShape comm, size_t elem) {
   const bool all = c.coll == PLEXUS_COLL_ALLTOALLV;
   if (!c.recvcounts || !c.rdispls || (all && (!c.sendcounts || !c.sdispls))) {
     return Invalid(c, all ? "NULL counts or displacements array" : "NULL recvcounts or displs");
   }
   std::vector<Block> recv_blocks, send_blocks;
   uint64_t recv_extent = 0, send_extent = 0;
-  algos::Status st =
+  Status st =
       BlocksOf(c, "receive", c.recvcounts, c.rdispls, comm.size, elem, &recv_blocks, &recv_extent);
   if (!st.ok()) return st;
   if (all) {
@@ -225,7 +151,7 @@ algos::Status CheckV(const Call& c, CommShape comm, size_t elem) {
   return {};
 }
 
-algos::Status CheckCoalesced(const Call& c, size_t elem) {
+Status CheckCoalesced(const Call& c, size_t elem) {
   if (c.nbuffers == 0) return Invalid(c, "nbuffers is 0");
   if (!c.sendbufs || !c.recvbufs || !c.counts) return Invalid(c, "NULL buffer or count array");
   uint64_t total = 0;
@@ -275,22 +201,22 @@ algos::Status CheckCoalesced(const Call& c, size_t elem) {
 
 }  // namespace
 
-algos::Status CheckCall(const Call& c, CommShape comm, uint32_t memory_types) {
-  if (c.coll >= PLEXUS_COLL_COUNT_V1_2) {
+Status CheckCall(const Call& c, CommShape comm, uint32_t memory_types) {
+  if (c.coll >= kCollectiveCount) {
     return {PLEXUS_ERR_INVALID_ARGUMENT, "unknown collective code " + std::to_string(c.coll)};
   }
-  const Rules r = RulesOf(c.coll, comm.size);
-  if (c.coll == PLEXUS_COLL_BARRIER) return {};
-  const size_t elem = algos::DtypeSize(c.dtype);
+  const Traits r = TraitsOf(c.coll);
+  if (!r.typed) return {};
+  const size_t elem = DtypeSize(c.dtype);
   if (elem == 0) return Invalid(c, "unknown dtype code " + std::to_string(c.dtype));
-  if (r.reduces && !algos::CanReduce(c.dtype, c.op)) {
+  if (r.reduces && !CanReduce(c.dtype, c.op)) {
     return Invalid(c, "unknown reduce op code " + std::to_string(c.op));
   }
-  if (r.peer && (c.root >= comm.size || c.root == comm.rank)) {
+  if (r.root == Root::kPeer && (c.root >= comm.size || c.root == comm.rank)) {
     return Invalid(c, "peer " + std::to_string(c.root) + " is not another rank (rank " +
                           std::to_string(comm.rank) + ", size " + std::to_string(comm.size) + ")");
   }
-  if (r.rooted && c.root >= comm.size) {
+  if (r.root == Root::kRoot && c.root >= comm.size) {
     return Invalid(c, "root " + std::to_string(c.root) + " is not a rank (size " +
                           std::to_string(comm.size) + ")");
   }
@@ -305,18 +231,18 @@ algos::Status CheckCall(const Call& c, CommShape comm, uint32_t memory_types) {
       if (memory_types & (1u << t))
         takes += (takes.empty() ? "" : " and ") + std::string(MemoryName(t));
     }
-    return {PLEXUS_ERR_UNSUPPORTED, std::string(algos::CollectiveName(c.coll)) + ": " +
-                                        MemoryName(m) + " memory is not supported by this backend" +
+    return {PLEXUS_ERR_UNSUPPORTED, std::string(CollectiveName(c.coll)) + ": " + MemoryName(m) +
+                                        " memory is not supported by this backend" +
                                         (takes.empty() ? std::string(" (it takes no memory here)")
                                                        : " (it takes " + takes + " memory only)")};
   }
-  if (c.coll == PLEXUS_COLL_ALLGATHERV || c.coll == PLEXUS_COLL_ALLTOALLV) {
-    return CheckV(c, comm, elem);
-  }
-  if (c.coll == PLEXUS_COLL_ALLREDUCE_COALESCED) return CheckCoalesced(c, elem);
+  if (r.layout == Layout::kPerRankCounts) return CheckV(c, comm, elem);
+  if (r.layout == Layout::kBufferList) return CheckCoalesced(c, elem);
   // Every buffer's byte size must fit well inside the address space.
   // (Every post passes here: multiplications, not divisions.)
-  const uint64_t blocks = std::max<uint64_t>({1, r.send_blocks_per_rank, r.recv_blocks_per_rank});
+  const uint64_t send_blocks = r.send_per_rank ? comm.size : 1;
+  const uint64_t recv_blocks = r.recv_per_rank ? comm.size : 1;
+  const uint64_t blocks = std::max(send_blocks, recv_blocks);
   uint64_t total = 0;
   if (__builtin_mul_overflow(c.count, uint64_t(elem) * blocks, &total) ||
       total > (uint64_t(1) << 62)) {
@@ -326,7 +252,7 @@ algos::Status CheckCall(const Call& c, CommShape comm, uint32_t memory_types) {
                           " exceeds 2^62 bytes");
   }
   if (c.count == 0) return {};  // no buffer is touched
-  const bool is_root = r.rooted && c.root == comm.rank;
+  const bool is_root = r.root == Root::kRoot && c.root == comm.rank;
   const bool recv_needed = r.needs_recv && (!r.recv_on_root_only || is_root);
   const bool send_needed = r.needs_send && (!r.send_on_root_only || is_root);
   if (send_needed && !c.sendbuf) {
@@ -337,8 +263,8 @@ algos::Status CheckCall(const Call& c, CommShape comm, uint32_t memory_types) {
     return Invalid(c, is_root ? "NULL buffer (recvbuf on the root)" : "NULL buffer (recvbuf)");
   }
   const uint64_t block = c.count * elem;
-  const uint64_t send_bytes = block * std::max<uint64_t>(1, r.send_blocks_per_rank);
-  const uint64_t recv_bytes = block * std::max<uint64_t>(1, r.recv_blocks_per_rank);
+  const uint64_t send_bytes = block * send_blocks;
+  const uint64_t recv_bytes = block * recv_blocks;
   const auto* send = static_cast<const uint8_t*>(c.sendbuf);
   const auto* recv = static_cast<const uint8_t*>(c.recvbuf);
   if (!recv_needed || !send_needed || !Overlap(send, send_bytes, recv, recv_bytes)) return {};
@@ -363,8 +289,8 @@ algos::Status CheckCall(const Call& c, CommShape comm, uint32_t memory_types) {
                             : "recvbuf lies in sendbuf but not at the in-place position "
                               "(sendbuf + rank x count elements)");
     case InPlace::kDisjoint:
-      return Invalid(c, "sendbuf and recvbuf overlap (" +
-                            std::string(algos::CollectiveName(c.coll)) + " is not in place)");
+      return Invalid(c, "sendbuf and recvbuf overlap (" + std::string(CollectiveName(c.coll)) +
+                            " is not in place)");
     case InPlace::kNone:
       break;
   }
@@ -378,7 +304,7 @@ std::string DescribeCall(const Call& c) {
     std::snprintf(text, sizeof text, "%p", p);
     return std::string(text);
   };
-  std::string s = std::string(algos::CollectiveName(c.coll)) + "(";
+  std::string s = std::string(CollectiveName(c.coll)) + "(";
   if (c.coll == PLEXUS_COLL_BARRIER) return s + ")";
   if (c.coll == PLEXUS_COLL_BROADCAST || c.coll == PLEXUS_COLL_RECV) {
     s += "buf " + pointer(c.recvbuf);
@@ -396,9 +322,9 @@ std::string DescribeCall(const Call& c) {
     s += std::string(c.coll == PLEXUS_COLL_ALLGATHERV ? ", sendcount " : ", count ") +
          std::to_string(c.count);
   }
-  s += std::string(", ") + algos::DtypeName(c.dtype);
-  if (IsReduction(c.coll)) s += std::string(", ") + algos::ReduceOpName(c.op);
-  if (RulesOf(c.coll, 1).rooted) s += ", root " + std::to_string(c.root);
+  s += std::string(", ") + DtypeName(c.dtype);
+  if (IsReduction(c.coll)) s += std::string(", ") + ReduceOpName(c.op);
+  if (TraitsOf(c.coll).root == Root::kRoot) s += ", root " + std::to_string(c.root);
   if (c.coll == PLEXUS_COLL_SEND || c.coll == PLEXUS_COLL_RECV) {
     s += ", peer " + std::to_string(c.root);
   }
@@ -412,4 +338,4 @@ std::string DescribeCall(const Call& c) {
   return s + ")";
 }
 
-}  // namespace plexus::kit
+}  // namespace plexus::abi

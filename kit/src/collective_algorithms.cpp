@@ -1,4 +1,4 @@
-#include "plexus/kit/algos_body.hpp"
+#include "plexus/kit/collective_algorithms.hpp"
 
 #include <numeric>
 #include <vector>
