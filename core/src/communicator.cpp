@@ -571,6 +571,33 @@ Status CheckRank(uint32_t rank, uint32_t size, const char* what) {
 }
 }  // namespace
 
+namespace {
+
+// What Communicator::Post checks before the backend sees call: its root or
+// peer, its byte size (blocks ranks' worth) and, for the collectives of the
+// communicator's sequence, the ranks' fingerprints (Prepare).
+Status CheckPost(detail::CommState& s, const detail::PostingGuard& guard, const abi::Call& call,
+                 const abi::Traits& traits, const char* what, uint64_t blocks,
+                 detail::PostedOp* posted) {
+  if (traits.root != abi::Root::kNone) {
+    Status st = CheckRank(
+        call.root, s.size,
+        (std::string(what) + (traits.root == abi::Root::kPeer ? " peer" : " root")).c_str());
+    if (!st.ok()) return st;
+  }
+  if (traits.sequenced) {
+    // A v-collective's count differs between ranks by design: 0 in the fingerprint.
+    const uint64_t count = traits.layout == abi::Layout::kPerRankCounts ? 0 : call.count;
+    return Prepare(s, guard, what, call.coll, count, call.dtype, call.op, call.root, blocks,
+                   posted);
+  }
+  Status st = guard.status();
+  if (!st.ok()) return st;
+  return CheckBytes(what, call.count, call.dtype, blocks);
+}
+
+}  // namespace
+
 Work Communicator::Post(const abi::Call& call) {
   auto& s = state();
   const abi::Traits traits = abi::TraitsOf(call.coll);
@@ -579,30 +606,19 @@ Work Communicator::Post(const abi::Call& call) {
   detail::PostedOp posted;
   detail::PostingGuard guard(s);
   const uint64_t blocks = traits.send_per_rank || traits.recv_per_rank ? s.size : 1;
-  Status st;
-  if (traits.root != abi::Root::kNone) {
-    st = CheckRank(call.root, s.size,
-                   (std::string(what) + (traits.root == abi::Root::kPeer ? " peer" : " root")).c_str());
-  }
-  if (st.ok() && traits.sequenced) {
-    // A v-collective's count differs between ranks by design: 0 in the fingerprint.
-    const uint64_t count = traits.layout == abi::Layout::kPerRankCounts ? 0 : call.count;
-    st = Prepare(s, guard, what, call.coll, count, call.dtype, call.op, call.root, blocks,
-                 &posted);
-  } else if (st.ok()) {
-    st = guard.status();
-    if (st.ok()) st = CheckBytes(what, call.count, call.dtype, blocks);
-  }
-  if (st.ok() && traits.two_level &&
+  detail::PostedOp* sequenced = traits.sequenced ? &posted : nullptr;
+  const Status checked = CheckPost(s, guard, call, traits, what, blocks, &posted);
+  if (!checked.ok()) return Start(checked, nullptr, what, sequenced);
+  if (traits.two_level &&
       GoesTwoLevel(s, call.coll, call.count * blocks * algos::DtypeSize(call.dtype),
                    call.placement)) {
     std::shared_ptr<detail::HostOp> two;
-    st = PostTwoLevel(s, call, &posted, &two);
+    const Status st = PostTwoLevel(s, call, &posted, &two);
     if (!st.ok()) throw Error(st.code(), s.backend->name(), st.message());
     return Work(state_, std::move(two), what, posted);
   }
-  if (st.ok()) st = s.backend->Post(s.comm, call, &req);
-  return Start(st, req, what, traits.sequenced ? &posted : nullptr);
+  const Status st = s.backend->Post(s.comm, call, &req);
+  return Start(st, req, what, sequenced);
 }
 
 Work Communicator::allreduce(const void* send, void* recv, uint64_t count, DType dtype, ReduceOp op,

@@ -332,9 +332,8 @@ std::string TraceText(plexus_comm* comm, const abi::Call& c) {
 
 Status Backend::Post(plexus_comm* comm, const abi::Call& call, plexus_request** req) {
   *req = nullptr;
-  const abi::Traits traits = abi::TraitsOf(call.coll);
-  Status st = CheckSupported(call.coll, traits.typed ? call.dtype : 0,
-                             traits.reduces ? call.op : 0, call.placement);
+  // (A Call's dtype is 0 for barrier, its op 0 but for the reductions.)
+  Status st = CheckSupported(call.coll, call.dtype, call.op, call.placement);
   if (!st.ok()) return st;
   const int32_t rc = abi::Invoke(*t_, comm, call, req);
   if (Tracing()) {

@@ -106,8 +106,8 @@ struct Collective {
   static auto SlotOf(const plexus_backend_v1& t) { return t.*Slot; }
 
   // The plugin's slot, called with call's members (the host).
-  static int32_t Invoke(const plexus_backend_v1& t, plexus_comm* comm, const Call& call,
-                        plexus_request** req_out) {
+  [[gnu::always_inline]] static int32_t Invoke(const plexus_backend_v1& t, plexus_comm* comm,
+                                               const Call& call, plexus_request** req_out) {
     return (t.*Slot)(comm, call.*Args..., req_out);
   }
 
@@ -151,12 +151,16 @@ struct Collective {
   }
 };
 
+// The Collective type of a line of collectives.def.
+#define PLEXUS_ABI_COLLECTIVE_TYPE(slot, code, minor, ...) \
+  Collective<&plexus_backend_v1::slot, code, minor,        \
+             offsetof(plexus_backend_v1, slot) + sizeof(void*) __VA_OPT__(, ) __VA_ARGS__>
+
 // Calls f(Collective<...>{}) for every collective of the list, in its order.
 template <class F>
 constexpr void ForEachCollective(F&& f) {
 #define PLEXUS_ABI_COLLECTIVE(slot, code, minor, traits, ...) \
-  f(Collective<&plexus_backend_v1::slot, code, minor,         \
-               offsetof(plexus_backend_v1, slot) + sizeof(void*) __VA_OPT__(, ) __VA_ARGS__>{});
+  f(PLEXUS_ABI_COLLECTIVE_TYPE(slot, code, minor __VA_OPT__(, ) __VA_ARGS__){});
 #include "plexus/abi/collectives.def"
 #undef PLEXUS_ABI_COLLECTIVE
 }
@@ -173,32 +177,42 @@ inline constexpr plexus_collective_t kCollectiveCount = [] {
 // The slot of coll in t as a plain pointer (NULL when unset or unknown).
 // The caller checks that t is long enough (SlotEnd) for a newer slot.
 inline const void* SlotOf(const plexus_backend_v1& t, plexus_collective_t coll) {
-  const void* slot = nullptr;
-  ForEachCollective([&](auto c) {
-    if (c.kCode == coll) slot = reinterpret_cast<const void*>(c.SlotOf(t));
-  });
-  return slot;
+  switch (coll) {
+#define PLEXUS_ABI_COLLECTIVE(slot, code, ...) \
+  case code:                                   \
+    return reinterpret_cast<const void*>(t.slot);
+#include "plexus/abi/collectives.def"
+#undef PLEXUS_ABI_COLLECTIVE
+  }
+  return nullptr;
 }
 
 // Where coll's slot ends in plexus_backend_v1 (0 for an unknown code).
-inline size_t SlotEnd(plexus_collective_t coll) {
-  size_t end = 0;
-  ForEachCollective([&](auto c) {
-    if (c.kCode == coll) end = c.kSlotEnd;
-  });
-  return end;
+constexpr size_t SlotEnd(plexus_collective_t coll) {
+  switch (coll) {
+#define PLEXUS_ABI_COLLECTIVE(slot, code, ...) \
+  case code:                                   \
+    return offsetof(plexus_backend_v1, slot) + sizeof(void*);
+#include "plexus/abi/collectives.def"
+#undef PLEXUS_ABI_COLLECTIVE
+  }
+  return 0;
 }
 
 // Posts call through the plugin's slot for call.coll: the slot's status,
 // or INVALID_ARGUMENT for a code that is no collective. The caller has
-// checked that the slot is set.
+// checked that the slot is set. (A switch: every post goes through here.)
 inline int32_t Invoke(const plexus_backend_v1& t, plexus_comm* comm, const Call& call,
                       plexus_request** req_out) {
-  int32_t rc = PLEXUS_ERR_INVALID_ARGUMENT;
-  ForEachCollective([&](auto c) {
-    if (c.kCode == call.coll) rc = c.Invoke(t, comm, call, req_out);
-  });
-  return rc;
+  switch (call.coll) {
+#define PLEXUS_ABI_COLLECTIVE(slot, code, minor, traits, ...)                                \
+  case code:                                                                                 \
+    return PLEXUS_ABI_COLLECTIVE_TYPE(slot, code, minor __VA_OPT__(, ) __VA_ARGS__)::Invoke( \
+        t, comm, call, req_out);
+#include "plexus/abi/collectives.def"
+#undef PLEXUS_ABI_COLLECTIVE
+  }
+  return PLEXUS_ERR_INVALID_ARGUMENT;
 }
 
 }  // namespace plexus::abi
