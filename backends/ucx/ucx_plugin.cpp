@@ -169,7 +169,7 @@ ucp_context_h OneHostContext(plexus_backend_ctx* ctx, std::atomic<bool>** no_pee
 
 struct UcxBackend : kit::QueuedBackend<plexus_comm> {
   static constexpr const char* kName = "ucx";
-  static constexpr uint32_t kCollectives = (1u << PLEXUS_COLL_COUNT_V1_2) - 1;  // all of 1.2
+  static constexpr uint32_t kCollectives = abi::kAllCollectives;  // PostAlgos runs them all
 
   // "0.1.0 (UCX 1.13.1)": the UCX library loaded at run time, in static storage.
   static const char* Version() {

@@ -174,6 +174,10 @@ inline constexpr plexus_collective_t kCollectiveCount = [] {
   return n;
 }();
 
+// Bit (1u << code) of every collective in the list: a backend whose every
+// post goes through the kit's PostAlgos has them all.
+inline constexpr uint32_t kAllCollectives = (1u << kCollectiveCount) - 1;
+
 // The slot of coll in t as a plain pointer (NULL when unset or unknown).
 // The caller checks that t is long enough (SlotEnd) for a newer slot.
 inline const void* SlotOf(const plexus_backend_v1& t, plexus_collective_t coll) {

@@ -216,11 +216,11 @@ struct QueuedBackend {
 // context is the host table alone (Ctx: struct plexus_backend_ctx {
 // plexus_host_v1 host; }) and whose collectives are plexus-algos algorithms
 // on host memory: Init (which needs the out-of-band functions, to connect),
-// Finalize, kCollectives (every collective of ABI 1.2, as PostAlgos runs
+// Finalize, kCollectives (every collective of the list, as PostAlgos runs
 // them all) and Capabilities.
 template <class Comm, class Ctx>
 struct AlgosBackend : QueuedBackend<Comm> {
-  static constexpr uint32_t kCollectives = (1u << PLEXUS_COLL_COUNT_V1_2) - 1;
+  static constexpr uint32_t kCollectives = abi::kAllCollectives;
   static int32_t Init(const plexus_host_v1& host, Ctx** ctx_out) {
     if (!host.oob_allgather || !host.oob_broadcast) return PLEXUS_ERR_INVALID_ARGUMENT;
     *ctx_out = new Ctx{host};
