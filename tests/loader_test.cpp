@@ -39,6 +39,20 @@ TEST_CASE("a valid C plugin loads, initialises and reports its capabilities") {
   CHECK(no.code() == PLEXUS_ERR_UNSUPPORTED);
   CHECK(no.message().find("backend 'test' does not support allreduce on float32 with sum in "
                           "host memory") != std::string::npos);
+  // Backend::Post takes any Call: a code that is no collective of the list
+  // (past the capability word's 32 bits too) is an invalid argument, never a
+  // shift past the word or a call through a slot that does not exist.
+  for (plexus_collective_t code : {plexus_collective_t(PLEXUS_COLL_COUNT_V1_2), 31u, 40u}) {
+    CAPTURE(code);
+    plexus::Status bad = b->CheckSupported(code, PLEXUS_DTYPE_FLOAT32, 0, nullptr);
+    CHECK(bad.code() == PLEXUS_ERR_INVALID_ARGUMENT);
+    CHECK(bad.message() == "unknown collective code " + std::to_string(code));
+    plexus_request* req = nullptr;
+    plexus::abi::Call call{};
+    call.coll = code;
+    CHECK(b->Post(nullptr, call, &req).code() == PLEXUS_ERR_INVALID_ARGUMENT);
+    CHECK(req == nullptr);
+  }
 }
 
 TEST_CASE("a plugin of a newer ABI major is refused, naming both majors") {

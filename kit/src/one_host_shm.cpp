@@ -144,20 +144,15 @@ algos::Status OneHostShm::Create(const plexus_host_v1& host, const plexus_comm_c
   }
   // A malformed setting fails comm_create on every rank, but only after the
   // first exchange: the others must not wait for this rank until the timeout.
-  std::string bad_setting;
-  const std::string mode = algos::CommSetting(host, config, "PLEXUS_SHM");
-  if (!mode.empty() && mode != "auto" && mode != "off") {
-    bad_setting = "PLEXUS_SHM='" + mode +
-                  "' is not one of auto (shared memory where every rank is on this host), off";
+  std::string bad_setting, mode, windows;
+  if (std::string why; !ChoiceSetting(host, config, settings::Id::kShm, &mode, &why)) {
+    bad_setting = why;
   }
-  const std::string windows = algos::CommSetting(host, config, "PLEXUS_SHM_WINDOWS");
-  if (!windows.empty() && windows != "auto" && windows != "off") {
-    bad_setting = "PLEXUS_SHM_WINDOWS='" + windows +
-                  "' is not one of auto (shared buffers for mem_alloc), off";
+  if (std::string why; !ChoiceSetting(host, config, settings::Id::kShmWindows, &windows, &why)) {
+    bad_setting = why;
   }
   int64_t slot_kib = kDefaultSlotKib;
-  if (std::string why;
-      !IntSetting(host, config, settings::Id::kShmSlotKib, &slot_kib, &why)) {
+  if (std::string why; !IntSetting(host, config, settings::Id::kShmSlotKib, &slot_kib, &why)) {
     bad_setting = why;
   }
   uint64_t slot_bytes = uint64_t(slot_kib) << 10;

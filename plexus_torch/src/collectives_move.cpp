@@ -17,18 +17,7 @@
 namespace plexus_torch {
 
 using c10d::OpType;
-using detail::AsFlat;
-using detail::CheckedRank;
-using detail::CheckSameKind;
-using detail::CopyBackLater;
-using detail::Described;
-using detail::Flat;
-using detail::Handed;
-using detail::OneTensor;
-using detail::Pack;
-using detail::Part;
-using detail::Posting;
-using detail::Unpack;
+using namespace detail;  // the helpers of tensors.hpp, posting.hpp, reductions.hpp
 
 c10::intrusive_ptr<c10d::Work> PlexusBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                         const c10d::BroadcastOptions& opts) {

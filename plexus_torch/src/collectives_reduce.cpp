@@ -17,21 +17,7 @@
 namespace plexus_torch {
 
 using c10d::OpType;
-using detail::AsFlat;
-using detail::CheckedRank;
-using detail::CheckSameKind;
-using detail::CopyBackLater;
-using detail::Described;
-using detail::Flat;
-using detail::Fold;
-using detail::Handed;
-using detail::OneTensor;
-using detail::Pack;
-using detail::Part;
-using detail::Posting;
-using detail::Premultiply;
-using detail::Reduction;
-using detail::ReductionOf;
+using namespace detail;  // the helpers of tensors.hpp, posting.hpp, reductions.hpp
 
 void PlexusBackend::PostAllreduce(PlexusWork& work, const at::Tensor& t, const c10d::ReduceOp& rop,
                                   const char* name) {

@@ -29,12 +29,13 @@
 #include <vector>
 
 #include "options.hpp"
+#include "plexus/settings/table.hpp"
 
 namespace plexus::conformance {
 
 // Set by the process that starts the ranks, for the ranks.
-constexpr const char* kStateDirVariable = "PLEXUS_CONFORMANCE_STATE";
-constexpr const char* kResumeVariable = "PLEXUS_CONFORMANCE_RESUME_AFTER";
+constexpr const char* kStateDirVariable = settings::Name(settings::Id::kConformanceState);
+constexpr const char* kResumeVariable = settings::Name(settings::Id::kConformanceResumeAfter);
 
 // Runs launcher_argv (plexus-run and its arguments) until the ranks finish
 // or cannot go on, starting them again after a crash; SIGINT, SIGTERM and

@@ -20,7 +20,7 @@ namespace {
 
 // Set in the ranks' environment so that a plexus-run that, for whatever
 // reason, sets no rank variables cannot make us re-launch forever.
-constexpr const char* kGuardVariable = "PLEXUS_CONFORMANCE_LAUNCHED";
+constexpr const char* kGuardVariable = settings::Name(settings::Id::kConformanceLaunched);
 
 std::string SelfExecutable() {
   std::error_code ec;

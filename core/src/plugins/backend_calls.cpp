@@ -257,6 +257,9 @@ Status Backend::CheckSupported(plexus_collective_t coll, plexus_dtype_t dtype,
     what += std::string(" in ") + MemoryName(where);
     return Status::Unsupported(what + " (" + why + ")");
   };
+  if (coll >= abi::kCollectiveCount) {
+    return Status::InvalidArgument("unknown collective code " + std::to_string(coll));
+  }
   if (!(caps_.collectives >> coll & 1u) || !abi::SlotOf(*t_, coll)) {
     if (abi::MinorOf(coll) > t_->abi_minor) {
       return refuse("the backend is built for ABI 1." + std::to_string(t_->abi_minor) + "; " +
