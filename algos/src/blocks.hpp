@@ -7,10 +7,19 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "plexus/algos/transport.hpp"
+
 namespace plexus::algos {
 
 // Largest payload of one frame; also the size of a ring step's scratch buffer.
 inline constexpr size_t kSegmentBytes = size_t{1} << 18;
+
+// The segment of a step whose receiver reduces what it gets: the
+// transport's ReduceMessageBytes, else kSegmentBytes.
+inline size_t ReduceSegmentBytes(const PeerTransport& t) {
+  const uint64_t asked = t.ReduceMessageBytes();
+  return asked ? size_t(asked) : kSegmentBytes;
+}
 
 // The most segments of one ring step in flight at once, whatever the
 // transport's PipelineDepth (scratch: up to this many kSegmentBytes).

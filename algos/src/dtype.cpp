@@ -18,6 +18,8 @@ void Apply(void* out, const void* a, const void* b, uint64_t count, Fn fn) {
   const T* y = static_cast<const T*>(b);
   if (o == x) {  // the common in-place case, written so it vectorises
     for (uint64_t i = 0; i < count; ++i) o[i] = fn(o[i], y[i]);
+  } else if (o == y) {  // received into the output (ring), likewise
+    for (uint64_t i = 0; i < count; ++i) o[i] = fn(x[i], o[i]);
   } else {
     for (uint64_t i = 0; i < count; ++i) o[i] = fn(x[i], y[i]);
   }

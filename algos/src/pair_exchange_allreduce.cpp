@@ -39,10 +39,14 @@ Status PairExchangeAllreduce(PeerTransport& t, const OpSignature& sig, const voi
   const uint32_t r = t.rank();
   const uint32_t peer = 1 - r;
   const uint64_t split = BlockLayout(sig.count, 2).offset(1);  // first element of block 1
-  const uint64_t seg = std::max<uint64_t>(1, kSegmentBytes / elem);
+  const uint64_t seg = std::max<uint64_t>(1, ReduceSegmentBytes(t) / elem);
   const uint64_t segs = SegmentCount(sig.count, seg);
+  // Out of place the peer's segment lands in recvbuf, where the reduction
+  // then runs in place (two streams of memory instead of three); in place
+  // it lands in a scratch buffer.
+  const bool direct = in != out;
   Scratch scratch[2];
-  for (uint64_t k = 0; k < std::min<uint64_t>(segs, 2); ++k) {
+  for (uint64_t k = 0; k < std::min<uint64_t>(segs, 2) && !direct; ++k) {
     scratch[k] = Scratch(std::min(sig.count, seg) * elem);
   }
   uint64_t tickets[2] = {0, 0};
@@ -53,7 +57,7 @@ Status PairExchangeAllreduce(PeerTransport& t, const OpSignature& sig, const voi
   auto start = [&](uint64_t k) -> Status {
     const uint64_t len = SegmentLength(sig.count, seg, k);
     const SendSpec send{peer, in + k * seg * elem, len * elem};
-    const RecvSpec recv{peer, scratch[k % 2].data(), len * elem};
+    const RecvSpec recv{peer, direct ? out + k * seg * elem : scratch[k % 2].data(), len * elem};
     return t.Start(sig, std::span(&send, 1), std::span(&recv, 1), &tickets[k % 2]);
   };
   // Elements [from, from + len), all in one block; theirs (scratch) holds
@@ -64,7 +68,8 @@ Status PairExchangeAllreduce(PeerTransport& t, const OpSignature& sig, const voi
   // an addition keeps can depend on the code path (the compiler may swap
   // the operands of a commutative op), so in place, for the block the ring
   // reduces on the other rank, the reduction runs in the scratch buffer,
-  // which holds x[1 - block] here, and is copied into place.
+  // which holds x[1 - block] here, and is copied into place. Out of place
+  // theirs is already in place.
   auto combine = [&](uint64_t from, uint64_t len, uint8_t* theirs) {
     const uint32_t block = from < split ? 0 : 1;
     const uint8_t* mine = in + from * elem;
@@ -81,7 +86,7 @@ Status PairExchangeAllreduce(PeerTransport& t, const OpSignature& sig, const voi
     } else {
       ReduceTo(dest, first, second, len, sig.dtype, sig.op);
     }
-    if (dest == theirs) std::memcpy(out + from * elem, theirs, len * elem);
+    if (!direct && dest == theirs) std::memcpy(out + from * elem, theirs, len * elem);
   };
 
   PLEXUS_ALGOS_RETURN_IF_ERROR(start(0));
@@ -90,7 +95,7 @@ Status PairExchangeAllreduce(PeerTransport& t, const OpSignature& sig, const voi
     PLEXUS_ALGOS_RETURN_IF_ERROR(t.Finish(tickets[k % 2]));
     const uint64_t from = k * seg;
     const uint64_t len = SegmentLength(sig.count, seg, k);
-    uint8_t* theirs = scratch[k % 2].data();
+    uint8_t* theirs = direct ? out + from * elem : scratch[k % 2].data();
     if (from < split && split < from + len) {
       combine(from, split - from, theirs);
       combine(split, from + len - split, theirs + (split - from) * elem);

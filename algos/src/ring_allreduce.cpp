@@ -46,7 +46,7 @@ Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendb
   const uint32_t left = (r + n - 1) % n;
   const uint32_t right = (r + 1) % n;
   const BlockLayout blocks(sig.count, n);
-  const uint64_t reduce_seg = std::max<uint64_t>(1, kSegmentBytes / elem);
+  const uint64_t reduce_seg = std::max<uint64_t>(1, ReduceSegmentBytes(t) / elem);
   const uint64_t direct = t.DirectMessageBytes();
   const uint64_t direct_seg = direct ? std::max<uint64_t>(1, direct / elem) : reduce_seg;
   // One scratch buffer cut into `window` slots (one allocation, which the
@@ -78,7 +78,7 @@ Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendb
       uint8_t* dest = out + (blocks.offset(recv_b) + k * seg) * elem;
       const uint8_t* src = first ? in : out;
       SendSpec send{right, src + (blocks.offset(send_b) + k * seg) * elem, s_elems * elem};
-      RecvSpec recv{left, reduce ? slot(k) : dest, r_elems * elem};
+      RecvSpec recv{left, reduce && in == out ? slot(k) : dest, r_elems * elem};
       return t.Start(sig, std::span(&send, s_elems ? 1 : 0), std::span(&recv, r_elems ? 1 : 0),
                      &tickets[k % window]);
     };
@@ -88,10 +88,11 @@ Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendb
       const uint64_t r_elems = SegmentLength(recv_len, seg, k);
       if (reduce && r_elems) {
         const uint64_t at = (blocks.offset(recv_b) + k * seg) * elem;
+        const uint8_t* theirs = in == out ? slot(k) : out + at;
         if (average) {
-          ReduceToAverage(out + at, in + at, slot(k), r_elems, sig.dtype, n);
+          ReduceToAverage(out + at, in + at, theirs, r_elems, sig.dtype, n);
         } else {
-          ReduceTo(out + at, in + at, slot(k), r_elems, sig.dtype, sig.op);
+          ReduceTo(out + at, in + at, theirs, r_elems, sig.dtype, sig.op);
         }
       }
       if (k + window < segs) PLEXUS_ALGOS_RETURN_IF_ERROR(start(k + window));

@@ -35,7 +35,7 @@ Status RingReduceScatter(PeerTransport& t, const OpSignature& sig, const void* s
   }
   const uint32_t left = (r + n - 1) % n;
   const uint32_t right = (r + 1) % n;
-  const uint64_t seg = std::max<uint64_t>(1, kSegmentBytes / elem);
+  const uint64_t seg = std::max<uint64_t>(1, ReduceSegmentBytes(t) / elem);
   const uint64_t segs = SegmentCount(sig.count, seg);
   Scratch partial[2];
   for (auto& p : partial) p = Scratch(n > 2 ? block_bytes : 0);

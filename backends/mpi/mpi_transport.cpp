@@ -361,19 +361,21 @@ algos::OpSignature MpiTransport::WaitingFor() const {
 algos::Status MpiTransport::Drive(const std::function<bool()>& done) {
   Clock::time_point last_event = Clock::now();
   auto nap = kFirstNap;
-  for (;;) {
+  for (uint32_t round = 0;; ++round) {
     if (aborted_.load()) return {PLEXUS_ERR_ABORTED, "the communicator was aborted"};
     bool moved = false;
     algos::Status st = Reap(&moved);
     if (!st.ok()) return st;
-    if (TakeReport(&st, true)) {
+    if (done()) return {};
+    // A peer's report is looked for every 16th round: a test of the control
+    // receive is a good part of a small operation's round.
+    if (round % 16 == 15 && TakeReport(&st, true)) {
       // What this rank waited for may have completed meanwhile (a send whose
       // receiver then failed): then the report is not about it.
       bool late = false;
       if (Reap(&late).ok() && done()) return {};
       return st;
     }
-    if (done()) return {};
     const auto now = Clock::now();
     if (moved) {
       last_progress_ = last_event = now;
@@ -498,6 +500,27 @@ void MpiTransport::Fail(const algos::OpSignature& sig, const algos::Status& why)
   }
 }
 
+template <class Batch>
+algos::Status MpiTransport::AddBatch(const algos::OpSignature& sig,
+                                     std::span<const algos::SendSpec> sends,
+                                     std::span<const algos::RecvSpec> recvs, Batch& to) {
+  for (const auto& r : recvs) {
+    if (r.peer >= size_ || r.peer == rank_) {
+      return {PLEXUS_ERR_INTERNAL,
+              "algorithm received from invalid peer " + std::to_string(r.peer)};
+    }
+  }
+  for (const auto& s : sends) {
+    if (s.peer >= size_ || s.peer == rank_) {
+      return {PLEXUS_ERR_INTERNAL, "algorithm sent to invalid peer " + std::to_string(s.peer)};
+    }
+  }
+  for (const auto& r : recvs) to.emplace_back(false, r.peer, sig, r.data, r.bytes);
+  for (const auto& s : sends)
+    to.emplace_back(true, s.peer, sig, const_cast<void*>(s.data), s.bytes);
+  return {};
+}
+
 algos::Status MpiTransport::Exchange(const algos::OpSignature& sig,
                                      std::span<const algos::SendSpec> sends,
                                      std::span<const algos::RecvSpec> recvs) {
@@ -506,20 +529,7 @@ algos::Status MpiTransport::Exchange(const algos::OpSignature& sig,
   std::vector<Transfer>& batch = batch_;
   batch.clear();
   batch.reserve(sends.size() + recvs.size());
-  // Receives first: a message that finds its receive posted lands in place.
-  for (const auto& r : recvs) {
-    if (r.peer >= size_ || r.peer == rank_) {
-      return {PLEXUS_ERR_INTERNAL,
-              "algorithm received from invalid peer " + std::to_string(r.peer)};
-    }
-    batch.emplace_back(false, r.peer, sig, r.data, r.bytes);
-  }
-  for (const auto& s : sends) {
-    if (s.peer >= size_ || s.peer == rank_) {
-      return {PLEXUS_ERR_INTERNAL, "algorithm sent to invalid peer " + std::to_string(s.peer)};
-    }
-    batch.emplace_back(true, s.peer, sig, const_cast<void*>(s.data), s.bytes);
-  }
+  if (algos::Status st = AddBatch(sig, sends, recvs, batch); !st.ok()) return st;
   current_ = &sig;
   last_progress_ = Clock::now();
   auto all_done = [&] {
@@ -542,6 +552,53 @@ algos::Status MpiTransport::Exchange(const algos::OpSignature& sig,
   }
   current_ = nullptr;
   return st;
+}
+
+algos::Status MpiTransport::Start(const algos::OpSignature& sig,
+                                  std::span<const algos::SendSpec> sends,
+                                  std::span<const algos::RecvSpec> recvs, uint64_t* ticket) {
+  if (started_.empty()) {
+    started_sig_ = sig;
+    last_progress_ = Clock::now();
+  }
+  const size_t first = started_.size();
+  if (algos::Status st = AddBatch(sig, sends, recvs, started_); !st.ok()) return st;
+  const uint64_t mine = next_ticket_++;
+  for (size_t i = first; i < started_.size(); ++i) {
+    started_[i].ticket = mine;
+    if (algos::Status st = Post(&started_[i]); !st.ok()) {
+      started_.resize(i);  // (the rest was never posted; Cancel takes what was)
+      Cancel();
+      started_.clear();
+      return st;
+    }
+  }
+  *ticket = mine;
+  return {};
+}
+
+algos::Status MpiTransport::Finish(uint64_t ticket) {
+  auto done = [&] {
+    for (const Transfer& t : started_) {
+      if (t.ticket > ticket) break;
+      if (!t.complete) return false;
+    }
+    return true;
+  };
+  current_ = &started_sig_;
+  algos::Status st;
+  while (st.ok() && !done()) st = Drive(done);
+  current_ = nullptr;
+  if (!st.ok()) {
+    if (st.code == PLEXUS_ERR_TIMEOUT || st.code == PLEXUS_ERR_ABORTED) {
+      st.message += " in " + algos::DescribeOp(started_sig_);
+    }
+    Cancel();
+    started_.clear();
+    return st;
+  }
+  while (!started_.empty() && started_.front().ticket <= ticket) started_.pop_front();
+  return {};
 }
 
 algos::Status MpiTransport::RunNative(const algos::OpSignature& sig, const char* call,

@@ -38,10 +38,11 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <algorithm>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -75,6 +76,7 @@ struct Transfer final : kit::Message {
   bool probed = false;   // received through MPI_Improbe + MPI_Imrecv
   MPI_Request request = MPI_REQUEST_NULL;  // the only piece's
   std::vector<MPI_Request> more;           // with several pieces: every piece's
+  uint64_t ticket = 0;                     // Start's batch
 
   uint64_t PieceBytes(uint32_t k) const {
     return std::min<uint64_t>(piece_bytes, bytes - uint64_t(k) * piece_bytes);
@@ -96,6 +98,19 @@ class MpiTransport final : public kit::QueueTransport {
   uint32_t size() const override { return size_; }
   algos::Status Exchange(const algos::OpSignature& sig, std::span<const algos::SendSpec> sends,
                          std::span<const algos::RecvSpec> recvs) override;
+  // Pipelining (algos::PeerTransport): Start posts a batch and returns;
+  // Finish drives until that batch and every one before it completed, so an
+  // algorithm reduces one segment while the next is in flight.
+  algos::Status Start(const algos::OpSignature& sig, std::span<const algos::SendSpec> sends,
+                      std::span<const algos::RecvSpec> recvs, uint64_t* ticket) override;
+  algos::Status Finish(uint64_t ticket) override;
+  // MPI moves a long message itself (rendezvous, one copy on one host): a
+  // step that receives straight into the caller's buffer sends whole blocks.
+  uint64_t DirectMessageBytes() const override { return uint64_t(1) << 30; }
+  // Likewise for steps that reduce what they receive: while one segment is
+  // reduced, MPI moves nothing (no MPI call runs), so segments only add
+  // messages; up to 16 MiB a block is one message.
+  uint64_t ReduceMessageBytes() const override { return uint64_t(16) << 20; }
 
   // kit::QueueTransport (queue_transport.hpp says what each does):
   std::unique_ptr<kit::Message> NewMessage() override { return std::make_unique<Transfer>(); }
@@ -144,6 +159,11 @@ class MpiTransport final : public kit::QueueTransport {
   algos::OpSignature WaitingFor() const;
   // Receives (and drops) every message that has arrived unasked for.
   void DrainUnexpected();
+  // Validates an algorithm's batch and appends its transfers (receives
+  // first: a message that finds its receive posted lands in place) to to.
+  template <class Batch>
+  algos::Status AddBatch(const algos::OpSignature& sig, std::span<const algos::SendSpec> sends,
+                         std::span<const algos::RecvSpec> recvs, Batch& to);
   // Tests reqs (nulls skipped) until all complete or ms passed; returns how
   // many are still pending.
   size_t WaitRequests(std::vector<MPI_Request>& reqs, int64_t ms);
@@ -158,6 +178,9 @@ class MpiTransport final : public kit::QueueTransport {
   const uint64_t max_piece_;  // the most bytes of one MPI message
 
   std::vector<Transfer> batch_;       // Exchange's transfers, reused
+  std::deque<Transfer> started_;      // Start's transfers, oldest first (stable addresses)
+  uint64_t next_ticket_ = 1;
+  algos::OpSignature started_sig_;    // the operation of the started batches
   std::vector<Transfer*> active_;     // transfers in flight, in posting order
   uint64_t active_bytes_ = 0;         // their total, for the spin
   const algos::OpSignature* current_ = nullptr;  // the collective in Exchange, if any

@@ -92,6 +92,14 @@ class PeerTransport {
   // 32 MiB is copied once, as 128 segments of 256 KiB it is copied twice
   // (in and out of the shared-memory FIFO).
   virtual uint64_t DirectMessageBytes() const { return 0; }
+
+  // The longest message an algorithm should send in a step whose receiver
+  // reduces it (into a scratch segment): 0 means the algorithm's own
+  // segment size. A transport whose library moves data only inside its own
+  // calls (MPI) asks for more: a segment in flight while the previous one
+  // is reduced does not move meanwhile, and the library pipelines a long
+  // message itself.
+  virtual uint64_t ReduceMessageBytes() const { return 0; }
 };
 
 }  // namespace plexus::algos
