@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "check_util.hpp"
+#include "plexus/abi/call.hpp"
 #include "plexus/plexus.hpp"
 
 using plexus::Communicator;
@@ -147,7 +148,7 @@ void CheckConcurrentGroups(Communicator& world) {
          "two groups from two threads: " + S(bad[0] + bad[1]) + " wrong allreduces of 100");
 }
 
-// gather, scatter, allgatherv, alltoallv and allreduce_coalesced on c.
+// gather, scatter, allgatherv, alltoallv, allreduce_coalesced and reduce_scatterv on c.
 void CheckNewCollectives(Communicator& c, const std::string& where) {
   const uint32_t r = c.rank(), n = c.size();
   if (c.supports(PLEXUS_COLL_GATHER)) {
@@ -224,6 +225,40 @@ void CheckNewCollectives(Communicator& c, const std::string& where) {
     const int32_t sa = int32_t(n * (n + 1) / 2), sd = int32_t(n * (n - 1));
     Expect(a_out.front() == sa && a_out.back() == sa && d.front() == sd && d.back() == sd,
            where + ": allreduce_coalesced of 3 buffers (one empty, one in place)");
+  }
+  if (c.supports(PLEXUS_COLL_REDUCE_SCATTERV)) {
+    // ABI 1.4, posted through Communicator::Post as the list has it. Block
+    // j holds (j + 1) % 3 * 700 elements (one empty, some longer than a
+    // segment), packed in reverse rank order; rank i's element k of block
+    // j is i + j + k % 5, so the sums are exact. Out of place, then in place.
+    std::vector<uint64_t> counts(n), displs(n);
+    uint64_t total = 0;
+    for (uint32_t j = n; j-- > 0;) {
+      counts[j] = (j + 1) % 3 * 70000;
+      displs[j] = total;
+      total += counts[j];
+    }
+    for (bool in_place : {false, true}) {
+      std::vector<int32_t> send(total), recv(counts[r], -1);
+      for (uint32_t j = 0; j < n; ++j) {
+        for (uint64_t k = 0; k < counts[j]; ++k) send[displs[j] + k] = int32_t(r + j + k % 5);
+      }
+      plexus::abi::Call call{PLEXUS_COLL_REDUCE_SCATTERV,
+                             send.data(),
+                             in_place ? send.data() + displs[r] : recv.data(),
+                             counts[r],
+                             PLEXUS_DTYPE_INT32,
+                             PLEXUS_OP_SUM};
+      call.sendcounts = counts.data();
+      call.sdispls = displs.data();
+      c.Post(call).wait();
+      const int32_t* got = in_place ? send.data() + displs[r] : recv.data();
+      bool ok = true;
+      for (uint64_t k = 0; k < counts[r]; ++k) {
+        ok &= got[k] == int32_t(n * (n - 1) / 2 + n * (r + k % 5));
+      }
+      Expect(ok, where + ": reduce_scatterv of uneven blocks" + (in_place ? " in place" : ""));
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "plexus/abi/collectives.hpp"
 #include "plexus/plexus.hpp"
 #include "plugins/backend_calls.hpp"
 #include "plugins/plugin_loader.hpp"
@@ -42,7 +43,7 @@ TEST_CASE("a valid C plugin loads, initialises and reports its capabilities") {
   // Backend::Post takes any Call: a code that is no collective of the list
   // (past the capability word's 32 bits too) is an invalid argument, never a
   // shift past the word or a call through a slot that does not exist.
-  for (plexus_collective_t code : {plexus_collective_t(PLEXUS_COLL_COUNT_V1_2), 31u, 40u}) {
+  for (plexus_collective_t code : {plexus::abi::kCollectiveCount, 31u, 40u}) {
     CAPTURE(code);
     plexus::Status bad = b->CheckSupported(code, PLEXUS_DTYPE_FLOAT32, 0, nullptr);
     CHECK(bad.code() == PLEXUS_ERR_INVALID_ARGUMENT);

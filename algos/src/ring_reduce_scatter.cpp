@@ -1,6 +1,7 @@
-// Ring reduce-scatter: the first half of RingAllreduce, with equal blocks of
-// sig.count elements and the block numbering shifted so that rank r ends up
-// owning block r.
+// Ring reduce-scatter: the first half of RingAllreduce, with the block
+// numbering shifted so that rank r ends up owning block r; blocks of
+// sig.count elements (reduce_scatter) or of a count per rank
+// (reduce_scatterv).
 //
 // In step s (0 <= s < size-1) rank r sends its partial result for block
 // (r - s - 1) to its right neighbour and receives the left neighbour's partial
@@ -10,8 +11,8 @@
 // and the last step writes block r straight into recvbuf (divided by size for
 // AVG). Each rank moves (size-1)/size of the input: bandwidth-optimal. As in
 // RingAllreduce, segment k+1 is on the wire while segment k is reduced.
+#include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "blocks.hpp"
 #include "plexus/algos/collectives.hpp"
@@ -19,54 +20,83 @@
 #include "scratch.hpp"
 
 namespace plexus::algos {
+namespace {
 
-Status RingReduceScatter(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
-                         void* recvbuf) {
+// The ring over size blocks, block b being count(b) elements at element
+// displ(b) of sendbuf; rank r's result (count(r) elements) lands in recvbuf.
+template <class Count, class Displ>
+Status RingOverBlocks(PeerTransport& t, const OpSignature& sig, const void* sendbuf, void* recvbuf,
+                      Count count, Displ displ) {
   const size_t elem = DtypeSize(sig.dtype);
   const uint32_t n = t.size();
   const uint32_t r = t.rank();
-  const uint64_t block_bytes = sig.count * elem;
-  if (sig.count == 0) return {};
   const auto* in = static_cast<const uint8_t*>(sendbuf);
   auto* out = static_cast<uint8_t*>(recvbuf);
+  // sendbuf (or recvbuf) may be NULL where its blocks are all empty: no
+  // arithmetic on it then.
+  auto block = [&](uint32_t b) { return count(b) ? in + displ(b) * elem : in; };
   if (n == 1) {
-    if (in != out) std::memmove(out, in, block_bytes);
+    if (count(0) && block(0) != out) std::memmove(out, block(0), count(0) * elem);
     return {};
   }
+  uint64_t largest = 0;
+  for (uint32_t b = 0; b < n; ++b) largest = std::max(largest, count(b));
+  if (largest == 0) return {};
   const uint32_t left = (r + n - 1) % n;
   const uint32_t right = (r + 1) % n;
   const uint64_t seg = std::max<uint64_t>(1, ReduceSegmentBytes(t) / elem);
-  const uint64_t segs = SegmentCount(sig.count, seg);
   Scratch partial[2];
-  for (auto& p : partial) p = Scratch(n > 2 ? block_bytes : 0);
+  for (auto& p : partial) p = Scratch(n > 2 ? largest * elem : 0);
   Scratch scratch[2];
-  for (auto& sc : scratch) sc = Scratch(std::min<uint64_t>(seg, sig.count) * elem);
+  for (auto& sc : scratch) sc = Scratch(std::min<uint64_t>(seg, largest) * elem);
 
   for (uint32_t s = 0; s + 1 < n; ++s) {
     const uint32_t send_b = (r + 2 * n - s - 1) % n;
     const uint32_t recv_b = (r + 2 * n - s - 2) % n;
-    const uint8_t* source = s == 0 ? in + send_b * block_bytes : partial[(s + 1) % 2].data();
+    const uint8_t* source = s == 0 ? block(send_b) : partial[(s + 1) % 2].data();
     const bool last = s + 2 == n;  // recv_b == r
     uint8_t* dest = last ? out : partial[s % 2].data();
+    const uint64_t send_len = count(send_b), recv_len = count(recv_b);
+    const uint64_t segs = std::max(SegmentCount(send_len, seg), SegmentCount(recv_len, seg));
     uint64_t tickets[2] = {0, 0};
     auto start = [&](uint64_t k) {
-      const uint64_t bytes = SegmentLength(sig.count, seg, k) * elem;
-      const SendSpec send{right, source + k * seg * elem, bytes};
-      const RecvSpec recv{left, scratch[k % 2].data(), bytes};
-      return t.Start(sig, std::span(&send, 1), std::span(&recv, 1), &tickets[k % 2]);
+      const uint64_t s_elems = SegmentLength(send_len, seg, k);
+      const uint64_t r_elems = SegmentLength(recv_len, seg, k);
+      const SendSpec send{right, source + k * seg * elem, s_elems * elem};
+      const RecvSpec recv{left, scratch[k % 2].data(), r_elems * elem};
+      return t.Start(sig, std::span(&send, s_elems ? 1 : 0), std::span(&recv, r_elems ? 1 : 0),
+                     &tickets[k % 2]);
     };
     PLEXUS_ALGOS_RETURN_IF_ERROR(start(0));
     for (uint64_t k = 0; k < segs; ++k) {
       if (k + 1 < segs) PLEXUS_ALGOS_RETURN_IF_ERROR(start(k + 1));
       PLEXUS_ALGOS_RETURN_IF_ERROR(t.Finish(tickets[k % 2]));
-      const uint64_t len = SegmentLength(sig.count, seg, k);
+      const uint64_t len = SegmentLength(recv_len, seg, k);
       const uint64_t at = k * seg * elem;
-      ReduceTo(dest + at, in + recv_b * block_bytes + at, scratch[k % 2].data(), len, sig.dtype,
-               sig.op);
+      if (len)
+        ReduceTo(dest + at, block(recv_b) + at, scratch[k % 2].data(), len, sig.dtype, sig.op);
     }
   }
-  if (sig.op == PLEXUS_OP_AVG) FinishAverage(out, sig.count, sig.dtype, n);
+  if (sig.op == PLEXUS_OP_AVG) FinishAverage(out, count(r), sig.dtype, n);
   return {};
+}
+
+}  // namespace
+
+Status RingReduceScatter(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
+                         void* recvbuf) {
+  const uint64_t c = sig.count;
+  return RingOverBlocks(
+      t, sig, sendbuf, recvbuf, [c](uint32_t) { return c; }, [c](uint32_t b) { return b * c; });
+}
+
+Status Algorithm<PLEXUS_COLL_REDUCE_SCATTERV>::Run(PeerTransport& t, const OpSignature& sig,
+                                                   const abi::Call& call) {
+  const uint64_t* counts = call.sendcounts;
+  const uint64_t* displs = call.sdispls;
+  return RingOverBlocks(
+      t, sig, call.sendbuf, call.recvbuf, [counts](uint32_t b) { return counts[b]; },
+      [displs](uint32_t b) { return displs[b]; });
 }
 
 }  // namespace plexus::algos

@@ -9,8 +9,14 @@
 namespace plexus::abi {
 namespace {
 
-static_assert(kCollectiveCount == PLEXUS_COLL_COUNT_V1_2,
-              "collectives.def and backend.h's codes disagree");
+static_assert(
+    [] {
+      for (plexus_collective_t c = 0; c < kCollectiveCount; ++c) {
+        if (SlotEnd(c) == 0) return false;
+      }
+      return true;
+    }(),
+    "the codes of collectives.def are not 0 .. kCollectiveCount - 1");
 
 Status Invalid(const Call& c, const std::string& why) {
   return {PLEXUS_ERR_INVALID_ARGUMENT, std::string(CollectiveName(c.coll)) + ": " + why};
@@ -41,13 +47,32 @@ VCounts VCounts::Of(const Call& call, uint32_t size) {
   auto copy = [size](const uint64_t* a) {
     return a ? std::vector<uint64_t>(a, a + size) : std::vector<uint64_t>();
   };
-  if (call.coll == PLEXUS_COLL_ALLTOALLV) {
+  const Traits r = TraitsOf(call.coll);
+  if (r.send_per_rank) {
     v.sendcounts = copy(call.sendcounts);
     v.sdispls = copy(call.sdispls);
   }
-  v.recvcounts = copy(call.recvcounts);
-  v.rdispls = copy(call.rdispls);
+  if (r.recv_per_rank) {
+    v.recvcounts = copy(call.recvcounts);
+    v.rdispls = copy(call.rdispls);
+  }
   return v;
+}
+
+OwnedCall OwnedCall::Of(const Call& call, uint32_t size) {
+  OwnedCall o;
+  o.call = call;
+  o.v = VCounts::Of(call, size);
+  o.Point();
+  return o;
+}
+
+void OwnedCall::Point() {
+  auto at = [](const std::vector<uint64_t>& a) { return a.empty() ? nullptr : a.data(); };
+  call.sendcounts = at(v.sendcounts);
+  call.sdispls = at(v.sdispls);
+  call.recvcounts = at(v.recvcounts);
+  call.rdispls = at(v.rdispls);
 }
 
 namespace {
@@ -96,36 +121,55 @@ Status Disjoint(const Call& c, const char* what, std::vector<Block> blocks) {
   return {};
 }
 
-Status CheckV(const Call& c, CommShape comm, size_t elem) {
-  const bool all = c.coll == PLEXUS_COLL_ALLTOALLV;
-  if (!c.recvcounts || !c.rdispls || (all && (!c.sendcounts || !c.sdispls))) {
-    return Invalid(c, all ? "NULL counts or displacements array" : "NULL recvcounts or displs");
+// The v-collectives: each per-rank side (traits send_per_rank,
+// recv_per_rank) is described by arrays; a side that is not per rank is
+// count elements, which must be this rank's block of the other side.
+Status CheckV(const Call& c, const Traits& r, CommShape comm, size_t elem) {
+  const bool all = r.send_per_rank && r.recv_per_rank;
+  if ((r.recv_per_rank && (!c.recvcounts || !c.rdispls)) ||
+      (r.send_per_rank && (!c.sendcounts || !c.sdispls))) {
+    return Invalid(c, all               ? "NULL counts or displacements array"
+                      : r.recv_per_rank ? "NULL recvcounts or displs"
+                                        : "NULL sendcounts or displs");
   }
   std::vector<Block> recv_blocks, send_blocks;
   uint64_t recv_extent = 0, send_extent = 0;
-  Status st =
-      BlocksOf(c, "receive", c.recvcounts, c.rdispls, comm.size, elem, &recv_blocks, &recv_extent);
-  if (!st.ok()) return st;
-  if (all) {
+  Status st;
+  if (r.recv_per_rank) {
+    st = BlocksOf(c, "receive", c.recvcounts, c.rdispls, comm.size, elem, &recv_blocks,
+                  &recv_extent);
+  }
+  if (st.ok() && r.send_per_rank) {
     st = BlocksOf(c, "send", c.sendcounts, c.sdispls, comm.size, elem, &send_blocks, &send_extent);
-    // The block a rank sends itself has no peer to check its size against.
-    if (st.ok() && c.sendcounts[comm.rank] != c.recvcounts[comm.rank]) {
-      return Invalid(c, "sendcounts[" + std::to_string(comm.rank) +
-                            "] = " + std::to_string(c.sendcounts[comm.rank]) +
-                            " differs from recvcounts[" + std::to_string(comm.rank) +
-                            "] = " + std::to_string(c.recvcounts[comm.rank]) +
-                            " (the block this rank sends itself)");
-    }
-  } else if (c.count != c.recvcounts[comm.rank]) {
-    return Invalid(c, "sendcount " + std::to_string(c.count) + " differs from recvcounts[" +
-                          std::to_string(comm.rank) +
-                          "] = " + std::to_string(c.recvcounts[comm.rank]));
-  } else if (__builtin_mul_overflow(c.count, uint64_t(elem), &send_extent) ||
-             send_extent > kMaxBytes) {
-    return Invalid(c, "sendcount " + std::to_string(c.count) + " exceeds 2^62 bytes");
   }
   if (!st.ok()) return st;
-  st = Disjoint(c, "receive", recv_blocks);
+  const std::string at = "[" + std::to_string(comm.rank) + "] = ";
+  if (all) {
+    // The block a rank sends itself has no peer to check its size against.
+    if (c.sendcounts[comm.rank] != c.recvcounts[comm.rank]) {
+      return Invalid(c, "sendcounts" + at + std::to_string(c.sendcounts[comm.rank]) +
+                            " differs from recvcounts" + at +
+                            std::to_string(c.recvcounts[comm.rank]) +
+                            " (the block this rank sends itself)");
+    }
+  } else {
+    // One side is count elements: this rank's block of the other side.
+    const uint64_t block = r.recv_per_rank ? c.recvcounts[comm.rank] : c.sendcounts[comm.rank];
+    const char* name = r.recv_per_rank ? "sendcount " : "recvcount ";
+    if (c.count != block) {
+      return Invalid(c, name + std::to_string(c.count) + " differs from " +
+                            (r.recv_per_rank ? "recvcounts" : "sendcounts") + at +
+                            std::to_string(block));
+    }
+    uint64_t& extent = r.recv_per_rank ? send_extent : recv_extent;
+    if (__builtin_mul_overflow(c.count, uint64_t(elem), &extent) || extent > kMaxBytes) {
+      return Invalid(c, name + std::to_string(c.count) + " exceeds 2^62 bytes");
+    }
+  }
+  // The blocks written (receive), or reduced into one rank's result
+  // (reduce_scatterv's sends), may not share an element.
+  if (r.recv_per_rank) st = Disjoint(c, "receive", recv_blocks);
+  if (st.ok() && r.send_per_rank && !all) st = Disjoint(c, "send", send_blocks);
   if (!st.ok()) return st;
   if (recv_extent > 0 && !c.recvbuf) return Invalid(c, "NULL buffer (recvbuf)");
   if (send_extent > 0 && !c.sendbuf) return Invalid(c, "NULL buffer (sendbuf)");
@@ -133,18 +177,20 @@ Status CheckV(const Call& c, CommShape comm, size_t elem) {
   const auto* recv = static_cast<const uint8_t*>(c.recvbuf);
   if (!all) {
     if (!Overlap(send, send_extent, recv, recv_extent)) return {};
-    if (send == recv + c.rdispls[comm.rank] * elem) return {};
-    return Invalid(c,
-                   "sendbuf lies in recvbuf but not at the in-place position (recvbuf + "
-                   "displs[rank] elements)");
+    if (r.recv_per_rank && send == recv + c.rdispls[comm.rank] * elem) return {};
+    if (r.send_per_rank && recv == send + c.sdispls[comm.rank] * elem) return {};
+    return Invalid(c, r.recv_per_rank ? "sendbuf lies in recvbuf but not at the in-place "
+                                        "position (recvbuf + displs[rank] elements)"
+                                      : "recvbuf lies in sendbuf but not at the in-place "
+                                        "position (sendbuf + sdispls[rank] elements)");
   }
   // Not in place: no send block may share memory with a receive block.
-  for (const Block& s : send_blocks) {
-    for (const Block& r : recv_blocks) {
-      if (Overlap(send + s.begin, s.end - s.begin, recv + r.begin, r.end - r.begin)) {
-        return Invalid(c, "send block of rank " + std::to_string(s.rank) +
-                              " overlaps receive block of rank " + std::to_string(r.rank) +
-                              " (alltoallv is not in place)");
+  for (const Block& sb : send_blocks) {
+    for (const Block& rb : recv_blocks) {
+      if (Overlap(send + sb.begin, sb.end - sb.begin, recv + rb.begin, rb.end - rb.begin)) {
+        return Invalid(c, "send block of rank " + std::to_string(sb.rank) +
+                              " overlaps receive block of rank " + std::to_string(rb.rank) + " (" +
+                              CollectiveName(c.coll) + " is not in place)");
       }
     }
   }
@@ -236,7 +282,7 @@ Status CheckCall(const Call& c, CommShape comm, uint32_t memory_types) {
                                         (takes.empty() ? std::string(" (it takes no memory here)")
                                                        : " (it takes " + takes + " memory only)")};
   }
-  if (r.layout == Layout::kPerRankCounts) return CheckV(c, comm, elem);
+  if (r.layout == Layout::kPerRankCounts) return CheckV(c, r, comm, elem);
   if (r.layout == Layout::kBufferList) return CheckCoalesced(c, elem);
   // Every buffer's byte size must fit well inside the address space.
   // (Every post passes here: multiplications, not divisions.)
@@ -318,13 +364,15 @@ std::string DescribeCall(const Call& c) {
   if (c.coll == PLEXUS_COLL_ALLREDUCE_COALESCED) {
     s += ", " + std::to_string(c.nbuffers) + " buffers";
   }
-  if (c.coll != PLEXUS_COLL_ALLTOALLV) {
-    s += std::string(c.coll == PLEXUS_COLL_ALLGATHERV ? ", sendcount " : ", count ") +
-         std::to_string(c.count);
+  const Traits r = TraitsOf(c.coll);
+  if (r.layout != Layout::kPerRankCounts) {
+    s += ", count " + std::to_string(c.count);
+  } else if (!(r.send_per_rank && r.recv_per_rank)) {
+    s += std::string(r.recv_per_rank ? ", sendcount " : ", recvcount ") + std::to_string(c.count);
   }
   s += std::string(", ") + DtypeName(c.dtype);
   if (IsReduction(c.coll)) s += std::string(", ") + ReduceOpName(c.op);
-  if (TraitsOf(c.coll).root == Root::kRoot) s += ", root " + std::to_string(c.root);
+  if (r.root == Root::kRoot) s += ", root " + std::to_string(c.root);
   if (c.coll == PLEXUS_COLL_SEND || c.coll == PLEXUS_COLL_RECV) {
     s += ", peer " + std::to_string(c.root);
   }

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "plexus/abi/collectives.hpp"
 #include "plexus/algos/describe.hpp"
 #include "plexus/algos/dtype.hpp"
 #include "ucx_tag.hpp"
@@ -59,7 +60,7 @@ int64_t MsSince(Clock::time_point t) {
 // could match each other's frames, and collide with messages numbered like
 // their operation.
 bool IsCollective(const algos::OpSignature& s) {
-  return s.coll < PLEXUS_COLL_COUNT_V1_2 && s.coll != PLEXUS_COLL_SEND &&
+  return s.coll < plexus::abi::kCollectiveCount && s.coll != PLEXUS_COLL_SEND &&
          s.coll != PLEXUS_COLL_RECV;
 }
 

@@ -1,8 +1,8 @@
 #include "plexus/kit/collective_algorithms.hpp"
 
-#include <numeric>
 #include <vector>
 
+#include "plexus/abi/collectives.hpp"
 #include "plexus/algos/collectives.hpp"
 
 namespace plexus::kit {
@@ -23,6 +23,23 @@ algos::Status OneHostShmReduceScatter(algos::PeerTransport& t, const algos::OpSi
 algos::Status OneHostShmAllgather(algos::PeerTransport& t, const algos::OpSignature& sig,
                                   const void* sendbuf, void* recvbuf) {
   return static_cast<QueueTransport&>(t).one_host_shm()->Allgather(sig, sendbuf, recvbuf);
+}
+
+// A collective with no case in AlgosBody: the algorithm the list binds to
+// it (algos::Algorithm<code>), run on a copy of the call's arrays.
+OpBody ListBody(const Call& call, uint32_t size) {
+  OpBody body;
+  abi::ForEachCollective([&](auto c) {
+    using Run = algos::Algorithm<decltype(c)::kCode>;
+    if constexpr (requires { &Run::Run; }) {
+      if (call.coll != decltype(c)::kCode) return;
+      body = [owned = abi::OwnedCall::Of(call, size)](algos::PeerTransport& t,
+                                                      const algos::OpSignature& s) {
+        return Run::Run(t, s, owned.call);
+      };
+    }
+  });
+  return body;
 }
 
 algos::AllreduceFn AllreduceOf(AllreduceAlgo allreduce) {
@@ -107,8 +124,10 @@ OpBody AlgosBody(const Call& call, uint32_t size, AllreduceAlgo allreduce) {
         return algos::PackedAllreduceCoalesced(t, s, sends, recvs, counts, run);
       };
     }
-    default:  // barrier
+    case PLEXUS_COLL_BARRIER:
       return [](T& t, const S& s) { return algos::DisseminationBarrier(t, s); };
+    default:
+      return ListBody(call, size);
   }
 }
 
@@ -121,18 +140,28 @@ int32_t PostAlgos(OpQueue& queue, const Call& call, AllreduceAlgo allreduce,
   if (call.coll == PLEXUS_COLL_RECV) {
     return queue.PostMessage(false, call.root, call.recvbuf, call.count, call.dtype, req_out);
   }
-  // The signature every frame carries must be the same on every rank.
-  // allgatherv's count is this rank's sendcount, which differs between
-  // ranks: its frames carry the sum of recvcounts instead (so ranks whose
-  // arrays add up differently mismatch at once). alltoallv has no count the
-  // same everywhere (its call's count is 0), so its frames carry 0; the
-  // algorithm checks every block's size frame by frame. (So an alltoallv
-  // of any size may run on a waiting caller's thread, as small operations
-  // do: it uses no scratch memory, which is why large ones stay on the
-  // worker; see OpQueueOptions::inline_max_bytes.)
+  // The signature every frame carries must be the same on every rank. A
+  // v-collective whose arrays are alike on every rank (allgatherv: its
+  // count is this rank's sendcount, which differs between ranks) carries
+  // the sum of its counts and a hash of them in root (which it has no use
+  // for), so that ranks whose arrays differ mismatch at once. alltoallv has
+  // no count the same everywhere (its call's count is 0), so its frames
+  // carry 0; the algorithm checks every block's size frame by frame. (So an
+  // alltoallv of any size may run on a waiting caller's thread, as small
+  // operations do: it uses no scratch memory, which is why large ones stay
+  // on the worker; see OpQueueOptions::inline_max_bytes.)
   algos::OpSignature sig{0, call.coll, call.dtype, call.op, call.count, call.root};
-  if (call.coll == PLEXUS_COLL_ALLGATHERV) {
-    sig.count = std::accumulate(call.recvcounts, call.recvcounts + queue.size(), uint64_t{0});
+  const abi::Traits traits = abi::TraitsOf(call.coll);
+  const bool v_collective = traits.layout == abi::Layout::kPerRankCounts;
+  if (traits.counts_alike) {
+    const uint64_t* counts = traits.recv_per_rank ? call.recvcounts : call.sendcounts;
+    uint64_t hash = 1469598103934665603ull;  // FNV-1a over the counts
+    sig.count = 0;
+    for (uint32_t j = 0; j < queue.size(); ++j) {
+      sig.count += counts[j];
+      hash = (hash ^ counts[j]) * 1099511628211ull;
+    }
+    sig.root = uint32_t(hash ^ (hash >> 32)) & 0x7FFFFFFFu;
   }
   // A collective of count 0 may complete without the peers when every rank
   // knows that no rank sends or receives anything: count is the same on
@@ -140,8 +169,6 @@ int32_t PostAlgos(OpQueue& queue, const Call& call, AllreduceAlgo allreduce,
   // rank posts alike). Not the v-collectives: a rank that moves nothing
   // itself may still have to agree with the others that it moves nothing,
   // and one whose counts disagree must fail rather than skip.
-  const bool v_collective =
-      call.coll == PLEXUS_COLL_ALLGATHERV || call.coll == PLEXUS_COLL_ALLTOALLV;
   const bool empty = call.count == 0 && call.coll != PLEXUS_COLL_BARRIER && !v_collective;
   // On one host, allreduce (and its packed coalesced form), reduce_scatter
   // and allgather through shared memory when the backend attached it: every

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "plexus/abi/call.hpp"
 #include "plexus_backend.hpp"
 #include "posting.hpp"
 #include "reductions.hpp"
@@ -157,15 +158,60 @@ c10::intrusive_ptr<c10d::Work> PlexusBackend::reduce_scatter(
     at::Tensor& out = const_cast<at::Tensor&>(OneTensor(outputs, "reduce_scatter"));
     TORCH_CHECK(inputs.size() == 1 && int(inputs[0].size()) == getSize(),
                 "plexus reduce_scatter: one list of size() input tensors");
+    bool even = true;
     for (const auto& i : inputs[0]) {
       CheckSameKind(i, out, "reduce_scatter");
-      TORCH_CHECK(i.numel() == out.numel(), "plexus reduce_scatter: an input of ", i.numel(),
-                  " elements for an output of ", out.numel());
+      even = even && i.numel() == out.numel();
     }
     at::Tensor packed = Pack(inputs[0]);
-    auto work =
-        c10::static_intrusive_pointer_cast<PlexusWork>(_reduce_scatter_base(out, packed, opts));
-    work->keep.push_back(packed);
+    if (even) {
+      auto work =
+          c10::static_intrusive_pointer_cast<PlexusWork>(_reduce_scatter_base(out, packed, opts));
+      work->keep.push_back(packed);
+      return Handed(work, opts);
+    }
+    // Blocks of different sizes (torch's list form allows them): reduce_scatterv.
+    const int rank = getRank();
+    TORCH_CHECK(inputs[0][rank].numel() == out.numel(), "plexus reduce_scatter: input ", rank,
+                " (this rank's block) holds ", inputs[0][rank].numel(), " elements, the output ",
+                out.numel());
+    std::vector<uint64_t> counts, displs;
+    for (const auto& i : inputs[0]) {
+      displs.push_back(counts.empty() ? 0 : displs.back() + counts.back());
+      counts.push_back(uint64_t(i.numel()));
+    }
+    const std::string& backend = comm_.backend_name();
+    const Reduction r = ReductionOf(opts.reduceOp, packed, "reduce_scatter", backend);
+    auto work = NewWork(OpType::REDUCE_SCATTER, Described("reduce_scatter", out), {out});
+    Flat o = AsFlat(out, "reduce_scatter", backend);
+    Flat in = AsFlat(packed, "reduce_scatter", backend);
+    if (r.kind == Reduction::kFold) {
+      // Every rank's packed input has the same length: an allgather.
+      at::Tensor gathered = at::empty({int64_t(getSize()), packed.numel()}, packed.options());
+      work->posted.push_back(
+          comm_.allgather(in.data, gathered.data_ptr(), in.count, in.dtype, in.where()));
+      work->finishers.push_back([gathered, dst = o.tensor, n = int64_t(counts[rank]),
+                                 at = int64_t(displs[rank]), fold = r.fold]() mutable {
+        dst.view({-1}).copy_(Fold(gathered.narrow(1, at, n), fold));
+      });
+      work->keep = {in.tensor, gathered, o.tensor};
+    } else {
+      if (r.kind == Reduction::kPremul) Premultiply(opts.reduceOp, in.tensor);  // our own copy
+      const plexus::ReduceOp op = r.kind == Reduction::kPremul ? plexus::ReduceOp::Sum : r.op;
+      plexus::abi::Call call{PLEXUS_COLL_REDUCE_SCATTERV,
+                             in.data,
+                             o.data,
+                             o.count,
+                             static_cast<plexus_dtype_t>(o.dtype),
+                             static_cast<plexus_reduce_op_t>(op),
+                             0,
+                             o.where()};
+      call.sendcounts = counts.data();
+      call.sdispls = displs.data();
+      work->posted.push_back(comm_.Post(call));
+      work->keep = {in.tensor, o.tensor};
+    }
+    CopyBackLater(*work, out, o);
     return Handed(work, opts);
   });
 }

@@ -128,7 +128,9 @@ void Finalize(plexus_backend_ctx* ctx) {
 
 int32_t Caps(plexus_backend_ctx* ctx, plexus_capabilities* caps) {
   const int32_t rc = g_inner->get_capabilities(ctx->inner, caps);
-  if (rc == PLEXUS_OK) caps->collectives |= kNew;
+  // The collectives of 1.2, whatever the inner backend claims beyond them.
+  if (rc == PLEXUS_OK)
+    caps->collectives = (caps->collectives | kNew) & ((1u << PLEXUS_COLL_COUNT_V1_2) - 1);
   return rc;
 }
 

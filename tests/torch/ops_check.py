@@ -206,6 +206,16 @@ def check_reduce_scatter():
                                 group=PLEXUS)
             check(equal(got2, want, exact_for(op, dtype)),
                   f"reduce_scatter {dtype} {op}: {got2} != {want}")
+            # Blocks of different sizes, one empty (Plexus's reduce_scatterv).
+            sizes = [(j * 3 + 2) % 5 for j in range(SIZE)]
+            at = sum(sizes[:RANK])
+            uneven = inputs(dtype, sum(sizes), 7)
+            want3 = reference(op, everyones(uneven), 2.5)[at:at + sizes[RANK]]
+            got3 = torch.empty(sizes[RANK], dtype=dtype)
+            dist.reduce_scatter(got3, list(uneven.clone().split(sizes)), op=torch_op(op),
+                                group=PLEXUS)
+            check(equal(got3, want3, exact_for(op, dtype)),
+                  f"reduce_scatter of blocks {sizes} {dtype} {op}: {got3} != {want3}")
 
 
 def check_all_reduce_coalesced():

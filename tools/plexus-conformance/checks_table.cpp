@@ -9,6 +9,7 @@
 #include "check.hpp"
 #include "data.hpp"
 #include "elf_symbols.hpp"
+#include "plexus/abi/collectives.hpp"
 #include "plugin.hpp"
 #include "rank_record.hpp"
 
@@ -25,9 +26,14 @@ constexpr size_t kTableSize12 = PLEXUS_CONFORMANCE_SLOT_END(comm_split);
 constexpr size_t kAbsurdTableSize = 64 * 1024;
 
 constexpr uint32_t kKnownDtypes = ((1u << (PLEXUS_DTYPE_MAX_V1 + 1)) - 1) & ~1u;
-// The collective codes a table of abi_minor may claim: 0-8, and 9-13 from 1.2.
+// The collective codes a table of abi_minor may claim: those the list says
+// came in that minor or before.
 uint32_t KnownCollectives(uint16_t abi_minor) {
-  return (1u << (abi_minor >= 2 ? PLEXUS_COLL_COUNT_V1_2 : PLEXUS_COLL_COUNT_V1)) - 1;
+  uint32_t known = 0;
+  for (plexus_collective_t coll = 0; coll < abi::kCollectiveCount; ++coll) {
+    if (abi::MinorOf(coll) <= abi_minor) known |= 1u << coll;
+  }
+  return known;
 }
 constexpr uint32_t kKnownMemory = (1u << PLEXUS_MEMORY_HOST) | (1u << PLEXUS_MEMORY_CUDA);
 constexpr uint32_t kKnownFlags = PLEXUS_CAP_IN_PLACE | PLEXUS_CAP_STREAM_ORDERED | PLEXUS_CAP_ABORT;
@@ -142,7 +148,8 @@ Outcome Slots12(Context& ctx) {
                          "with comm_create)");
   }
   std::string present, absent;
-  for (plexus_collective_t coll = PLEXUS_COLL_GATHER; coll < PLEXUS_COLL_COUNT_V1_2; ++coll) {
+  for (plexus_collective_t coll = 0; coll < abi::kCollectiveCount; ++coll) {
+    if (abi::MinorOf(coll) != 2) continue;
     std::string& list = p.HasCollective(coll) ? present : absent;
     list += (list.empty() ? "" : ", ") + std::string(CollectiveName(coll));
   }
@@ -220,16 +227,24 @@ Outcome CapabilityCodes(Context& ctx) {
   std::string notes;
   const uint16_t minor = ctx.table().abi_minor;
   const uint32_t known = KnownCollectives(minor);
-  const uint32_t of12 = KnownCollectives(2) & ~known;  // 1.2's codes, for an older table
-  if (c.collectives & ~(known | of12)) {
-    f.Add("collectives has unknown bits " + HexMask(c.collectives & ~(known | of12)));
+  // Codes of a later minor, for an older table.
+  const uint32_t later = KnownCollectives(PLEXUS_ABI_MINOR) & ~known;
+  if (c.collectives & ~(known | later)) {
+    f.Add("collectives has unknown bits " + HexMask(c.collectives & ~(known | later)));
   }
-  if (c.collectives & of12) {
+  if (c.collectives & later) {
     // A plugin that passes on another's capabilities, say. The host reads
-    // no 1.2 bit of an older table (it has no slots for them), and nor does
-    // the rest of this suite.
-    notes += "; collectives bits " + HexMask(c.collectives & of12) +
-             " (ABI 1.2's) ignored: an ABI 1." + std::to_string(minor) +
+    // no bit of a later minor in an older table (it has no slots for
+    // them), and nor does the rest of this suite.
+    std::string minors;
+    uint32_t last = 0;
+    for (plexus_collective_t coll = 0; coll < abi::kCollectiveCount; ++coll) {
+      if (!(c.collectives & later & (1u << coll)) || abi::MinorOf(coll) == last) continue;
+      last = abi::MinorOf(coll);
+      minors += (minors.empty() ? "1." : " and 1.") + std::to_string(last);
+    }
+    notes += "; collectives bits " + HexMask(c.collectives & later) + " (ABI " + minors +
+             "'s) ignored: an ABI 1." + std::to_string(minor) +
              " table has no slots for them (claim only the codes your header knows)";
   }
   if (!(c.memory_types & (1u << PLEXUS_MEMORY_HOST))) {
@@ -268,7 +283,7 @@ Outcome CapabilitiesAgainstSlots(Context& ctx) {
   const plexus_capabilities& c = ctx.plugin().caps();
   Findings f;
   std::string unclaimed;
-  for (plexus_collective_t coll = 0; coll < PLEXUS_COLL_COUNT_V1_2; ++coll) {
+  for (plexus_collective_t coll = 0; coll < abi::kCollectiveCount; ++coll) {
     const bool claimed = c.collectives & (1u << coll);
     // (1.2 slots only of a 1.2 table long enough: Plugin::HasCollective.)
     const bool slot = ctx.plugin().HasCollective(coll);
@@ -279,9 +294,10 @@ Outcome CapabilitiesAgainstSlots(Context& ctx) {
     if (!claimed && slot)
       unclaimed += std::string(unclaimed.empty() ? "" : ", ") + CollectiveName(coll);
   }
-  const uint32_t reductions = (1u << PLEXUS_COLL_ALLREDUCE) | (1u << PLEXUS_COLL_REDUCE) |
-                              (1u << PLEXUS_COLL_REDUCE_SCATTER) |
-                              (1u << PLEXUS_COLL_ALLREDUCE_COALESCED);
+  uint32_t reductions = 0;
+  for (plexus_collective_t coll = 0; coll < abi::kCollectiveCount; ++coll) {
+    if (abi::IsReduction(coll)) reductions |= 1u << coll;
+  }
   uint32_t any_reduce = 0;
   for (uint32_t op = PLEXUS_OP_SUM; op <= PLEXUS_OP_MAX_V1; ++op) any_reduce |= c.reduce_dtypes[op];
   std::string notes;

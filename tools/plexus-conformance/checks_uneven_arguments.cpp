@@ -1,7 +1,8 @@
 // Calls of the ABI 1.2 collectives a backend must refuse with
 // INVALID_ARGUMENT, posting nothing: counts and displacements whose byte
 // size overflows, overlapping receive blocks, alltoallv send and receive
-// blocks that overlap, an allgatherv sendcount other than recvcounts[rank],
+// blocks that overlap, an allgatherv sendcount other than recvcounts[rank]
+// (reduce_scatterv's recvcount other than sendcounts[rank]),
 // roots out of range, allreduce_coalesced with nbuffers 0, NULL arrays or
 // overlapping buffers, and NULL buffers and unknown codes. Then a valid post
 // of the same collective must still work on the same communicator (nothing
@@ -103,83 +104,99 @@ std::vector<RefusedCall> RootedInvalid(plexus_collective_t coll, Args a, uint32_
   return out;
 }
 
-// --- allgatherv -----------------------------------------------------------
+// --- allgatherv and reduce_scatterv -------------------------------------
 
-// Valid: 4 elements per rank, packed in rank order; edit changes it.
+// Valid: 4 elements per rank, packed in rank order; edit changes it. The
+// arrays describe the blocks (allgatherv's recvbuf, reduce_scatterv's
+// sendbuf); count is this rank's block, the other buffer.
 struct GatherV {
   std::vector<uint64_t> counts, displs;
-  uint64_t sendcount = 4;
-  bool null_counts = false, null_displs = false, null_send = false, null_recv = false;
+  uint64_t count = 4;
+  bool null_counts = false, null_displs = false, null_own = false, null_blocks = false;
 };
 
-RefusedCall AllgathervCall(std::string what, std::function<void(GatherV&, uint32_t, uint32_t)> edit,
-                           Args a) {
-  return {
-      std::move(what), [edit, a](Context& ctx, Buffer& send, Buffer& recv, plexus_request** req) {
-        GatherV v;
-        for (uint32_t r = 0; r < ctx.size; ++r) {
-          v.counts.push_back(4);
-          v.displs.push_back(4 * uint64_t(r));
-        }
-        edit(v, ctx.rank, ctx.size);
-        return ctx.calls().post(ctx.comm(),
-                                abi::Call{.coll = PLEXUS_COLL_ALLGATHERV,
-                                          .sendbuf = v.null_send ? nullptr : send.data(),
-                                          .recvbuf = v.null_recv ? nullptr : recv.data(),
-                                          .count = v.sendcount,
-                                          .dtype = a.dtype,
-                                          .placement = a.placement,
-                                          .recvcounts = v.null_counts ? nullptr : v.counts.data(),
-                                          .rdispls = v.null_displs ? nullptr : v.displs.data()},
-                                req);
-      }};
+RefusedCall VCall(plexus_collective_t coll, std::string what,
+                  std::function<void(GatherV&, uint32_t, uint32_t)> edit, Args a) {
+  return {std::move(what),
+          [coll, edit, a](Context& ctx, Buffer& send, Buffer& recv, plexus_request** req) {
+            GatherV v;
+            for (uint32_t r = 0; r < ctx.size; ++r) {
+              v.counts.push_back(4);
+              v.displs.push_back(4 * uint64_t(r));
+            }
+            edit(v, ctx.rank, ctx.size);
+            const bool gather = coll == PLEXUS_COLL_ALLGATHERV;
+            abi::Call c{.coll = coll,
+                        .sendbuf = (gather ? v.null_own : v.null_blocks) ? nullptr : send.data(),
+                        .recvbuf = (gather ? v.null_blocks : v.null_own) ? nullptr : recv.data(),
+                        .count = v.count,
+                        .dtype = a.dtype,
+                        .op = gather ? 0 : a.op,
+                        .placement = a.placement};
+            (gather ? c.recvcounts : c.sendcounts) = v.null_counts ? nullptr : v.counts.data();
+            (gather ? c.rdispls : c.sdispls) = v.null_displs ? nullptr : v.displs.data();
+            return ctx.calls().post(ctx.comm(), c, req);
+          }};
 }
 
-std::vector<RefusedCall> AllgathervInvalid(Args a, uint32_t size) {
+std::vector<RefusedCall> VInvalid(plexus_collective_t coll, Args a, uint32_t size) {
   const uint64_t es = ElementSize(a.dtype);
   const uint64_t big = kTwo63 / es, wrap = es > 1 ? UINT64_MAX / es + 1 : 0;
+  const bool gather = coll == PLEXUS_COLL_ALLGATHERV;
+  const std::string counts = gather ? "recvcounts" : "sendcounts";
+  const std::string count = gather ? "sendcount" : "recvcount";
+  const std::string own = gather ? "sendbuf" : "recvbuf", blocks = gather ? "recvbuf" : "sendbuf";
+  auto call = [&](std::string what, std::function<void(GatherV&, uint32_t, uint32_t)> edit,
+                  Args args) { return VCall(coll, std::move(what), std::move(edit), args); };
   std::vector<RefusedCall> out;
-  out.push_back(AllgathervCall(
-      "sendcount 5 but recvcounts[rank] 4", [](GatherV& v, uint32_t, uint32_t) { v.sendcount = 5; },
+  out.push_back(call(
+      count + " 5 but " + counts + "[rank] 4", [](GatherV& v, uint32_t, uint32_t) { v.count = 5; },
       a));
   // Another rank's entry (this rank's own with one rank), so that the
-  // sendcount check alone does not catch it.
-  out.push_back(AllgathervCall(
-      "recvcounts[another rank] " + std::to_string(big) + " (x " + std::to_string(es) +
+  // count check alone does not catch it.
+  out.push_back(call(
+      counts + "[another rank] " + std::to_string(big) + " (x " + std::to_string(es) +
           " bytes is 2^63)",
       [big](GatherV& v, uint32_t rank, uint32_t n) {
         const uint32_t j = (rank + 1) % n;
         v.counts[j] = big;
-        if (j == rank) v.sendcount = big;
+        if (j == rank) v.count = big;
       },
       a));
-  out.push_back(AllgathervCall(
+  out.push_back(call(
       "displs[another rank] 2^64-2 (count + displacement wraps around)",
       [](GatherV& v, uint32_t rank, uint32_t n) { v.displs[(rank + 1) % n] = UINT64_MAX - 1; }, a));
   if (wrap != 0) {
-    out.push_back(AllgathervCall(
+    out.push_back(call(
         "displs[another rank] " + std::to_string(wrap) + " (x " + std::to_string(es) +
             " bytes wraps around to 0)",
         [wrap](GatherV& v, uint32_t rank, uint32_t n) { v.displs[(rank + 1) % n] = wrap; }, a));
   }
   if (size > 1) {
-    out.push_back(AllgathervCall(
-        "overlapping receive blocks (every displacement 0)",
+    out.push_back(call(
+        std::string(gather ? "overlapping receive blocks" : "overlapping send blocks") +
+            " (every displacement 0)",
         [](GatherV& v, uint32_t, uint32_t) { std::fill(v.displs.begin(), v.displs.end(), 0); }, a));
   }
-  out.push_back(AllgathervCall(
-      "NULL recvcounts", [](GatherV& v, uint32_t, uint32_t) { v.null_counts = true; }, a));
-  out.push_back(AllgathervCall(
+  out.push_back(call(
+      "NULL " + counts, [](GatherV& v, uint32_t, uint32_t) { v.null_counts = true; }, a));
+  out.push_back(call(
       "NULL displs", [](GatherV& v, uint32_t, uint32_t) { v.null_displs = true; }, a));
-  out.push_back(AllgathervCall(
-      "NULL sendbuf and sendcount 4", [](GatherV& v, uint32_t, uint32_t) { v.null_send = true; },
-      a));
-  out.push_back(AllgathervCall(
-      "NULL recvbuf", [](GatherV& v, uint32_t, uint32_t) { v.null_recv = true; }, a));
+  out.push_back(call(
+      "NULL " + own + " and " + count + " 4",
+      [](GatherV& v, uint32_t, uint32_t) { v.null_own = true; }, a));
+  out.push_back(call(
+      "NULL " + blocks, [](GatherV& v, uint32_t, uint32_t) { v.null_blocks = true; }, a));
   Args bad = a;
   bad.dtype = 99;
-  out.push_back(AllgathervCall(
+  out.push_back(call(
       "dtype code 99", [](GatherV&, uint32_t, uint32_t) {}, bad));
+  if (!gather) {
+    bad = a;
+    bad.op = 99;
+    out.push_back(call(
+        "op code 99", [](GatherV&, uint32_t, uint32_t) {}, bad));
+  }
   return out;
 }
 
@@ -366,8 +383,9 @@ RefusedCall ValidCall(plexus_collective_t coll, std::string what, Args a) {
     case PLEXUS_COLL_SCATTER:
       return RootedCall(coll, std::move(what), {}, a);
     case PLEXUS_COLL_ALLGATHERV:
-      return AllgathervCall(
-          std::move(what), [](GatherV&, uint32_t, uint32_t) {}, a);
+    case PLEXUS_COLL_REDUCE_SCATTERV:
+      return VCall(
+          coll, std::move(what), [](GatherV&, uint32_t, uint32_t) {}, a);
     case PLEXUS_COLL_ALLTOALLV:
       return AlltoallvCall(
           std::move(what), [](AllV&, uint32_t, uint32_t) {}, a);
@@ -380,7 +398,7 @@ RefusedCall ValidCall(plexus_collective_t coll, std::string what, Args a) {
 // --- the checks ------------------------------------------------------------
 
 bool Reduces(plexus_collective_t coll) {
-  return coll == PLEXUS_COLL_ALLREDUCE_COALESCED;
+  return abi::IsReduction(coll);
 }
 
 // A dtype (and op) the collective accepts, so that only the argument under
@@ -494,7 +512,8 @@ std::vector<Check> ArgumentChecks12(const plexus_capabilities& caps, uint32_t si
         invalid = RootedInvalid(coll, base, size);
         break;
       case PLEXUS_COLL_ALLGATHERV:
-        invalid = AllgathervInvalid(base, size);
+      case PLEXUS_COLL_REDUCE_SCATTERV:
+        invalid = VInvalid(coll, base, size);
         break;
       case PLEXUS_COLL_ALLTOALLV:
         invalid = AlltoallvInvalid(base, size);

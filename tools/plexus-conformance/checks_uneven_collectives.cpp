@@ -1,16 +1,16 @@
-// The collectives of ABI 1.2: gather and scatter (every root), allgatherv
-// and alltoallv (uneven per-rank counts, zero on some ranks, blocks placed
-// out of rank order with gaps that must stay untouched), and
-// allreduce_coalesced (several buffers, separate or views of one bucket,
-// in place per buffer). Results are exact on every rank (data.hpp); every
-// dtype the backend claims, and for allreduce_coalesced every op's
-// reduce_dtypes. The count and displacement arrays are borrowed for the
+// The collectives of ABI 1.2 and later: gather and scatter (every root),
+// allgatherv, alltoallv and reduce_scatterv (1.4) (uneven per-rank counts,
+// zero on some ranks, blocks placed out of rank order with gaps that must
+// stay untouched), and allreduce_coalesced (several buffers, separate or
+// views of one bucket, in place per buffer). Results are exact on every
+// rank (data.hpp); every dtype the backend claims, and for the reductions
+// every op's reduce_dtypes. The count and displacement arrays are borrowed for the
 // post only: they are overwritten as soon as the post returns, so a backend
 // that reads them later gets wrong data.
 //
 // A collective that is not claimed gets one SKIP line saying why (not
-// claimed, or an ABI 1.0/1.1 backend that has no such slot). The slots are
-// read only when the table is 1.2 and long enough (Plugin::HasCollective).
+// claimed, or an older backend that has no such slot). A slot is read only
+// when the table's minor has it and is long enough (Plugin::HasCollective).
 #include "checks_uneven_collectives.hpp"
 
 #include <algorithm>
@@ -22,13 +22,14 @@
 #include "operation.hpp"
 #include "options.hpp"
 #include "plexus/abi/call.hpp"
+#include "plexus/abi/collectives.hpp"
 #include "plugin.hpp"
 #include "rank_record.hpp"
 
 namespace plexus::conformance {
 namespace {
 
-// How the per-rank counts of allgatherv/alltoallv and the buffers of
+// How the per-rank counts of allgatherv/alltoallv/reduce_scatterv and the buffers of
 // allreduce_coalesced are chosen.
 enum class Layout {
   kNone,              // gather, scatter
@@ -45,7 +46,7 @@ enum class Layout {
 struct Case {
   plexus_collective_t coll;
   plexus_dtype_t dtype;
-  plexus_reduce_op_t op;  // allreduce_coalesced only
+  plexus_reduce_op_t op;  // allreduce_coalesced, reduce_scatterv
   uint64_t count;         // gather, scatter: per rank
   uint32_t root;          // gather, scatter
   bool in_place;
@@ -56,7 +57,7 @@ std::string LayoutName(const Case& c, uint32_t size, uint64_t max_count);
 
 std::string Capability(const Case& c) {
   std::string s = std::string(CollectiveName(c.coll)) + " " + DtypeName(c.dtype);
-  if (c.coll == PLEXUS_COLL_ALLREDUCE_COALESCED) s += std::string(" ") + OpName(c.op);
+  if (abi::IsReduction(c.coll)) s += std::string(" ") + OpName(c.op);
   return s;
 }
 
@@ -117,7 +118,7 @@ std::string Join(const std::vector<uint64_t>& v) {
 std::string LayoutName(const Case& c, uint32_t size, uint64_t max_count) {
   switch (c.layout) {
     case Layout::kUneven:
-      return c.coll == PLEXUS_COLL_ALLGATHERV
+      return c.coll != PLEXUS_COLL_ALLTOALLV
                  ? "counts=" + Join(GatherCounts(c.layout, size, max_count))
                  : "uneven counts";
     case Layout::kLarge:
@@ -125,7 +126,8 @@ std::string LayoutName(const Case& c, uint32_t size, uint64_t max_count) {
     case Layout::kAllZero:
       return "all counts 0";
     case Layout::kOneRank:
-      return "only the last rank sends";
+      return c.coll == PLEXUS_COLL_ALLGATHERV ? "only the last rank sends"
+                                              : "only the last rank's block";
     case Layout::kOverlappingSends:
       return "uneven counts, send blocks overlapping";
     case Layout::kSeparate:
@@ -330,6 +332,58 @@ void PostAllgatherv(Context& ctx, plexus_comm* comm, Operation& op, const Case& 
   op.Posted("allgatherv", rc, &req);
 }
 
+// reduce_scatterv: the blocks of allgatherv's counts, in reverse rank order
+// with gaps, in sendbuf; block j's element i is element (first of j) + i of
+// the reduction's logical vector. In place: the result lands in this
+// rank's block of sendbuf, and nothing else of sendbuf changes.
+void PostReduceScatterv(Context& ctx, plexus_comm* comm, Operation& op, const Case& c,
+                        uint64_t salt) {
+  const uint32_t rank = ctx.rank, size = ctx.size;
+  const plexus_dtype_t dt = c.dtype;
+  std::vector<uint64_t> counts = GatherCounts(c.layout, size, ctx.options.max_count);
+  uint64_t extent = 0;
+  std::vector<uint64_t> displs = ReversedWithGaps(counts, 3, &extent);
+  std::vector<uint64_t> first(size);
+  for (uint32_t j = 1; j < size; ++j) first[j] = first[j - 1] + counts[j - 1];
+  const size_t s = op.AddBuffer(extent, "sendbuf");
+  std::vector<std::pair<uint64_t, uint64_t>> blocks;
+  for (uint32_t j = 0; j < size; ++j) {
+    FillReduceInput(dt, c.op, rank, size, salt, first[j], counts[j], op.element(s, displs[j]));
+    if (!(c.in_place && j == rank)) {
+      op.ExpectUntouched(s, displs[j], counts[j], "sendbuf block " + std::to_string(j));
+    }
+    blocks.emplace_back(displs[j], counts[j]);
+  }
+  ExpectGapsUntouched(op, s, extent, blocks, "sendbuf outside every rank's block");
+  auto want = Bytes(counts[rank], dt);
+  FillReduceResult(dt, c.op, size, salt, first[rank], counts[rank], want.data());
+  void* recv;
+  if (c.in_place) {
+    recv = op.element(s, displs[rank]);
+    op.ExpectResult(s, displs[rank], counts[rank], std::move(want),
+                    "this rank's block of sendbuf (in place)");
+  } else {
+    const size_t r = op.AddBuffer(counts[rank], "recvbuf");
+    op.ExpectResult(r, 0, counts[rank], std::move(want), "recvbuf");
+    recv = op.data(r);
+  }
+  plexus_request* req = nullptr;
+  const int32_t rc = ctx.calls().post(comm,
+                                      abi::Call{.coll = PLEXUS_COLL_REDUCE_SCATTERV,
+                                                .sendbuf = op.data(s),
+                                                .recvbuf = recv,
+                                                .count = counts[rank],
+                                                .dtype = dt,
+                                                .op = c.op,
+                                                .placement = nullptr,
+                                                .sendcounts = counts.data(),
+                                                .sdispls = displs.data()},
+                                      &req);
+  Scribble(counts);
+  Scribble(displs);
+  op.Posted("reduce_scatterv", rc, &req);
+}
+
 void PostAlltoallv(Context& ctx, plexus_comm* comm, Operation& op, const Case& c, uint64_t salt) {
   const uint32_t rank = ctx.rank, size = ctx.size;
   const plexus_dtype_t dt = c.dtype;
@@ -482,8 +536,11 @@ Outcome RunCase(Context& ctx, const Case& c, plexus_comm* comm) {
     case PLEXUS_COLL_ALLREDUCE_COALESCED:
       PostCoalesced(ctx, comm, op, c, salt);
       break;
+    case PLEXUS_COLL_REDUCE_SCATTERV:
+      PostReduceScatterv(ctx, comm, op, c, salt);
+      break;
     default:
-      return Outcome::Fail("internal: not a collective of ABI 1.2");
+      return Outcome::Fail("internal: not an uneven collective");
   }
   Findings f;
   bool broken = false;
@@ -530,16 +587,22 @@ std::string NotClaimedReason(const Context& ctx, plexus_collective_t coll) {
 }
 
 const std::vector<plexus_collective_t>& Collectives12() {
-  static const std::vector<plexus_collective_t> kList = {
-      PLEXUS_COLL_GATHER, PLEXUS_COLL_SCATTER, PLEXUS_COLL_ALLGATHERV, PLEXUS_COLL_ALLTOALLV,
-      PLEXUS_COLL_ALLREDUCE_COALESCED};
+  static const std::vector<plexus_collective_t> kList = {PLEXUS_COLL_GATHER,
+                                                         PLEXUS_COLL_SCATTER,
+                                                         PLEXUS_COLL_ALLGATHERV,
+                                                         PLEXUS_COLL_ALLTOALLV,
+                                                         PLEXUS_COLL_ALLREDUCE_COALESCED,
+                                                         PLEXUS_COLL_REDUCE_SCATTERV};
   return kList;
 }
 
 Outcome RunSmall12(Context& ctx, plexus_collective_t coll, plexus_dtype_t dtype,
                    plexus_reduce_op_t op) {
   Case c{coll, dtype, op, 5, 0, false, Layout::kNone};
-  if (coll == PLEXUS_COLL_ALLGATHERV || coll == PLEXUS_COLL_ALLTOALLV) c.layout = Layout::kUneven;
+  if (coll == PLEXUS_COLL_ALLGATHERV || coll == PLEXUS_COLL_ALLTOALLV ||
+      coll == PLEXUS_COLL_REDUCE_SCATTERV) {
+    c.layout = Layout::kUneven;
+  }
   if (coll == PLEXUS_COLL_ALLREDUCE_COALESCED) c.layout = Layout::kSeparate;
   return RunCase(ctx, c, ctx.comm());
 }
@@ -552,7 +615,8 @@ std::vector<Check> CollectiveChecks12(const plexus_capabilities& caps, uint32_t 
   for (plexus_collective_t coll : Collectives12()) {
     if (!(caps.collectives & (1u << coll))) {
       Check skip;
-      skip.name = std::string(CollectiveName(coll)) + " (ABI 1.2)";
+      skip.name =
+          std::string(CollectiveName(coll)) + " (ABI 1." + std::to_string(abi::MinorOf(coll)) + ")";
       skip.group = CollectiveName(coll);
       skip.run = [coll](Context& ctx) { return Outcome::Skip(NotClaimedReason(ctx, coll)); };
       out.push_back(std::move(skip));
@@ -584,6 +648,16 @@ std::vector<Check> CollectiveChecks12(const plexus_capabilities& caps, uint32_t 
         for (Layout l :
              {Layout::kUneven, Layout::kLarge, Layout::kAllZero, Layout::kOverlappingSends}) {
           Add(&out, {coll, dt, 0, 0, 0, false, l}, size, M);
+        }
+      }
+    } else if (coll == PLEXUS_COLL_REDUCE_SCATTERV) {
+      // reduce_dtypes per op; the large layout with sum only.
+      for (plexus_reduce_op_t rop = PLEXUS_OP_SUM; rop <= PLEXUS_OP_MAX_V1; ++rop) {
+        for (plexus_dtype_t dt : DtypesIn(caps.reduce_dtypes[rop])) {
+          for (Layout l : {Layout::kUneven, Layout::kLarge, Layout::kAllZero, Layout::kOneRank}) {
+            if (l != Layout::kUneven && rop != PLEXUS_OP_SUM) continue;
+            for (bool ip : placements) Add(&out, {coll, dt, rop, 0, 0, ip, l}, size, M);
+          }
         }
       }
     } else {  // allreduce_coalesced: reduce_dtypes per op

@@ -1,6 +1,7 @@
-// Mismatched ABI 1.2 collectives: every rank's call is valid by itself, but
+// Mismatched uneven collectives: every rank's call is valid by itself, but
 // the ranks disagree. allgatherv: the last rank sends more elements than the
-// others' recvcounts say; alltoallv: the last rank sends rank 0 more than
+// others' recvcounts say; reduce_scatterv: the last rank's block is longer
+// in its own sendcounts than in the others'; alltoallv: the last rank sends rank 0 more than
 // rank 0's recvcounts say; gather and scatter: the last rank names itself
 // the root, the others rank 0. As for the mismatched allreduces
 // (checks_failures.cpp): an error on some rank (REMOTE, or TIMEOUT within
@@ -19,6 +20,7 @@
 #include "operation.hpp"
 #include "options.hpp"
 #include "plexus/abi/call.hpp"
+#include "plexus/abi/collectives.hpp"
 #include "plugin.hpp"
 
 namespace plexus::conformance {
@@ -82,6 +84,36 @@ plexus_request* PostMine(Context& ctx, plexus_comm* comm, Operation& op, plexus_
                                  .placement = nullptr,
                                  .recvcounts = counts.data(),
                                  .rdispls = displs.data()},
+                       &req),
+                &req);
+      break;
+    }
+    case PLEXUS_COLL_REDUCE_SCATTERV: {
+      // Everybody's sendcounts say kCount for every block, except the last
+      // rank's, whose own block (and recvcount) says kCount + kExtra.
+      std::vector<uint64_t> counts(size, kCount);
+      if (odd) counts[last] = kCount + kExtra;
+      uint64_t total = 0;
+      const std::vector<uint64_t> displs = Packed(counts, &total);
+      const size_t s = op.AddBuffer(total, "sendbuf");
+      const size_t r = op.AddBuffer(counts[rank], "recvbuf");
+      FillReduceInput(dt, PLEXUS_OP_SUM, rank, size, salt, 0, total, op.data(s));
+      auto want = std::vector<uint8_t>(counts[rank] * ElementSize(dt));
+      FillReduceResult(dt, PLEXUS_OP_SUM, size, salt, displs[rank], counts[rank], want.data());
+      op.ExpectResult(r, 0, counts[rank], std::move(want), "recvbuf");
+      *mine = "recvcount " + std::to_string(counts[rank]) + ", sendcounts[" + std::to_string(last) +
+              "] " + std::to_string(counts[last]) + ": ";
+      op.Posted("reduce_scatterv",
+                t.post(comm,
+                       abi::Call{.coll = PLEXUS_COLL_REDUCE_SCATTERV,
+                                 .sendbuf = op.data(s),
+                                 .recvbuf = op.data(r),
+                                 .count = counts[rank],
+                                 .dtype = dt,
+                                 .op = PLEXUS_OP_SUM,
+                                 .placement = nullptr,
+                                 .sendcounts = counts.data(),
+                                 .sdispls = displs.data()},
                        &req),
                 &req);
       break;
@@ -163,9 +195,11 @@ Outcome Mismatch12(Context& ctx, plexus_collective_t coll) {
   if (!ctx.plugin().HasCollective(coll)) return Outcome::Skip(ctx.plugin().NoSlotReason(coll));
   if (ctx.size < 2) return Outcome::Skip("needs at least 2 ranks");
   plexus_dtype_t dt = PLEXUS_DTYPE_INT32;
-  if (!(ctx.caps().dtypes & (1u << dt))) {
+  const uint32_t dtypes =
+      abi::IsReduction(coll) ? ctx.caps().reduce_dtypes[PLEXUS_OP_SUM] : ctx.caps().dtypes;
+  if (!(dtypes & (1u << dt))) {
     for (plexus_dtype_t d = 1; d <= PLEXUS_DTYPE_MAX_V1; ++d) {
-      if (ctx.caps().dtypes & (1u << d)) {
+      if (dtypes & (1u << d)) {
         dt = d;
         break;
       }
@@ -212,6 +246,8 @@ std::vector<Check> MismatchChecks12(const plexus_capabilities&, uint32_t) {
       Make("failures: mismatched allgatherv counts (one rank sends more)", PLEXUS_COLL_ALLGATHERV),
       Make("failures: mismatched alltoallv counts (one rank sends rank 0 more)",
            PLEXUS_COLL_ALLTOALLV),
+      Make("failures: mismatched reduce_scatterv counts (one rank's block is longer)",
+           PLEXUS_COLL_REDUCE_SCATTERV),
       Make("failures: gather with different roots", PLEXUS_COLL_GATHER),
       Make("failures: scatter with different roots", PLEXUS_COLL_SCATTER),
   };

@@ -63,9 +63,9 @@ const char* MemoryName(uint32_t m) {
 }
 
 void PrintCaps(const plexus_capabilities& c) {
-  std::printf(
-      "  collectives:  %s\n",
-      Bits(c.collectives, 0, PLEXUS_COLL_COUNT_V1_2 - 1, plexus::algos::CollectiveName).c_str());
+  std::printf("  collectives:  %s\n", Bits(c.collectives, 0, plexus::abi::kCollectiveCount - 1,
+                                           plexus::algos::CollectiveName)
+                                          .c_str());
   std::printf("  memory:       %s\n", Bits(c.memory_types, 1, 2, MemoryName).c_str());
   std::printf("  dtypes:       %s\n",
               Bits(c.dtypes, 1, PLEXUS_DTYPE_MAX_V1, plexus::algos::DtypeName).c_str());

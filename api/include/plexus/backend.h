@@ -48,7 +48,7 @@ extern "C" {
  * function signature changes incompatibly; each major has its own entry symbol
  * and its own header section. The minor grows when fields are appended. */
 #define PLEXUS_ABI_MAJOR 1
-#define PLEXUS_ABI_MINOR 3
+#define PLEXUS_ABI_MINOR 4
 
 /* Name of the entry function of ABI major 1, for dlsym(). */
 #define PLEXUS_BACKEND_ENTRY_V1 "plexus_backend_get_v1"
@@ -77,7 +77,10 @@ extern "C" {
  *  1.3  shared buffers: plexus_backend_v1.mem_alloc and mem_free (host
  *       memory a backend runs collectives on without copies; DDP's
  *       buckets). A host without them, or a backend without them, uses
- *       memory of its own; nothing else changes. */
+ *       memory of its own; nothing else changes.
+ *  1.4  plexus_backend_v1.reduce_scatterv (reduce_scatter of uneven blocks,
+ *       collective code 14). An older backend has none: the host refuses
+ *       it as UNSUPPORTED. */
 
 /* ------------------------------------------------------------------------- */
 /* Status codes                                                              */
@@ -170,6 +173,8 @@ typedef uint32_t plexus_collective_t;
 #define PLEXUS_COLL_ALLTOALLV 12u
 #define PLEXUS_COLL_ALLREDUCE_COALESCED 13u
 #define PLEXUS_COLL_COUNT_V1_2 14u /* codes 0-13: ABI 1.2 */
+/* added in 1.4 */
+#define PLEXUS_COLL_REDUCE_SCATTERV 14u
 
 /* The color of comm_split (1.2) for a rank that joins no group. */
 #define PLEXUS_SPLIT_NO_COLOR 0xFFFFFFFFu
@@ -603,6 +608,23 @@ typedef struct plexus_backend_v1 {
    * pending on it. LOCAL, non-blocking; PLEXUS_ERR_INVALID_ARGUMENT for a
    * pointer mem_alloc did not return on comm. Before comm_destroy. */
   int32_t (*mem_free)(plexus_comm* comm, void* ptr);
+
+  /* --- added in 1.4 --- */
+
+  /* Reduce-scatter of uneven blocks (MPI_Reduce_scatter with
+   * displacements): rank r's recvbuf (recvcount elements, which must equal
+   * sendcounts[r] on every rank) receives op over ranks of the block of
+   * sendcounts[r] elements at sendbuf + sdispls[r]. sendcounts and sdispls
+   * have size entries, in elements, and must be the same on every rank; the
+   * blocks they describe must not overlap. The arrays are BORROWED FOR THE
+   * CALL ONLY. In place: recvbuf == sendbuf + sdispls[rank] elements.
+   * Counts that disagree between ranks fail the operation with
+   * PLEXUS_ERR_REMOTE (or, on a backend that cannot tell, it is the
+   * caller's bug, as in MPI). */
+  int32_t (*reduce_scatterv)(plexus_comm* comm, const void* sendbuf, const uint64_t* sendcounts,
+                             const uint64_t* sdispls, void* recvbuf, uint64_t recvcount,
+                             plexus_dtype_t dtype, plexus_reduce_op_t op,
+                             const plexus_placement* placement, plexus_request** req_out);
 
   /* New slots of major 1 are appended here, each under an "added in 1.N"
    * comment; the host reads one only if abi_minor >= N, the slot lies inside

@@ -172,6 +172,15 @@ class Communicator {
                            std::span<const uint64_t> counts, DType dtype, ReduceOp op,
                            const plexus_placement* where = nullptr);
 
+  // Any collective of the list (plexus/abi/collectives.def), with the
+  // arguments its C slot takes (backend.h): every method above is this with
+  // its own; a collective added to the list is posted here (reduce_scatterv:
+  // call.sendcounts, call.sdispls, call.count = this rank's block). Per-rank
+  // arrays hold size() entries, copied before the call returns. Checked by
+  // its traits (root or peer, byte size, the ranks' fingerprints) and by the
+  // backend; posted in two levels where the scheme takes it.
+  Work Post(const abi::Call& call);
+
   // Groups: communicators over a subset of this one's ranks. Both are
   // collective over EVERY rank of this communicator (like MPI_Comm_split
   // and torch.distributed.new_group), posted in the same order as its
@@ -332,11 +341,6 @@ class Communicator {
   // size() entries whose sum is total (INVALID_ARGUMENT otherwise).
   std::vector<uint64_t> PackedDispls(std::span<const uint64_t> counts, uint64_t total,
                                      const char* what) const;
-  // Posts call, any collective of the list (abi/collectives.def): the
-  // checks its traits ask for (root or peer, byte size, the ranks'
-  // fingerprints), in two levels where the scheme takes it, else through
-  // the backend.
-  Work Post(const abi::Call& call);
   // Throws st, a refusal of coll's arguments before anything was posted
   // (the flight recorder notes the attempt).
   Work Refused(const Status& st, plexus_collective_t coll);

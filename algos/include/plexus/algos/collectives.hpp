@@ -8,10 +8,20 @@
 #include <cstdint>
 #include <span>
 
+#include "plexus/abi/call.hpp"
 #include "plexus/algos/status.hpp"
 #include "plexus/algos/transport.hpp"
 
 namespace plexus::algos {
+
+// The algorithm of a collective of the list (abi/collectives.def) that a
+// backend built on the kit runs for it: a specialisation with
+//   static Status Run(PeerTransport& t, const OpSignature& sig, const abi::Call& call);
+// where call's arrays are the backend's copies (abi::OwnedCall). The
+// collectives before it have their algorithms below, which the kit chooses
+// between; a new collective needs only its specialisation here.
+template <plexus_collective_t Code>
+struct Algorithm {};
 
 // Ring reduce-scatter followed by ring allgather. sendbuf may equal recvbuf.
 Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendbuf, void* recvbuf);
@@ -105,5 +115,14 @@ Status PackedAllreduceCoalesced(PeerTransport& t, const OpSignature& sig,
                                 std::span<const void* const> sendbufs,
                                 std::span<void* const> recvbufs, std::span<const uint64_t> counts,
                                 AllreduceFn allreduce);
+
+// Ring reduce-scatter of uneven blocks: rank r receives op over ranks of
+// the block of sendcounts[r] elements at sendbuf + sdispls[r] (recvbuf may
+// be that block: in place). sig.count is not read. Ranks whose counts
+// disagree fail with REMOTE: the kit's signature carries a hash of them.
+template <>
+struct Algorithm<PLEXUS_COLL_REDUCE_SCATTERV> {
+  static Status Run(PeerTransport& t, const OpSignature& sig, const abi::Call& call);
+};
 
 }  // namespace plexus::algos

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "plexus/abi/status.hpp"
@@ -48,6 +49,27 @@ struct Call {
 struct VCounts {
   std::vector<uint64_t> sendcounts, sdispls, recvcounts, rdispls;
   static VCounts Of(const Call& call, uint32_t size);
+};
+
+// A Call that owns copies of its arrays (the per-rank ones its traits
+// name), for a backend that runs it after the post returned: call's array
+// members point into v, also in a copy.
+struct OwnedCall {
+  Call call;
+  VCounts v;
+  static OwnedCall Of(const Call& call, uint32_t size);
+  OwnedCall() = default;
+  OwnedCall(const OwnedCall& o) : call(o.call), v(o.v) { Point(); }
+  OwnedCall(OwnedCall&& o) noexcept : call(o.call), v(std::move(o.v)) { Point(); }
+  OwnedCall& operator=(OwnedCall o) noexcept {
+    call = o.call;
+    v = std::move(o.v);
+    Point();
+    return *this;
+  }
+
+ private:
+  void Point();
 };
 
 // This rank's place in the communicator the call was posted on.

@@ -47,10 +47,14 @@ struct Traits {
   bool needs_recv = false;         // recvbuf may not be NULL when count > 0
   bool send_on_root_only = false;  // ... on the root only (scatter)
   bool recv_on_root_only = false;  // ... on the root only (reduce, gather)
-  bool send_per_rank = false;      // sendbuf holds size blocks of count
-  bool recv_per_rank = false;      // recvbuf holds size blocks of count
+  bool send_per_rank = false;      // sendbuf holds size blocks of count (kPerRankCounts:
+                                   // of sendcounts at sdispls)
+  bool recv_per_rank = false;      // recvbuf holds size blocks of count (kPerRankCounts:
+                                   // of recvcounts at rdispls)
   InPlace in_place = InPlace::kNone;
   Layout layout = Layout::kCount;
+  bool counts_alike = false;  // kPerRankCounts: the arrays are the same on every rank
+                              // (allgatherv, reduce_scatterv); count is this rank's block
   bool typed = true;       // takes a dtype (not barrier)
   bool sequenced = true;   // part of the communicator's sequence of collectives:
                            // numbered, compared across ranks (PLEXUS_DEBUG=detail),
