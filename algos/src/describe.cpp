@@ -1,5 +1,7 @@
 #include "plexus/algos/describe.hpp"
 
+#include <cstdio>
+
 #include "plexus/abi/collectives.hpp"
 #include "plexus/algos/dtype.hpp"
 
@@ -13,8 +15,12 @@ std::string DescribeOp(const OpSignature& sig) {
   const abi::Traits r = abi::TraitsOf(sig.coll);
   if (r.layout == abi::Layout::kCount) {
     s += ", count " + std::to_string(sig.count);
-  } else if (r.layout == abi::Layout::kBufferList || r.counts_alike) {
+  } else if (r.layout == abi::Layout::kBufferList) {
     s += ", total count " + std::to_string(sig.count);
+  } else if (r.counts_alike) {  // root holds the hash of the counts (kit::PostAlgos)
+    char hash[16];
+    std::snprintf(hash, sizeof hash, "%08x", sig.root);
+    s += ", total count " + std::to_string(sig.count) + ", counts #" + hash;
   }
   if (sig.dtype) s += std::string(", ") + DtypeName(sig.dtype);
   if (sig.op) s += std::string(", ") + ReduceOpName(sig.op);
