@@ -80,7 +80,8 @@ fi
 if [ -z "$only" ] || [ "$only" = uds ]; then
   uds=$build/libplexus-uds-tsan.so
   if ${CXX:-c++} -std=c++20 -O1 -g -fsanitize=thread -fPIC -shared -fvisibility=hidden -pthread \
-       -Ikit/include -Ialgos/include -Iapi/include samples/vendor-plugin/*.cpp kit/src/*.cpp \
+       -Ikit/include -Ialgos/include -Iapi/include -Isettings/include samples/vendor-plugin/*.cpp \
+       kit/src/*.cpp api/src/*.cpp \
        algos/src/*.cpp -Wl,--version-script=api/plexus-backend.map -o "$uds" 2>"$uds.log"; then
     for n in 2 3; do
       run "uds sample under plexus-conformance, $n ranks" \

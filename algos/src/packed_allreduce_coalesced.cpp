@@ -31,7 +31,7 @@ namespace plexus::algos {
 Status PackedAllreduceCoalesced(PeerTransport& t, const OpSignature& sig,
                                 std::span<const void* const> sendbufs,
                                 std::span<void* const> recvbufs, std::span<const uint64_t> counts,
-                                AllreduceFn allreduce) {
+                                const AllreduceFn& allreduce) {
   const size_t elem = DtypeSize(sig.dtype);
   uint64_t total = 0;
   for (uint64_t c : counts) total += c;

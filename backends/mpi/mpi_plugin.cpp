@@ -286,6 +286,7 @@ int32_t Adopt(plexus_backend_ctx& ctx, MPI_Comm mpi, const plexus_comm_config_v1
   const int64_t spin_us = SpinUs(config.size);
   comm->transport = std::make_unique<MpiTransport>(ctx, mpi, config.rank, config.size,
                                                    config.timeout_ms, spin_us, comm->name);
+  std::unique_ptr<kit::OneHostShm> one_host;
   if (config.size > 1) {
     MpiSetupChannel channel{&ctx, mpi, config.size};
     plexus_host_v1 host = ctx.host;
@@ -297,8 +298,7 @@ int32_t Adopt(plexus_backend_ctx& ctx, MPI_Comm mpi, const plexus_comm_config_v1
     options.backend = "mpi";
     options.spin_us = spin_us > 0 ? 50 : 0;
     std::string shm;
-    if (algos::Status st = kit::AttachOneHostShm(host, setup, options, *comm->transport, &shm);
-        !st.ok()) {
+    if (algos::Status st = kit::MakeOneHostShm(host, setup, options, &one_host, &shm); !st.ok()) {
       *error = "mpi comm_create " + comm->name + ": " + st.message;
       return st.code;
     }
@@ -306,7 +306,8 @@ int32_t Adopt(plexus_backend_ctx& ctx, MPI_Comm mpi, const plexus_comm_config_v1
         comm->name + " rank " + std::to_string(config.rank) + ": " + shm);
   }
   comm->queue = std::make_unique<kit::OpQueue>(ctx.host, *comm->transport,
-                                               kit::OpQueueOptions::For("mpi", config, 64 << 10));
+                                               kit::OpQueueOptions::For("mpi", config, 64 << 10),
+                                               std::move(one_host));
   *comm_out = comm.release();
   return PLEXUS_OK;
 }
@@ -642,7 +643,7 @@ struct MpiBackend : kit::QueuedBackend<plexus_comm> {
       const int count = int(c.count);
       return comm.queue->Post(
           {0, c.coll, c.dtype, c.op, c.count, 0},
-          [=](algos::PeerTransport&, const algos::OpSignature& sig) {
+          [=](const kit::OpProviders&, const algos::OpSignature& sig) {
             return t->RunNative(sig, "MPI_Iallreduce", [&](MPI_Comm on, MPI_Request* r) {
               return MPI_Iallreduce(send, recv, count, type, op, on, r);
             });

@@ -111,13 +111,13 @@ struct TcpBackend : kit::AlgosBackend<plexus_comm, plexus_backend_ctx> {
     comm->algo = algo;
     comm->transport = std::make_unique<SocketTransport>(
         config.rank, config.size, std::move(fds), config.timeout_ms, spin_us, uint32_t(depth));
+    std::unique_ptr<kit::OneHostShm> one_host;
     if (config.size > 1) {
       std::string shm;
       kit::OneHostShmOptions shm_options;
       shm_options.backend = kName;
       shm_options.spin_us = spin_us;
-      if (algos::Status st =
-              kit::AttachOneHostShm(ctx.host, config, shm_options, *comm->transport, &shm);
+      if (algos::Status st = kit::MakeOneHostShm(ctx.host, config, shm_options, &one_host, &shm);
           !st.ok()) {
         *error =
             "tcp: rank " + std::to_string(config.rank) + " of " + config.name + ": " + st.message;
@@ -127,7 +127,8 @@ struct TcpBackend : kit::AlgosBackend<plexus_comm, plexus_backend_ctx> {
           std::string(config.name) + " rank " + std::to_string(config.rank) + ": " + shm);
     }
     comm->queue = std::make_unique<kit::OpQueue>(ctx.host, *comm->transport,
-                                                 kit::OpQueueOptions::For(kName, config, 64 << 10));
+                                                 kit::OpQueueOptions::For(kName, config, 64 << 10),
+                                                 std::move(one_host));
     *comm_out = comm.release();
     return PLEXUS_OK;
   }

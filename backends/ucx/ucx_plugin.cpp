@@ -279,11 +279,12 @@ struct UcxBackend : kit::QueuedBackend<plexus_comm> {
       return st.code;
     }
     std::string shm;
+    std::unique_ptr<kit::OneHostShm> one_host_shm;
     if (config.size > 1) {
       kit::OneHostShmOptions shm_options;
       shm_options.backend = kName;
       shm_options.spin_us = spin_us;
-      if (st = kit::AttachOneHostShm(ctx.host, config, shm_options, *transport, &shm); !st.ok()) {
+      if (st = kit::MakeOneHostShm(ctx.host, config, shm_options, &one_host_shm, &shm); !st.ok()) {
         *error = "ucx: rank " + std::to_string(config.rank) + " of " + name + ": " + st.message;
         return st.code;
       }
@@ -303,7 +304,8 @@ struct UcxBackend : kit::QueuedBackend<plexus_comm> {
     comm->algo = algo;
     comm->transport = std::move(transport);
     comm->queue = std::make_unique<kit::OpQueue>(
-        ctx.host, *comm->transport, kit::OpQueueOptions::For(kName, config, kInlineMaxBytes));
+        ctx.host, *comm->transport, kit::OpQueueOptions::For(kName, config, kInlineMaxBytes),
+        std::move(one_host_shm));
     *comm_out = comm.release();
     return PLEXUS_OK;
   }

@@ -8,23 +8,6 @@
 namespace plexus::kit {
 namespace {
 
-// The one-host shared-memory allreduce as an algorithm: OpQueue runs bodies
-// with its QueueTransport, which holds the segment.
-algos::Status OneHostShmAllreduce(algos::PeerTransport& t, const algos::OpSignature& sig,
-                                  const void* sendbuf, void* recvbuf) {
-  return static_cast<QueueTransport&>(t).one_host_shm()->Allreduce(sig, sendbuf, recvbuf);
-}
-
-algos::Status OneHostShmReduceScatter(algos::PeerTransport& t, const algos::OpSignature& sig,
-                                      const void* sendbuf, void* recvbuf) {
-  return static_cast<QueueTransport&>(t).one_host_shm()->ReduceScatter(sig, sendbuf, recvbuf);
-}
-
-algos::Status OneHostShmAllgather(algos::PeerTransport& t, const algos::OpSignature& sig,
-                                  const void* sendbuf, void* recvbuf) {
-  return static_cast<QueueTransport&>(t).one_host_shm()->Allgather(sig, sendbuf, recvbuf);
-}
-
 // A collective with no case in AlgosBody: the algorithm the list binds to
 // it (algos::Algorithm<code>), run on a copy of the call's arrays.
 OpBody ListBody(const Call& call, uint32_t size) {
@@ -33,7 +16,7 @@ OpBody ListBody(const Call& call, uint32_t size) {
     using Run = algos::Algorithm<decltype(c)::kCode>;
     if constexpr (requires { &Run::Run; }) {
       if (call.coll != decltype(c)::kCode) return;
-      body = [owned = abi::OwnedCall::Of(call, size)](algos::PeerTransport& t,
+      body = [owned = abi::OwnedCall::Of(call, size)](const OpProviders& t,
                                                       const algos::OpSignature& s) {
         return Run::Run(t, s, owned.call);
       };
@@ -42,10 +25,11 @@ OpBody ListBody(const Call& call, uint32_t size) {
   return body;
 }
 
-algos::AllreduceFn AllreduceOf(AllreduceAlgo allreduce) {
+algos::AllreduceFn AllreduceOf(AllreduceAlgo allreduce, OneHostShm* shm) {
   switch (allreduce) {
     case AllreduceAlgo::kOneHostShm:
-      return OneHostShmAllreduce;
+      return [shm](algos::PeerTransport&, const algos::OpSignature& s, const void* send,
+                   void* recv) { return shm->Allreduce(s, send, recv); };
     case AllreduceAlgo::kPairExchange:
       return algos::PairExchangeAllreduce;
     case AllreduceAlgo::kRecursiveDoubling:
@@ -61,7 +45,7 @@ algos::AllreduceFn AllreduceOf(AllreduceAlgo allreduce) {
 OpBody AlgosBody(const Call& call, uint32_t size, AllreduceAlgo allreduce) {
   const void* send = call.sendbuf;
   void* recv = call.recvbuf;
-  using T = algos::PeerTransport;
+  using T = const OpProviders;  // converts to the transport the algorithms take
   using S = algos::OpSignature;
   switch (call.coll) {
     case PLEXUS_COLL_ALLREDUCE:
@@ -70,7 +54,8 @@ OpBody AlgosBody(const Call& call, uint32_t size, AllreduceAlgo allreduce) {
       // storage (16 bytes fit) and would cost an allocation per post.
       switch (allreduce) {
         case AllreduceAlgo::kOneHostShm:
-          return [send, recv](T& t, const S& s) { return OneHostShmAllreduce(t, s, send, recv); };
+          return
+              [send, recv](T& p, const S& s) { return p.one_host_shm->Allreduce(s, send, recv); };
         case AllreduceAlgo::kPairExchange:
           return [send, recv](T& t, const S& s) {
             return algos::PairExchangeAllreduce(t, s, send, recv);
@@ -89,12 +74,13 @@ OpBody AlgosBody(const Call& call, uint32_t size, AllreduceAlgo allreduce) {
       return [send, recv](T& t, const S& s) { return algos::BinomialReduce(t, s, send, recv); };
     case PLEXUS_COLL_ALLGATHER:
       if (allreduce == AllreduceAlgo::kOneHostShm) {
-        return [send, recv](T& t, const S& s) { return OneHostShmAllgather(t, s, send, recv); };
+        return [send, recv](T& p, const S& s) { return p.one_host_shm->Allgather(s, send, recv); };
       }
       return [send, recv](T& t, const S& s) { return algos::RingAllgather(t, s, send, recv); };
     case PLEXUS_COLL_REDUCE_SCATTER:
       if (allreduce == AllreduceAlgo::kOneHostShm) {
-        return [send, recv](T& t, const S& s) { return OneHostShmReduceScatter(t, s, send, recv); };
+        return
+            [send, recv](T& p, const S& s) { return p.one_host_shm->ReduceScatter(s, send, recv); };
       }
       return [send, recv](T& t, const S& s) { return algos::RingReduceScatter(t, s, send, recv); };
     case PLEXUS_COLL_ALLTOALL:
@@ -118,10 +104,10 @@ OpBody AlgosBody(const Call& call, uint32_t size, AllreduceAlgo allreduce) {
       std::vector<const void*> sends(call.sendbufs, call.sendbufs + call.nbuffers);
       std::vector<void*> recvs(call.recvbufs, call.recvbufs + call.nbuffers);
       std::vector<uint64_t> counts(call.counts, call.counts + call.nbuffers);
-      const algos::AllreduceFn run = AllreduceOf(allreduce);
-      return [sends = std::move(sends), recvs = std::move(recvs), counts = std::move(counts), run](
-                 T& t, const S& s) {
-        return algos::PackedAllreduceCoalesced(t, s, sends, recvs, counts, run);
+      return [sends = std::move(sends), recvs = std::move(recvs), counts = std::move(counts),
+              allreduce](T& p, const S& s) {
+        return algos::PackedAllreduceCoalesced(p, s, sends, recvs, counts,
+                                               AllreduceOf(allreduce, p.one_host_shm));
       };
     }
     case PLEXUS_COLL_BARRIER:

@@ -725,17 +725,17 @@ algos::Status OneHostShm::Run(const algos::OpSignature& sig, const void* sendbuf
   }
 }
 
-algos::Status AttachOneHostShm(const plexus_host_v1& host, const plexus_comm_config_v1& config,
-                               const OneHostShmOptions& options, QueueTransport& transport,
-                               std::string* info) {
-  std::unique_ptr<OneHostShm> shm;
+algos::Status MakeOneHostShm(const plexus_host_v1& host, const plexus_comm_config_v1& config,
+                             const OneHostShmOptions& options, std::unique_ptr<OneHostShm>* shm,
+                             std::string* info) {
+  std::unique_ptr<OneHostShm> made;
   std::string why_not;
-  algos::Status st = OneHostShm::Create(host, config, options, &shm, &why_not);
+  algos::Status st = OneHostShm::Create(host, config, options, &made, &why_not);
   if (!st.ok()) return st;
   *info =
-      shm ? "allreduce, reduce_scatter and allgather over shared memory (" + shm->Describe() + ")"
-          : "no shared memory: " + why_not;
-  transport.set_one_host_shm(std::move(shm));
+      made ? "allreduce, reduce_scatter and allgather over shared memory (" + made->Describe() + ")"
+           : "no shared memory: " + why_not;
+  *shm = std::move(made);
   return {};
 }
 

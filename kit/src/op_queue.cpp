@@ -20,10 +20,12 @@
 
 namespace plexus::kit {
 
-OpQueue::OpQueue(const plexus_host_v1& host, QueueTransport& transport, OpQueueOptions options)
+OpQueue::OpQueue(const plexus_host_v1& host, QueueTransport& transport, OpQueueOptions options,
+                 std::unique_ptr<OneHostShm> one_host_shm)
     : host_(host),
       transport_(transport),
       options_(std::move(options)),
+      one_host_shm_(std::move(one_host_shm)),
       sent_to_(options_.size),
       received_from_(options_.size) {
   worker_ = std::thread([this] { WorkerLoop(); });
@@ -127,7 +129,7 @@ void OpQueue::RecordFailure(const algos::OpSignature& sig, const algos::Status& 
   }
   if (!aborted) {  // abort is local: it leaves the peers alone
     transport_.Fail(sig, st);
-    if (OneHostShm* shm = transport_.one_host_shm()) shm->Fail(st);
+    if (one_host_shm_) one_host_shm_->Fail(st);
   }
   errors_.Set(st.message);
   std::lock_guard<std::mutex> lock(mutex_);
@@ -177,9 +179,9 @@ void OpQueue::RunMessages(PendingOp first) {
 
 void OpQueue::ExecuteCollective(PendingOp& op) {
   algos::Status st;
-  if (OneHostShm* shm = transport_.one_host_shm()) shm->Announce(op.sig);
+  if (one_host_shm_) one_host_shm_->Announce(op.sig);
   try {
-    st = op.body(transport_, op.sig);
+    st = op.body(OpProviders{transport_, one_host_shm_.get()}, op.sig);
   } catch (const std::bad_alloc&) {
     st = {PLEXUS_ERR_SYSTEM, std::string(options_.backend) + " " + algos::DescribeOp(op.sig) +
                                  ": out of memory for the algorithm's scratch buffers"};
@@ -297,7 +299,7 @@ void OpQueue::Abort() {
     }
   }
   transport_.Abort();
-  if (OneHostShm* shm = transport_.one_host_shm()) shm->Abort();
+  if (one_host_shm_) one_host_shm_->Abort();
   queue_cv_.notify_all();
 }
 

@@ -87,7 +87,7 @@ TEST_CASE("operations run in posting order, numbered from 0, each completed once
   for (auto& r : reqs) {
     REQUIRE(q.Post(
                 Sig(),
-                [&](plexus::algos::PeerTransport&, const OpSignature& s) {
+                [&](const plexus::kit::OpProviders&, const OpSignature& s) {
                   std::lock_guard<std::mutex> lock(m);
                   seen.push_back(s.seq);
                   return Status{};
@@ -104,7 +104,7 @@ TEST_CASE("a full wait runs the next operation on the waiting thread, a short on
   SoloTransport t;
   OpQueue q(host, t, Options());
   std::thread::id ran_on;
-  auto body = [&](plexus::algos::PeerTransport&, const OpSignature&) {
+  auto body = [&](const plexus::kit::OpProviders&, const OpSignature&) {
     ran_on = std::this_thread::get_id();
     return Status{};
   };
@@ -133,7 +133,7 @@ TEST_CASE("an empty body completes in its place without running") {
   uint64_t seq = 99;
   REQUIRE(q.Post(
               Sig(),
-              [&](plexus::algos::PeerTransport&, const OpSignature& s) {
+              [&](const plexus::kit::OpProviders&, const OpSignature& s) {
                 seq = s.seq;
                 return Status{};
               },
@@ -149,7 +149,7 @@ TEST_CASE("the first failure breaks the communicator; later posts fail with it")
   plexus_request* r = nullptr;
   REQUIRE(q.Post(
               Sig(),
-              [](plexus::algos::PeerTransport&, const OpSignature&) {
+              [](const plexus::kit::OpProviders&, const OpSignature&) {
                 return Status{PLEXUS_ERR_REMOTE, "rank 1 went away"};
               },
               &r) == PLEXUS_OK);
@@ -163,7 +163,7 @@ TEST_CASE("the first failure breaks the communicator; later posts fail with it")
   bool ran = false;
   REQUIRE(q.Post(
               Sig(),
-              [&](plexus::algos::PeerTransport&, const OpSignature&) {
+              [&](const plexus::kit::OpProviders&, const OpSignature&) {
                 ran = true;
                 return Status{};
               },
@@ -185,13 +185,13 @@ TEST_CASE("abort completes what is pending with ABORTED and refuses later posts"
   plexus_request* queued = nullptr;
   REQUIRE(q.Post(
               Sig(),
-              [&](plexus::algos::PeerTransport&, const OpSignature&) {
+              [&](const plexus::kit::OpProviders&, const OpSignature&) {
                 while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
                 return Status{PLEXUS_ERR_ABORTED, "interrupted"};
               },
               &slow) == PLEXUS_OK);
   REQUIRE(q.Post(
-              Sig(), [](plexus::algos::PeerTransport&, const OpSignature&) { return Status{}; },
+              Sig(), [](const plexus::kit::OpProviders&, const OpSignature&) { return Status{}; },
               &queued) == PLEXUS_OK);
   CHECK(QueuedRequests::Test(*queued) == PLEXUS_IN_PROGRESS);
   CHECK(QueuedRequests::Free(queued) == PLEXUS_ERR_INVALID_USAGE);  // pending: not freed
@@ -230,7 +230,7 @@ TEST_CASE("requests completed on the worker and freed at once by the waiter") {
   const plexus_host_v1 host = Host();
   SoloTransport t;
   OpQueue q(host, t, Options());
-  auto nothing = [](plexus::algos::PeerTransport&, const OpSignature&) { return Status{}; };
+  auto nothing = [](const plexus::kit::OpProviders&, const OpSignature&) { return Status{}; };
   for (int i = 0; i < 20000; ++i) {
     plexus_request* r = nullptr;
     REQUIRE(q.Post(Sig(), nothing, &r) == PLEXUS_OK);

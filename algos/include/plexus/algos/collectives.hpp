@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "plexus/abi/call.hpp"
@@ -103,9 +104,10 @@ Status PairwiseAlltoallv(PeerTransport& t, const OpSignature& sig, const void* s
                          std::span<const uint64_t> rdispls);
 
 // An allreduce algorithm above (RingAllreduce, RecursiveDoublingAllreduce,
-// PairExchangeAllreduce).
-using AllreduceFn = Status (*)(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
-                               void* recvbuf);
+// PairExchangeAllreduce), or another provider's allreduce (the kit's
+// one-host shared memory).
+using AllreduceFn = std::function<Status(PeerTransport& t, const OpSignature& sig,
+                                         const void* sendbuf, void* recvbuf)>;
 
 // counts.size() allreduces of one dtype and op as one: the buffers are
 // packed into one vector, all-reduced by `allreduce`, and unpacked.
@@ -114,7 +116,7 @@ using AllreduceFn = Status (*)(PeerTransport& t, const OpSignature& sig, const v
 Status PackedAllreduceCoalesced(PeerTransport& t, const OpSignature& sig,
                                 std::span<const void* const> sendbufs,
                                 std::span<void* const> recvbufs, std::span<const uint64_t> counts,
-                                AllreduceFn allreduce);
+                                const AllreduceFn& allreduce);
 
 // Ring reduce-scatter of uneven blocks: rank r receives op over ranks of
 // the block of sendcounts[r] elements at sendbuf + sdispls[r] (recvbuf may

@@ -12,7 +12,7 @@ enum class AllreduceAlgo {
   kRing,               // bandwidth-optimal; large vectors
   kRecursiveDoubling,  // log2(size) whole-vector steps; small vectors
   kPairExchange,       // 2 ranks: one step, each reduces the whole vector
-  kOneHostShm,         // the transport's one-host shared memory (one_host_shm.hpp); reduce_scatter
+  kOneHostShm,         // the queue's one-host shared memory (one_host_shm.hpp); reduce_scatter
                        // and allgather go through it too
 };
 

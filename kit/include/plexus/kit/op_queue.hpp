@@ -68,9 +68,19 @@ struct plexus_request {
 
 namespace plexus::kit {
 
-// The work of one collective: runs with the transport and the operation's
+// What runs a collective: the transport, for plexus-algos' algorithms (an
+// OpProviders converts to it), and the communicator's one-host shared
+// memory, a provider of its own that the queue's poster may choose instead
+// (kit::PostAlgos on one host), or null.
+struct OpProviders {
+  algos::PeerTransport& transport;
+  OneHostShm* one_host_shm = nullptr;
+  operator algos::PeerTransport&() const { return transport; }
+};
+
+// The work of one collective: runs with the providers and the operation's
 // signature (seq filled in), on whichever thread runs the operation.
-using OpBody = std::function<algos::Status(algos::PeerTransport&, const algos::OpSignature&)>;
+using OpBody = std::function<algos::Status(const OpProviders&, const algos::OpSignature&)>;
 
 struct OpQueueOptions {
   const char* backend = "";  // static storage; the prefix of messages ("tcp")
@@ -99,9 +109,11 @@ struct OpQueueOptions {
 
 class OpQueue {
  public:
-  // Does not take ownership of host or transport, which must outlive it.
+  // Does not take ownership of host or transport, which must outlive it;
+  // owns the communicator's one-host segment (MakeOneHostShm), if any.
   // Starts the worker thread.
-  OpQueue(const plexus_host_v1& host, QueueTransport& transport, OpQueueOptions options);
+  OpQueue(const plexus_host_v1& host, QueueTransport& transport, OpQueueOptions options,
+          std::unique_ptr<OneHostShm> one_host_shm = nullptr);
   // Aborts what is pending (each request completes ABORTED) and joins the
   // worker. Bounded.
   ~OpQueue();
@@ -129,8 +141,8 @@ class OpQueue {
   uint32_t rank() const { return options_.rank; }
   uint32_t size() const { return options_.size; }
   const OpQueueOptions& options() const { return options_; }
-  // The transport's one-host shared-memory segment, or null.
-  OneHostShm* one_host_shm() const { return transport_.one_host_shm(); }
+  // The communicator's one-host shared-memory segment, or null.
+  OneHostShm* one_host_shm() const { return one_host_shm_.get(); }
 
  private:
   enum class Kind { kCollective, kMessage, kNothing };
@@ -155,6 +167,7 @@ class OpQueue {
   const plexus_host_v1& host_;
   QueueTransport& transport_;
   const OpQueueOptions options_;
+  const std::unique_ptr<OneHostShm> one_host_shm_;
   ErrorSlot errors_;
 
   std::mutex mutex_;  // guards everything below

@@ -69,27 +69,19 @@ class QueueTransport : public algos::PeerTransport {
   // Any thread, idempotent: a running or later Drive(), Exchange() or
   // Finish() returns ABORTED promptly.
   virtual void Abort() = 0;
-
-  // The communicator's one-host shared-memory segment, when the backend
-  // attached one (AttachOneHostShm): OpQueue then runs allreduce through it
-  // instead of the transport, and tells it of failures and aborts. Set in
-  // comm_create, before the queue exists.
-  OneHostShm* one_host_shm() const { return one_host_shm_.get(); }
-  void set_one_host_shm(std::unique_ptr<OneHostShm> shm) { one_host_shm_ = std::move(shm); }
-
- private:
-  std::unique_ptr<OneHostShm> one_host_shm_;
 };
 
-// In a backend's comm_create, after its transport exists and before its
-// OpQueue does: makes the communicator's one-host shared-memory segment
-// (collective, over config.oob; one_host_shm.hpp) and gives it to
-// transport. *info says what was decided, for the backend's INFO line
-// ("allreduce, reduce_scatter and allgather over shared memory (2 ranks, 2 x 512 KiB slots per rank)" or
-// "no shared memory: <why>"). Fails only for a bad PLEXUS_SHM* setting or a
-// failed out-of-band exchange.
-algos::Status AttachOneHostShm(const plexus_host_v1& host, const plexus_comm_config_v1& config,
-                               const OneHostShmOptions& options, QueueTransport& transport,
-                               std::string* info);
+// In a backend's comm_create, before its OpQueue exists: makes the
+// communicator's one-host shared-memory segment (collective, over
+// config.oob; one_host_shm.hpp) into *shm (null where there is none), for
+// the queue to own: PostAlgos then runs allreduce, reduce_scatter and
+// allgather through it instead of the transport, and the queue tells it of
+// failures and aborts. *info says what was decided, for the backend's INFO
+// line ("allreduce, reduce_scatter and allgather over shared memory (2
+// ranks, 2 x 512 KiB slots per rank)" or "no shared memory: <why>"). Fails
+// only for a bad PLEXUS_SHM* setting or a failed out-of-band exchange.
+algos::Status MakeOneHostShm(const plexus_host_v1& host, const plexus_comm_config_v1& config,
+                             const OneHostShmOptions& options, std::unique_ptr<OneHostShm>* shm,
+                             std::string* info);
 
 }  // namespace plexus::kit
