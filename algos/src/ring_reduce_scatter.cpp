@@ -41,7 +41,6 @@ Status RingOverBlocks(PeerTransport& t, const OpSignature& sig, const void* send
   }
   uint64_t largest = 0;
   for (uint32_t b = 0; b < n; ++b) largest = std::max(largest, count(b));
-  if (largest == 0) return {};
   const uint32_t left = (r + n - 1) % n;
   const uint32_t right = (r + 1) % n;
   const uint64_t seg = std::max<uint64_t>(1, ReduceSegmentBytes(t) / elem);
@@ -57,15 +56,20 @@ Status RingOverBlocks(PeerTransport& t, const OpSignature& sig, const void* send
     const bool last = s + 2 == n;  // recv_b == r
     uint8_t* dest = last ? out : partial[s % 2].data();
     const uint64_t send_len = count(send_b), recv_len = count(recv_b);
-    const uint64_t segs = std::max(SegmentCount(send_len, seg), SegmentCount(recv_len, seg));
+    // Every step moves at least one frame each way, an empty one for an
+    // empty block: ranks whose counts disagree meet a frame that says so
+    // (the signature's hash of the counts, or its size), also where one of
+    // them has nothing to move at all.
+    const uint64_t segs =
+        std::max<uint64_t>(1, std::max(SegmentCount(send_len, seg), SegmentCount(recv_len, seg)));
     uint64_t tickets[2] = {0, 0};
     auto start = [&](uint64_t k) {
       const uint64_t s_elems = SegmentLength(send_len, seg, k);
       const uint64_t r_elems = SegmentLength(recv_len, seg, k);
       const SendSpec send{right, source + k * seg * elem, s_elems * elem};
       const RecvSpec recv{left, scratch[k % 2].data(), r_elems * elem};
-      return t.Start(sig, std::span(&send, s_elems ? 1 : 0), std::span(&recv, r_elems ? 1 : 0),
-                     &tickets[k % 2]);
+      return t.Start(sig, std::span(&send, s_elems || k == 0 ? 1 : 0),
+                     std::span(&recv, r_elems || k == 0 ? 1 : 0), &tickets[k % 2]);
     };
     PLEXUS_ALGOS_RETURN_IF_ERROR(start(0));
     for (uint64_t k = 0; k < segs; ++k) {
@@ -86,6 +90,7 @@ Status RingOverBlocks(PeerTransport& t, const OpSignature& sig, const void* send
 Status RingReduceScatter(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
                          void* recvbuf) {
   const uint64_t c = sig.count;
+  if (c == 0) return {};  // every rank knows that nobody moves anything
   return RingOverBlocks(
       t, sig, sendbuf, recvbuf, [c](uint32_t) { return c; }, [c](uint32_t b) { return b * c; });
 }

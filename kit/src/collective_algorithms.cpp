@@ -9,9 +9,15 @@ namespace plexus::kit {
 namespace {
 
 // A collective with no case in AlgosBody: the algorithm the list binds to
-// it (algos::Algorithm<code>), run on a copy of the call's arrays.
+// it (algos::Algorithm<code>), run on a copy of the call's arrays. One
+// without (a line added to the list, its algorithm not yet) fails, never
+// completes as if it had run.
 OpBody ListBody(const Call& call, uint32_t size) {
-  OpBody body;
+  OpBody body = [](const OpProviders&, const algos::OpSignature& s) {
+    return algos::Status{PLEXUS_ERR_INTERNAL, std::string("no algorithm for ") +
+                                                  abi::CollectiveName(s.coll) +
+                                                  " (algos::Algorithm<code>)"};
+  };
   abi::ForEachCollective([&](auto c) {
     using Run = algos::Algorithm<decltype(c)::kCode>;
     if constexpr (requires { &Run::Run; }) {

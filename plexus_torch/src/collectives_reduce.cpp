@@ -206,6 +206,12 @@ c10::intrusive_ptr<c10d::Work> PlexusBackend::reduce_scatter(
                              static_cast<plexus_reduce_op_t>(op),
                              0,
                              o.where()};
+      // In Plexus elements: a complex tensor is carried as twice as many reals.
+      const uint64_t per = packed.numel() ? in.count / uint64_t(packed.numel()) : 1;
+      for (size_t j = 0; j < counts.size(); ++j) {
+        counts[j] *= per;
+        displs[j] *= per;
+      }
       call.sendcounts = counts.data();
       call.sdispls = displs.data();
       work->posted.push_back(comm_.Post(call));

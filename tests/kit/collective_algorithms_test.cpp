@@ -267,7 +267,8 @@ TEST_CASE("PostAlgos: v-collectives where every count is 0 still run, and fail o
 // test scribbles over them before waiting). Ranks whose sendcounts differ
 // but add up alike fail with REMOTE on every rank, at once: the frames'
 // signature carries a hash of the counts.
-void RunReduceScatterv(bool disagree, std::vector<int32_t>* status,
+enum class Disagree { kNone, kBlockEnds, kAllEmpty };
+void RunReduceScatterv(Disagree disagree, std::vector<int32_t>* status,
                        std::vector<std::vector<int32_t>>* out) {
   constexpr uint32_t n = 3;
   MemWorld world(n, 20000);
@@ -289,7 +290,9 @@ void RunReduceScatterv(bool disagree, std::vector<int32_t>* status,
       // Rank 2 disagrees on where blocks 0 and 2 end, not on their sum; a
       // rank whose block is empty may finish before it hears of it.
       std::vector<uint64_t> counts = {3, 2, 5};
-      if (disagree && r == 2) counts = {4, 2, 4};
+      if (disagree == Disagree::kBlockEnds && r == 2) counts = {4, 2, 4};
+      // A rank with nothing to move at all must still meet the others' frames.
+      if (disagree == Disagree::kAllEmpty && r == 0) counts = {0, 0, 0};
       const std::vector<uint64_t> displs_in_reverse = {counts[2] + counts[1], counts[2], 0};
       std::vector<uint64_t> displs = displs_in_reverse;
       std::vector<int32_t> send(10);
@@ -318,13 +321,15 @@ void RunReduceScatterv(bool disagree, std::vector<int32_t>* status,
 TEST_CASE("PostAlgos: reduce_scatterv through the list, and counts that disagree") {
   std::vector<int32_t> status;
   std::vector<std::vector<int32_t>> out;
-  RunReduceScatterv(false, &status, &out);
+  RunReduceScatterv(Disagree::kNone, &status, &out);
   for (int32_t s : status) CHECK(s == PLEXUS_OK);
   // Block b, element i: the sum over ranks of r * 100 + b * 10 + i.
   CHECK(out[0] == std::vector<int32_t>{300, 303, 306});
   CHECK(out[1] == std::vector<int32_t>{330, 333});
   CHECK(out[2] == std::vector<int32_t>{360, 363, 366, 369, 372});
-  RunReduceScatterv(true, &status, &out);
+  RunReduceScatterv(Disagree::kBlockEnds, &status, &out);
+  for (int32_t s : status) CHECK(s == PLEXUS_ERR_REMOTE);
+  RunReduceScatterv(Disagree::kAllEmpty, &status, &out);
   for (int32_t s : status) CHECK(s == PLEXUS_ERR_REMOTE);
 }
 

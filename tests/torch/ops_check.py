@@ -192,7 +192,8 @@ def check_reduce():
 
 
 def check_reduce_scatter():
-    for dtype in [torch.float32, torch.float64, torch.int64, torch.bfloat16, torch.bool]:
+    for dtype in [torch.float32, torch.float64, torch.int64, torch.bfloat16, torch.bool,
+                  torch.complex64]:
         for op in reduce_ops(dtype):
             n = 5
             full = inputs(dtype, n * SIZE, 3)

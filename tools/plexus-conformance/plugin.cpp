@@ -84,7 +84,10 @@ Status Plugin::Open(const std::string& spec, const std::string& local_address, b
   p->caps_.struct_size = sizeof p->caps_;
   p->caps_status_ = p->calls().get_capabilities(ctx, &p->caps_);
   p->raw_caps_ = p->caps_;
-  if (p->table().abi_minor < 2) p->caps_.collectives &= (1u << PLEXUS_COLL_COUNT_V1) - 1;
+  // The bits of collectives newer than the table's minor (no slot for them).
+  for (plexus_collective_t coll = 0; coll < abi::kCollectiveCount; ++coll) {
+    if (abi::MinorOf(coll) > p->table().abi_minor) p->caps_.collectives &= ~(1u << coll);
+  }
   *out = std::move(p);
   return Status::Ok();
 }
