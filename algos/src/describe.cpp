@@ -32,4 +32,29 @@ std::string DescribeOp(const OpSignature& sig) {
   return s + ")";
 }
 
+bool SameOp(const OpSignature& a, const OpSignature& b) {
+  return a.seq == b.seq && a.coll == b.coll && a.dtype == b.dtype && a.op == b.op &&
+         a.count == b.count && a.root == b.root;
+}
+
+Status CollectiveMismatch(uint32_t me, const OpSignature& mine, uint32_t peer,
+                          const OpSignature& theirs, std::string_view my_where,
+                          std::string_view their_where) {
+  std::string s =
+      "collective mismatch: rank " + std::to_string(peer) + " posted " + DescribeOp(theirs);
+  s.append(their_where);
+  s += " where rank " + std::to_string(me) + " (this rank) posted " + DescribeOp(mine);
+  s.append(my_where);
+  return {PLEXUS_ERR_REMOTE, std::move(s)};
+}
+
+Status NoProgress(uint32_t me, int64_t idle_ms, const std::vector<bool>& waiting) {
+  std::string s = "rank " + std::to_string(me) + " made no progress for " +
+                  std::to_string(idle_ms) + " ms waiting for rank(s)";
+  for (size_t p = 0; p < waiting.size(); ++p) {
+    if (waiting[p]) s += " " + std::to_string(p);
+  }
+  return {PLEXUS_ERR_TIMEOUT, std::move(s)};
+}
+
 }  // namespace plexus::algos

@@ -10,6 +10,7 @@
 
 #include "plexus/algos/describe.hpp"
 #include "plexus/algos/dtype.hpp"
+#include "plexus/kit/failure_report.hpp"
 
 namespace plexus::mpi {
 namespace {
@@ -26,18 +27,6 @@ constexpr uint64_t kBytesPerUs = 250;  // 0.25 GB/s: how long data may still be 
 constexpr int64_t kLingerMaxMs = 1000;
 constexpr int64_t kCancelWaitMs = 300;
 constexpr int64_t kControlSendWaitMs = 200;
-constexpr size_t kMaxReason = 1024;
-constexpr uint32_t kControlMagic = 0x5058504d;  // "MPXP"
-
-struct ControlHeader {
-  uint32_t magic;
-  uint32_t coll, dtype, op, root;
-  uint32_t reason_bytes;
-  int32_t code;  // the sender's failure: PLEXUS_ERR_*
-  uint32_t reserved;
-  uint64_t seq, count;
-};
-constexpr size_t kControlBytes = sizeof(ControlHeader) + kMaxReason;
 
 std::string Rank(uint32_t r) {
   return "rank " + std::to_string(r);
@@ -75,8 +64,7 @@ MpiTransport::MpiTransport(plexus_backend_ctx& ctx, MPI_Comm comm, uint32_t rank
       name_(std::move(name)),
       wide_tags_(ctx.tag_ub >= INT_MAX),
       max_piece_(std::min<uint64_t>(ctx.max_count, INT_MAX)),
-      control_buf_(new uint8_t[kControlBytes]),
-      reports_(size) {
+      control_buf_(new uint8_t[kit::MaxFailureReportBytes()]) {
   last_progress_ = Clock::now();
   PostControlRecv();
 }
@@ -252,7 +240,7 @@ algos::Status MpiTransport::Reap(bool* moved) {
 void MpiTransport::PostControlRecv() {
   MpiLock lock(ctx_);
   control_req_ = MPI_REQUEST_NULL;
-  if (MPI_Irecv(control_buf_.get(), int(kControlBytes), MPI_BYTE, MPI_ANY_SOURCE,
+  if (MPI_Irecv(control_buf_.get(), int(kit::MaxFailureReportBytes()), MPI_BYTE, MPI_ANY_SOURCE,
                 kControlTag, comm_, &control_req_) != MPI_SUCCESS) {
     control_req_ = MPI_REQUEST_NULL;
   }
@@ -272,45 +260,15 @@ bool MpiTransport::TakeReport(algos::Status* st, bool defer_timeouts) {
     MPI_Get_count(&status, MPI_BYTE, &got);
   }
   const uint32_t peer = uint32_t(status.MPI_SOURCE);
-  ControlHeader h{};
-  const bool valid = got >= int(sizeof h) && peer < size_ && peer != rank_;
-  if (valid) std::memcpy(&h, control_buf_.get(), sizeof h);
-  if (!valid || h.magic != kControlMagic) {
-    PostControlRecv();
-    return false;
-  }
-  Report& r = reports_[peer];
-  r.present = true;
-  r.code = h.code;
-  r.sig = {h.seq, h.coll, h.dtype, h.op, h.count, h.root};
-  const size_t text = std::min<size_t>({h.reason_bytes, kMaxReason, size_t(got) - sizeof h});
-  r.reason.assign(reinterpret_cast<const char*>(control_buf_.get() + sizeof h), text);
+  kit::FailureReport r;
+  const bool valid = got >= 0 && peer < size_ && peer != rank_ &&
+                     kit::DecodeFailureReport({control_buf_.get(), size_t(got)}, &r);
   PostControlRecv();
-  *st = DescribeReport(peer, r);
-  // A peer that timed out waiting for someone else, while this rank waits
-  // for a third, is not news: this rank's own timeout names whoever froze.
-  if (defer_timeouts && r.code == PLEXUS_ERR_TIMEOUT &&
-      st->message.rfind("collective mismatch", 0) != 0 && !active_.empty() &&
-      std::none_of(active_.begin(), active_.end(),
-                   [&](const Transfer* t) { return t->peer == peer; })) {
-    return false;
-  }
-  return true;
-}
-
-algos::Status MpiTransport::DescribeReport(uint32_t peer, const Report& r) const {
-  // While ranks agree on a root (algos::AgreeOnRoot) the roots may differ:
-  // that is what the agreement finds, and the peer's reason says it.
-  const bool agreeing =
-      r.sig.root == algos::kAgreeingRoot || (current_ && current_->root == algos::kAgreeingRoot);
-  if (current_ && IsCollective(r.sig) && r.sig.seq == current_->seq &&
-      (r.sig.coll != current_->coll || r.sig.dtype != current_->dtype || r.sig.op != current_->op ||
-       r.sig.count != current_->count || (r.sig.root != current_->root && !agreeing))) {
-    return {PLEXUS_ERR_REMOTE, "collective mismatch: " + Rank(peer) + " posted " +
-                                   algos::DescribeOp(r.sig) + " where " + Rank(rank_) +
-                                   " posted " + algos::DescribeOp(*current_)};
-  }
-  return {PLEXUS_ERR_REMOTE, Rank(peer) + " failed: " + r.reason};
+  if (!valid) return false;
+  *st = kit::DescribeFailureReport(rank_, current_, peer, r);
+  const bool waits_for_sender = std::any_of(active_.begin(), active_.end(),
+                                            [&](const Transfer* t) { return t->peer == peer; });
+  return !(defer_timeouts && !active_.empty() && kit::ReportCanWait(r, *st, waits_for_sender));
 }
 
 algos::Status MpiTransport::Diagnose(int64_t idle_ms) {
@@ -334,12 +292,7 @@ algos::Status MpiTransport::Diagnose(int64_t idle_ms) {
     }
   }
   for (const Transfer* t : active_) waiting[t->peer] = true;
-  std::string peers;
-  for (uint32_t p = 0; p < size_; ++p) {
-    if (waiting[p]) peers += " " + std::to_string(p);
-  }
-  return {PLEXUS_ERR_TIMEOUT, Rank(rank_) + " made no progress for " + std::to_string(idle_ms) +
-                                  " ms waiting for rank(s)" + peers};
+  return algos::NoProgress(rank_, idle_ms, waiting);
 }
 
 algos::Status MpiTransport::Linger(algos::Status mine) {
@@ -473,20 +426,17 @@ void MpiTransport::Fail(const algos::OpSignature& sig, const algos::Status& why)
   if (why.code == PLEXUS_ERR_TIMEOUT || why.message.find("exited") != std::string::npos) {
     ctx_.lost_peer.store(true);
   }
-  const std::string text = why.message.substr(0, kMaxReason);
-  auto msg = std::make_unique<uint8_t[]>(sizeof(ControlHeader) + text.size());
-  const ControlHeader h{kControlMagic,         sig.coll, sig.dtype, sig.op,  sig.root,
-                        uint32_t(text.size()), why.code, 0,         sig.seq, sig.count};
-  std::memcpy(msg.get(), &h, sizeof h);
-  std::memcpy(msg.get() + sizeof h, text.data(), text.size());
+  const std::vector<uint8_t> report = kit::EncodeFailureReport(sig, why);
+  auto msg = std::make_unique<uint8_t[]>(report.size());
+  std::memcpy(msg.get(), report.data(), report.size());
   std::vector<MPI_Request> sends;
   {
     MpiLock lock(ctx_);
     for (uint32_t p = 0; p < size_; ++p) {
       if (p == rank_) continue;
       MPI_Request r = MPI_REQUEST_NULL;
-      if (MPI_Isend(msg.get(), int(sizeof h + text.size()), MPI_BYTE, int(p), kControlTag, comm_,
-                    &r) == MPI_SUCCESS) {
+      if (MPI_Isend(msg.get(), int(report.size()), MPI_BYTE, int(p), kControlTag, comm_, &r) ==
+          MPI_SUCCESS) {
         sends.push_back(r);
       }
     }

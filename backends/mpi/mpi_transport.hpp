@@ -134,12 +134,6 @@ class MpiTransport final : public kit::QueueTransport {
   MPI_Comm comm() const { return comm_; }
 
  private:
-  struct Report {  // a peer's failure report: it failed in sig, saying why
-    bool present = false;
-    int32_t code = 0;
-    algos::OpSignature sig;
-    std::string reason;
-  };
   algos::Status Post(Transfer* t);
   int TagOf(const algos::OpSignature& sig, uint64_t piece) const;
   // Matches t's next pieces as far as their messages have arrived. MPI lock held.
@@ -153,7 +147,6 @@ class MpiTransport final : public kit::QueueTransport {
   // is noted but does not end the wait.
   bool TakeReport(algos::Status* st, bool defer_timeouts);
   void PostControlRecv();
-  algos::Status DescribeReport(uint32_t peer, const Report& r) const;
   algos::Status Diagnose(int64_t idle_ms);
   algos::Status Linger(algos::Status mine);
   algos::OpSignature WaitingFor() const;
@@ -189,9 +182,8 @@ class MpiTransport final : public kit::QueueTransport {
   std::atomic<bool> woken_{false};
   bool failed_once_ = false;  // Fail() ran
 
-  std::unique_ptr<uint8_t[]> control_buf_;  // the failure reports' receive
+  std::unique_ptr<uint8_t[]> control_buf_;  // the failure reports' receive (kit/failure_report.hpp)
   MPI_Request control_req_ = MPI_REQUEST_NULL;
-  std::vector<Report> reports_;  // by rank
 };
 
 }  // namespace plexus::mpi

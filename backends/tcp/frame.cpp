@@ -28,12 +28,9 @@ algos::Status ValidateHeader(const FrameHeader& h, const algos::OpSignature& exp
     return {PLEXUS_ERR_REMOTE,
             "malformed frame from " + from + " (unknown kind " + std::to_string(h.kind) + ")"};
   }
-  const bool same = h.seq == expected.seq && h.coll == expected.coll && h.dtype == expected.dtype &&
-                    h.op == expected.op && h.count == expected.count && h.root == expected.root;
-  if (!same) {
-    return {PLEXUS_ERR_REMOTE, "collective mismatch: rank " + std::to_string(me) + " is in " +
-                                   DescribeOp(expected) + " but " + from + " sent " +
-                                   DescribeFrame(h)};
+  const algos::OpSignature theirs{h.seq, h.coll, h.dtype, h.op, h.count, h.root};
+  if (!algos::SameOp(theirs, expected)) {
+    return algos::CollectiveMismatch(me, expected, peer, theirs);
   }
   if (h.payload_bytes != expected_bytes) {
     return {PLEXUS_ERR_REMOTE, "frame size mismatch in " + DescribeOp(expected) + ": rank " +

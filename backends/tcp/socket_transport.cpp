@@ -324,13 +324,9 @@ algos::Status SocketTransport::Drive(const std::function<bool()>& done) {
     const int64_t idle_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(now - last_progress).count();
     if (idle_ms >= timeout_ms_) {
-      std::string waiting;
-      for (uint32_t p = 0; p < size_; ++p) {
-        if (!sendq_[p].empty() || !recvq_[p].empty()) waiting += " " + std::to_string(p);
-      }
-      return {PLEXUS_ERR_TIMEOUT, "rank " + std::to_string(rank_) + " made no progress for " +
-                                      std::to_string(timeout_ms_) + " ms waiting for rank(s)" +
-                                      waiting};
+      std::vector<bool> waiting(size_);
+      for (uint32_t p = 0; p < size_; ++p) waiting[p] = !sendq_[p].empty() || !recvq_[p].empty();
+      return algos::NoProgress(rank_, timeout_ms_, waiting);
     }
     const int n =
         epoll_wait(epoll_fd_, events, 16, int(std::min<int64_t>(timeout_ms_ - idle_ms, 1000)));

@@ -13,6 +13,7 @@
 #include "plexus/abi/collectives.hpp"
 #include "plexus/algos/describe.hpp"
 #include "plexus/algos/dtype.hpp"
+#include "plexus/kit/failure_report.hpp"
 #include "ucx_tag.hpp"
 
 namespace plexus::ucx {
@@ -33,18 +34,6 @@ constexpr int64_t kLingerMaxMs = 1000;
 constexpr int64_t kCancelWaitMs = 300;
 constexpr int64_t kForceCloseWaitMs = 700;
 constexpr int64_t kControlSendWaitMs = 200;
-constexpr size_t kMaxReason = 1024;
-constexpr uint32_t kControlMagic = 0x50585543;  // "PXUC"
-
-// The control message: a failure report (ucx_transport.hpp).
-struct ControlHeader {
-  uint32_t magic;
-  uint32_t coll, dtype, op, root;
-  uint32_t reason_bytes;
-  int32_t code;  // the sender's failure: PLEXUS_ERR_*
-  uint32_t reserved;
-  uint64_t seq, count;
-};
 
 std::string Rank(uint32_t r) {
   return "rank " + std::to_string(r);
@@ -85,8 +74,7 @@ UcxTransport::UcxTransport(const plexus_host_v1& host, ucp_context_h context,
       slots_(new PeerSlot[size]),
       peers_(size),
       watch_(size),
-      control_buf_(sizeof(ControlHeader) + kMaxReason),
-      reports_(size) {
+      control_buf_(kit::MaxFailureReportBytes()) {
   for (uint32_t p = 0; p < size; ++p) slots_[p] = {this, p, UCS_OK, false};
 }
 
@@ -354,49 +342,18 @@ bool UcxTransport::TakeReport(algos::Status* st, bool defer_timeouts) {
   }
   control_req_ = nullptr;
   const uint32_t peer = TagSource(control_info_.sender_tag);
-  ControlHeader h{};
-  const bool valid = (s == UCS_OK || s == UCS_ERR_MESSAGE_TRUNCATED) &&
-                     control_info_.length >= sizeof h && peer < size_ && peer != rank_;
-  if (valid) std::memcpy(&h, control_buf_.data(), sizeof h);
-  if (!valid || h.magic != kControlMagic) {
-    PostControlRecv();
-    return false;
-  }
-  Report& r = reports_[peer];
-  r.present = true;
-  r.code = h.code;
-  r.sig = {h.seq, h.coll, h.dtype, h.op, h.count, h.root};
-  const size_t text =
-      std::min<size_t>({h.reason_bytes, kMaxReason, control_info_.length - sizeof h});
-  r.reason.assign(reinterpret_cast<const char*>(control_buf_.data() + sizeof h), text);
+  kit::FailureReport r;
+  const bool valid =
+      (s == UCS_OK || s == UCS_ERR_MESSAGE_TRUNCATED) && peer < size_ && peer != rank_ &&
+      kit::DecodeFailureReport(
+          {control_buf_.data(), std::min(control_info_.length, control_buf_.size())}, &r);
   PostControlRecv();
-  *st = DescribeReport(peer, r);
-  // A peer that timed out waiting for something other than this rank's
-  // transfers, while this rank waits for a third one, is not news: whoever
-  // froze is further down the line, and this rank's own timeout names it.
+  if (!valid) return false;
+  *st = kit::DescribeFailureReport(rank_, current_, peer, r);
   // A peer this rank waits for, mismatches and other failures end the wait.
-  if (defer_timeouts && r.code == PLEXUS_ERR_TIMEOUT &&
-      st->message.rfind("collective mismatch", 0) != 0 && !active_.empty() &&
-      std::none_of(active_.begin(), active_.end(),
-                   [&](const Transfer* t) { return t->peer == peer; })) {
-    return false;
-  }
-  return true;
-}
-
-algos::Status UcxTransport::DescribeReport(uint32_t peer, const Report& r) const {
-  // While one side agrees on the root (algos::AgreeOnRoot) the roots may
-  // differ: that is what the agreement finds, and the peer's reason says it.
-  const bool agreeing =
-      r.sig.root == algos::kAgreeingRoot || (current_ && current_->root == algos::kAgreeingRoot);
-  if (current_ && IsCollective(r.sig) && r.sig.seq == current_->seq &&
-      (r.sig.coll != current_->coll || r.sig.dtype != current_->dtype || r.sig.op != current_->op ||
-       r.sig.count != current_->count || (r.sig.root != current_->root && !agreeing))) {
-    return {PLEXUS_ERR_REMOTE, "collective mismatch: " + Rank(peer) + " posted " +
-                                   DescribeOperation(r.sig) + " where " + Rank(rank_) + " posted " +
-                                   DescribeOperation(*current_)};
-  }
-  return {PLEXUS_ERR_REMOTE, Rank(peer) + " failed: " + r.reason};
+  const bool waits_for_sender = std::any_of(active_.begin(), active_.end(),
+                                            [&](const Transfer* t) { return t->peer == peer; });
+  return !(defer_timeouts && !active_.empty() && kit::ReportCanWait(r, *st, waits_for_sender));
 }
 
 algos::Status UcxTransport::ProbeMismatch() {
@@ -432,12 +389,7 @@ algos::Status UcxTransport::Diagnose(int64_t idle_ms) {
   if (!st.ok()) return st;
   std::vector<bool> waiting(size_);
   for (const Transfer* t : active_) waiting[t->peer] = true;
-  std::string peers;
-  for (uint32_t p = 0; p < size_; ++p) {
-    if (waiting[p]) peers += " " + std::to_string(p);
-  }
-  return {PLEXUS_ERR_TIMEOUT, Rank(rank_) + " made no progress for " + std::to_string(idle_ms) +
-                                  " ms waiting for rank(s)" + peers};
+  return algos::NoProgress(rank_, idle_ms, waiting);
 }
 
 algos::Status UcxTransport::Linger(algos::Status mine) {
@@ -574,12 +526,7 @@ void UcxTransport::Cancel() {
 void UcxTransport::Fail(const algos::OpSignature& sig, const algos::Status& why) {
   if (failed_once_ || aborted_.load() || !worker_) return;
   failed_once_ = true;
-  const std::string text = why.message.substr(0, kMaxReason);
-  std::vector<uint8_t> msg(sizeof(ControlHeader) + text.size());
-  const ControlHeader h{kControlMagic,         sig.coll, sig.dtype, sig.op,  sig.root,
-                        uint32_t(text.size()), why.code, 0,         sig.seq, sig.count};
-  std::memcpy(msg.data(), &h, sizeof h);
-  std::memcpy(msg.data() + sizeof h, text.data(), text.size());
+  const std::vector<uint8_t> msg = kit::EncodeFailureReport(sig, why);
   const uint64_t tag = MakeTag(TagKind::kControl, comm_id_, rank_, 0, 0);
   std::vector<void*> sends;
   for (uint32_t p = 0; p < size_; ++p) {

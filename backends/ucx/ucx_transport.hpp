@@ -158,12 +158,6 @@ class UcxTransport final : public kit::QueueTransport {
     ucs_status_t status = UCS_OK;  // the endpoint's error; written during progress
     bool ended = false;            // its process on this host has exited (/proc)
   };
-  struct Report {  // a peer's control message: it failed in sig, saying why
-    bool present = false;
-    int32_t code = 0;
-    algos::OpSignature sig;
-    std::string reason;
-  };
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
   // Connect's exchanges: rounds messages of bytes sent to every rank in
   // peers and as many received from each, with hello tags numbered from
@@ -197,7 +191,6 @@ class UcxTransport final : public kit::QueueTransport {
   // defer_timeouts, a peer's TIMEOUT is noted but does not end the wait.
   bool TakeReport(algos::Status* st, bool defer_timeouts);
   void PostControlRecv();
-  algos::Status DescribeReport(uint32_t peer, const Report& r) const;
   // A waiting receive's peer sent a message of another operation in its
   // place (same sequence number, other signature): REMOTE saying so, else OK.
   algos::Status ProbeMismatch();
@@ -244,10 +237,9 @@ class UcxTransport final : public kit::QueueTransport {
   Clock::time_point last_progress_;
   bool restart_clock_ = false;  // Exchange began: the next clock read restarts last_progress_
 
-  std::vector<uint8_t> control_buf_;  // the control receive's buffer
+  std::vector<uint8_t> control_buf_;  // the failure reports' receive (kit/failure_report.hpp)
   void* control_req_ = nullptr;
   ucp_tag_recv_info_t control_info_{};
-  std::vector<Report> reports_;  // by rank
   std::vector<uint8_t> drain_buf_;
   std::string transports_;
   std::string warm_up_;

@@ -403,10 +403,9 @@ algos::Status OneHostShm::CheckBuffers(const algos::OpSignature& sig, const void
 algos::Status OneHostShm::Mismatch(const algos::OpSignature& sig, uint32_t peer,
                                    const algos::OpSignature& theirs, const std::string& their_where,
                                    const std::string& my_where) const {
-  return {PLEXUS_ERR_REMOTE, backend_ + " over shared memory: collective mismatch: rank " +
-                                 std::to_string(peer) + " posted " + algos::DescribeOp(theirs) +
-                                 their_where + " where rank " + std::to_string(rank_) +
-                                 " (this rank) posted " + algos::DescribeOp(sig) + my_where};
+  algos::Status st = algos::CollectiveMismatch(rank_, sig, peer, theirs, my_where, their_where);
+  st.message = backend_ + " over shared memory: " + st.message;
+  return st;
 }
 
 void OneHostShm::Announce(const algos::OpSignature& sig) {

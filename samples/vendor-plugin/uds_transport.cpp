@@ -129,11 +129,8 @@ Status UdsTransport::CheckHeader(const Transfer& t) {
     return {PLEXUS_ERR_REMOTE, "malformed frame from " + Rank(t.peer) + " (bad magic)"};
   }
   if (h.kind == kFail) return ReadFailText(t.peer, h.bytes);
-  if (h.seq != mine.seq || h.coll != mine.coll || h.dtype != mine.dtype || h.op != mine.op ||
-      h.count != mine.count || h.root != mine.root) {
-    return {PLEXUS_ERR_REMOTE, "collective mismatch: " + Rank(rank_) + " is in " +
-                                   DescribeOp(mine) + " but " + Rank(t.peer) + " sent " +
-                                   DescribeOp(theirs)};
+  if (!SameOp(theirs, mine)) {
+    return CollectiveMismatch(rank_, mine, t.peer, theirs);
   }
   if (h.bytes != t.bytes) {  // same call, different algorithm step: a bug or a version skew
     return {PLEXUS_ERR_REMOTE, "frame size mismatch in " + DescribeOp(mine) + ": " + Rank(rank_) +
@@ -217,13 +214,9 @@ Status UdsTransport::Drive(const std::function<bool()>& done) {
     const int64_t idle =
         std::chrono::duration_cast<std::chrono::milliseconds>(now - last_progress).count();
     if (st.ok() && idle >= timeout_ms_) {
-      std::string peers;
-      for (uint32_t p = 0; p < n; ++p) {
-        if (!sendq_[p].empty() || !recvq_[p].empty()) peers += " " + std::to_string(p);
-      }
-      st = {PLEXUS_ERR_TIMEOUT, Rank(rank_) + " made no progress for " +
-                                    std::to_string(timeout_ms_) + " ms waiting for rank(s)" +
-                                    peers};
+      std::vector<bool> waiting(n);
+      for (uint32_t p = 0; p < n; ++p) waiting[p] = !sendq_[p].empty() || !recvq_[p].empty();
+      st = plexus::algos::NoProgress(rank_, timeout_ms_, waiting);
     }
     if (!st.ok()) {
       DropQueued();
