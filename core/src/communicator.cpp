@@ -44,21 +44,8 @@ void CommState::AdoptOrphan(plexus_request* req, const PostedOp& posted) {
 }
 
 int64_t CommState::ConfigGetter(void* ctx, const char* key, char* buf, size_t len) {
-  auto* self = static_cast<CommState*>(ctx);
-  if (!self || !key) return -1;
-  std::string value;
-  if (auto it = self->config.find(key); it != self->config.end()) {
-    value = it->second;
-  } else if (!store::ConfigFromEnvironment(key, &value)) {
-    // The environment; PLEXUS_TOKEN may come from PLEXUS_TOKEN_FILE.
-    return -1;
-  }
-  if (buf && len > 0) {
-    const size_t n = std::min(len - 1, value.size());
-    std::memcpy(buf, value.data(), n);
-    buf[n] = '\0';
-  }
-  return int64_t(value.size());
+  const auto* self = static_cast<const CommState*>(ctx);
+  return self ? store::GetConfig(self->config, key, buf, len) : -1;
 }
 
 CommState::~CommState() {

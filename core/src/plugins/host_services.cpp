@@ -58,21 +58,8 @@ std::string HostServices::LastProblem(int32_t max_level) const {
 }
 
 int64_t HostServices::GetConfig(void* ctx, const char* key, char* buf, size_t len) {
-  auto* self = static_cast<HostServices*>(ctx);
-  if (!self || !key) return -1;
-  std::string value;
-  if (auto it = self->overrides_.find(key); it != self->overrides_.end()) {
-    value = it->second;
-  } else if (!store::ConfigFromEnvironment(key, &value)) {
-    // The environment; PLEXUS_TOKEN may come from PLEXUS_TOKEN_FILE.
-    return -1;
-  }
-  if (buf && len > 0) {
-    const size_t n = std::min(len - 1, value.size());
-    std::memcpy(buf, value.data(), n);
-    buf[n] = '\0';
-  }
-  return int64_t(value.size());
+  const auto* self = static_cast<const HostServices*>(ctx);
+  return self ? store::GetConfig(self->overrides_, key, buf, len) : -1;
 }
 
 int32_t HostServices::OobAllgather(void* ctx, plexus_oob* oob, const void* in, void* out,

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -178,6 +179,23 @@ bool ConfigFromEnvironment(const char* key, std::string* value) {
   }
   *value = std::move(token);
   return true;
+}
+
+int64_t GetConfig(const std::map<std::string, std::string>& overrides, const char* key, char* buf,
+                  size_t len) {
+  if (!key) return -1;
+  std::string value;
+  if (auto it = overrides.find(key); it != overrides.end()) {
+    value = it->second;
+  } else if (!ConfigFromEnvironment(key, &value)) {
+    return -1;
+  }
+  if (buf && len > 0) {
+    const size_t n = std::min(len - 1, value.size());
+    std::memcpy(buf, value.data(), n);
+    buf[n] = '\0';
+  }
+  return int64_t(value.size());
 }
 
 }  // namespace plexus::store

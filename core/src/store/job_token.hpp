@@ -20,6 +20,8 @@
 // authentication without being any.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
 
 #include "plexus/status.hpp"
@@ -68,5 +70,12 @@ inline constexpr size_t kMaxTokenFileBytes = 64 * 1024;
 // backend asks, has failed with that error already, and a rank without the
 // secret is refused by the ranks that have it.
 bool ConfigFromEnvironment(const char* key, std::string* value);
+
+// The get_config of the ABI (plexus_host_v1 and plexus_comm_config_v1):
+// overrides[key], else ConfigFromEnvironment(key), copied into buf (len
+// bytes, NUL-terminated, cut to fit); returns the value's full length, or
+// -1 when key is NULL or unset.
+int64_t GetConfig(const std::map<std::string, std::string>& overrides, const char* key, char* buf,
+                  size_t len);
 
 }  // namespace plexus::store
