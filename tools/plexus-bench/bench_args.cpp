@@ -33,8 +33,9 @@ Options (sizes take a K, M or G suffix, powers of 1024):
                             half, float, double are accepted too)
   -t, --collective NAME     allreduce, broadcast, reduce, allgather,
                             reduce_scatter, alltoall, sendrecv, barrier,
-                            gather, scatter, allgatherv, alltoallv or
-                            allreduce_coalesced (default allreduce)
+                            gather, scatter, allgatherv, alltoallv,
+                            allreduce_coalesced or reduce_scatterv (default
+                            allreduce)
   -r, --root N              root rank of broadcast, reduce, gather and
                             scatter (default 0)
       --blocking            wait for each timed operation before posting the
@@ -51,10 +52,10 @@ reduce, sendrecv: the buffer of `count` elements. allgather: the whole output
 (size / ranks bytes sent by each rank). reduce_scatter: the whole input (each
 rank receives size / ranks bytes). alltoall: the whole send buffer (size /
 ranks bytes to each peer). gather: the root's whole output; scatter: the
-root's whole input (size / ranks bytes to each rank). allgatherv and
-alltoallv: as allgather and alltoall, with every rank's count given in the
-per-rank arrays of the v-collective (equal blocks, so the two can be
-compared). allreduce_coalesced: as allreduce, the buffer cut into 8 buffers
+root's whole input (size / ranks bytes to each rank). allgatherv,
+alltoallv and reduce_scatterv: as allgather, alltoall and reduce_scatter,
+with every rank's count given in the per-rank arrays of the v-collective
+(equal blocks, so the two can be compared). allreduce_coalesced: as allreduce, the buffer cut into 8 buffers
 posted as one operation. Sizes are rounded down to whole elements (whole
 blocks of ranks elements for the per-rank collectives); count is the size in
 elements. barrier runs once, with size 0.
@@ -76,7 +77,8 @@ checked, or no such placement. In place follows the ABI: allreduce
 send == recv; reduce send == recv; allgather send == recv + rank * count;
 reduce_scatter recv == send + rank * count; gather (on the root) send ==
 recv + root * count; scatter (on the root) recv == send + root * count;
-allgatherv send == recv + displs[rank]; allreduce_coalesced each buffer's
+allgatherv send == recv + displs[rank]; reduce_scatterv recv == send +
+sdispls[rank]; allreduce_coalesced each buffer's
 send == recv; broadcast has one buffer and is reported in the in-place
 columns; alltoall, alltoallv and sendrecv have no in-place form.
 
@@ -160,14 +162,35 @@ bool ParseOp(std::string_view s, std::vector<ReduceOp>* out) {
   return false;
 }
 
+// Every collective -t takes, in --help's order.
+constexpr Collective kAllCollectives[] = {Collective::Allreduce,
+                                          Collective::Broadcast,
+                                          Collective::Reduce,
+                                          Collective::Allgather,
+                                          Collective::ReduceScatter,
+                                          Collective::Alltoall,
+                                          Collective::SendRecv,
+                                          Collective::Barrier,
+                                          Collective::Gather,
+                                          Collective::Scatter,
+                                          Collective::Allgatherv,
+                                          Collective::Alltoallv,
+                                          Collective::AllreduceCoalesced,
+                                          Collective::ReduceScatterv};
+
+// "allreduce, broadcast, ... or reduce_scatterv".
+std::string CollectiveNames() {
+  std::string s;
+  const size_t n = std::size(kAllCollectives);
+  for (size_t i = 0; i < n; ++i) {
+    s += i == 0 ? "" : i + 1 == n ? " or " : ", ";
+    s += CollectiveName(kAllCollectives[i]);
+  }
+  return s;
+}
+
 bool ParseCollective(std::string_view s, Collective* out) {
-  static const Collective kAll[] = {
-      Collective::Allreduce,         Collective::Broadcast,     Collective::Reduce,
-      Collective::Allgather,         Collective::ReduceScatter, Collective::Alltoall,
-      Collective::SendRecv,          Collective::Barrier,       Collective::Gather,
-      Collective::Scatter,           Collective::Allgatherv,    Collective::Alltoallv,
-      Collective::AllreduceCoalesced};
-  for (Collective c : kAll) {
+  for (Collective c : kAllCollectives) {
     if (s == CollectiveName(c)) {
       *out = c;
       return true;
@@ -215,6 +238,8 @@ const char* CollectiveName(Collective c) {
       return "alltoallv";
     case Collective::AllreduceCoalesced:
       return "allreduce_coalesced";
+    case Collective::ReduceScatterv:
+      return "reduce_scatterv";
   }
   return "unknown";
 }
@@ -247,13 +272,15 @@ std::vector<plexus_collective_t> RequiredCollectives(Collective c) {
       return {PLEXUS_COLL_ALLTOALLV};
     case Collective::AllreduceCoalesced:
       return {PLEXUS_COLL_ALLREDUCE_COALESCED};
+    case Collective::ReduceScatterv:
+      return {PLEXUS_COLL_REDUCE_SCATTERV};
   }
   return {};
 }
 
 bool IsReduction(Collective c) {
   return c == Collective::Allreduce || c == Collective::Reduce || c == Collective::ReduceScatter ||
-         c == Collective::AllreduceCoalesced;
+         c == Collective::AllreduceCoalesced || c == Collective::ReduceScatterv;
 }
 bool HasRoot(Collective c) {
   return c == Collective::Broadcast || c == Collective::Reduce || c == Collective::Gather ||
@@ -346,9 +373,7 @@ ParseResult ParseArgs(int argc, char** argv) {
       if (!ParseDtype(value, &a.dtypes)) return invalid("int8 ... float64 or all");
     } else if (key == "--collective") {
       if (!ParseCollective(value, &a.collective)) {
-        return invalid(
-            "allreduce, broadcast, reduce, allgather, reduce_scatter, alltoall, sendrecv or "
-            "barrier");
+        return invalid(CollectiveNames().c_str());
       }
     } else if (key == "--root") {
       if (!ParseNumber(value, &v, false) || v > std::numeric_limits<uint32_t>::max()) {

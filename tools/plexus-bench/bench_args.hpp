@@ -29,6 +29,8 @@ enum class Collective {
   Allgatherv,          // equal blocks, through the v-collective
   Alltoallv,           // equal blocks, through the v-collective
   AllreduceCoalesced,  // the buffer as kCoalescedBuffers buffers in one post
+  // ABI 1.4
+  ReduceScatterv,  // equal blocks, through the v-collective
 };
 
 // allreduce_coalesced splits each size into this many buffers.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "patterns.hpp"
+#include "plexus/abi/call.hpp"
 
 namespace plexus::bench {
 namespace {
@@ -41,6 +42,7 @@ double BusFactor(Collective c, uint32_t n) {
     case Collective::Scatter:
     case Collective::Allgatherv:
     case Collective::Alltoallv:
+    case Collective::ReduceScatterv:
       return (nd - 1) / nd;
     case Collective::Broadcast:
     case Collective::Reduce:
@@ -139,6 +141,7 @@ Runner::Shape Runner::ShapeOf(DType t, uint64_t size) const {
     case Collective::Scatter:
     case Collective::Allgatherv:
     case Collective::Alltoallv:
+    case Collective::ReduceScatterv:
       s.count = size / (es * size_);  // per rank / per block
       s.bytes = s.count * es * size_;
       break;
@@ -159,6 +162,7 @@ bool Runner::HasPlacement(Placement p) const {
     case Collective::Scatter:
     case Collective::Allgatherv:
     case Collective::AllreduceCoalesced:
+    case Collective::ReduceScatterv:
       return p == Placement::OutOfPlace || in_place_ok;
     case Collective::Broadcast:
       return p == Placement::InPlace;  // one buffer: in place
@@ -218,6 +222,21 @@ void Runner::Post(Placement p, DType t, ReduceOp op, const Shape& s, std::vector
     case Collective::Alltoallv:
       works->push_back(comm_.alltoallv(send, v_.counts, v_.displs, recv, v_.counts, v_.displs, t));
       break;
+    case Collective::ReduceScatterv: {
+      // A collective of the list without a method of its own: Post.
+      abi::Call call{PLEXUS_COLL_REDUCE_SCATTERV,
+                     in ? recv : send,
+                     in ? recv + rank_ * block : recv,
+                     s.count,
+                     static_cast<plexus_dtype_t>(t),
+                     static_cast<plexus_reduce_op_t>(op),
+                     0,
+                     nullptr};
+      call.sendcounts = v_.counts.data();
+      call.sdispls = v_.displs.data();
+      works->push_back(comm_.Post(call));
+      break;
+    }
     case Collective::AllreduceCoalesced: {
       // kCoalescedBuffers pieces of the one buffer (the last takes the rest).
       const void* sends[kCoalescedBuffers];
@@ -300,6 +319,7 @@ uint64_t Runner::CheckOnce(Placement p, DType t, ReduceOp op, const Shape& s) {
       if (root) Fill(t, in ? recv : send, c * n, data, DataOffset(0));
       break;
     case Collective::ReduceScatter:
+    case Collective::ReduceScatterv:
       Fill(t, in ? recv : send, c * n, ReductionInput(t, op, r, n));
       break;
     case Collective::Alltoall:
@@ -338,6 +358,7 @@ uint64_t Runner::CheckOnce(Placement p, DType t, ReduceOp op, const Shape& s) {
       return wrong;
     }
     case Collective::ReduceScatter:
+    case Collective::ReduceScatterv:
       return CountWrong(t, in ? recv + r * block : recv, c, ReductionResult(t, op, n), r * c);
     case Collective::Scatter:
       // Block r of the root's input: elements r * c.. of the pattern.
