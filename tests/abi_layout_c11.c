@@ -45,7 +45,7 @@ PIN_AT(plexus_comm_config_v1, oob, 40);
 PIN_AT(plexus_comm_config_v1, get_config, 48); /* 1.1 */
 PIN_AT(plexus_comm_config_v1, config_ctx, 56); /* 1.1 */
 
-PIN_SIZE(plexus_backend_v1, 256); /* 176 in 1.0, 184 in 1.1, 232 in 1.2, 248 in 1.3 */
+PIN_SIZE(plexus_backend_v1, 264); /* 176 in 1.0, 184 in 1.1, 232 in 1.2, 248 in 1.3, 256 in 1.4 */
 PIN_AT(plexus_backend_v1, abi_major, 4);
 PIN_AT(plexus_backend_v1, abi_minor, 6);
 PIN_AT(plexus_backend_v1, name, 8);
@@ -79,6 +79,7 @@ PIN_AT(plexus_backend_v1, comm_split, 224);
 PIN_AT(plexus_backend_v1, mem_alloc, 232);
 PIN_AT(plexus_backend_v1, mem_free, 240);
 PIN_AT(plexus_backend_v1, reduce_scatterv, 248); /* 1.4 */
+PIN_AT(plexus_backend_v1, request_notify, 256);  /* 1.5 */
 
 /* Codes are our own and stable. */
 _Static_assert(PLEXUS_DTYPE_FLOAT64 == 12u && PLEXUS_OP_AVG == 5u, "codes changed");

@@ -30,7 +30,7 @@ check "plexus-run names the failed rank" grep -q "plexus-run: rank [01]" "$out"
 "$info" >"$out" 2>&1; rc=$?
 check "plexus-info exits 0" test $rc -eq 0
 check "plexus-info lists tcp" grep -q "^tcp$" "$out"
-check "plexus-info shows the ABI" grep -q "ABI:          1.4" "$out"
+check "plexus-info shows the ABI" grep -q "ABI:          1.5" "$out"
 check "plexus-info lists the 1.2 collectives" grep -q "collectives:.*gather scatter allgatherv alltoallv allreduce_coalesced" "$out"
 check "plexus-info says how groups are made" grep -q "groups:       made by the host with comm_create" "$out"
 "$info" --help >"$out" 2>&1

@@ -1,6 +1,7 @@
 #include "plexus/work.hpp"
 
 #include <algorithm>
+#include <thread>
 
 #include "comm_state.hpp"
 #include "host_op.hpp"
@@ -9,6 +10,34 @@
 #include "stall_report.hpp"
 
 namespace plexus {
+namespace {
+
+// What notify_when_done hands the backend: the function, and a reference
+// to the communicator that keeps it alive while the function runs.
+struct Notified {
+  std::shared_ptr<detail::CommState> comm;
+  std::function<void()> done;
+};
+
+void RunNotified(Notified* n) noexcept {
+  try {
+    n->done();
+  } catch (...) {  // (the contract says it does not throw; nothing may leave here)
+  }
+  n->done = nullptr;  // what it captured goes now
+  // The last reference ends the communicator, whose backend then joins the
+  // thread that runs this (its worker, or the two-level one): that end
+  // happens on a thread of its own instead.
+  std::shared_ptr<detail::CommState> comm = std::move(n->comm);
+  delete n;
+  if (comm.use_count() == 1) std::thread([c = std::move(comm)]() mutable { c.reset(); }).detach();
+}
+
+void RunNotifiedFromBackend(void* arg, int32_t /*status*/) {
+  RunNotified(static_cast<Notified*>(arg));
+}
+
+}  // namespace
 
 Work::Work(std::shared_ptr<detail::CommState> comm, plexus_request* request, const char* what,
            const detail::PostedOp& posted)
@@ -132,6 +161,27 @@ void Work::WaitHostOp(std::chrono::milliseconds timeout) {
     throw Error(PLEXUS_ERR_TIMEOUT, comm_->backend->name(), message);
   }
   FinishHostOp(rc);
+}
+
+// Not for a two-level operation: its worker runs the host's operations one
+// after the other, so a done that waited for the next would wait for itself.
+bool Work::can_notify() const {
+  return !host_op_ && (!request_ || comm_->backend->HasNotify());
+}
+
+bool Work::notify_when_done(std::function<void()> done) {
+  if (host_op_) return false;
+  if (!request_) {
+    done();
+    return true;
+  }
+  if (!comm_->backend->HasNotify()) return false;
+  auto* n = new Notified{comm_, std::move(done)};
+  if (comm_->backend->Notify(request_, RunNotifiedFromBackend, n) != PLEXUS_OK) {
+    delete n;
+    return false;
+  }
+  return true;
 }
 
 bool Work::test() {

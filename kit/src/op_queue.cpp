@@ -40,12 +40,20 @@ OpQueue::~OpQueue() {
   worker_.join();
 }
 
-void OpQueue::Complete(plexus_request* req, const algos::Status& st) {
+OpQueue::Notification OpQueue::Complete(plexus_request* req, const algos::Status& st) {
   std::lock_guard<std::mutex> lock(req->mutex);
   if (!st.ok()) req->error = st.message;
   req->status.store(st.code, std::memory_order_release);
   // Under the lock: req is freed only under its mutex, after this (op_queue.hpp).
   if (req->waiters > 0) req->done_cv.notify_all();
+  Notification n{req->notify, req->notify_arg, st.code};
+  req->notify = nullptr;
+  return n;
+}
+
+void OpQueue::CompleteInRun(plexus_request* req, const algos::Status& st) {
+  Notification n = Complete(req, st);
+  if (n.done) notifications_.push_back(n);
 }
 
 int32_t OpQueue::Enqueue(PendingOp op, plexus_request** req) {
@@ -159,7 +167,7 @@ void OpQueue::RunMessages(PendingOp first) {
       if (!st.ok()) break;
       // Requests complete in posting order: only the oldest ones that are done.
       while (!active.empty() && active.front().message->complete) {
-        Complete(active.front().req, {});
+        CompleteInRun(active.front().req, {});
         active.pop_front();
       }
       if (active.empty()) break;
@@ -173,7 +181,7 @@ void OpQueue::RunMessages(PendingOp first) {
   if (!st.ok()) {
     transport_.Cancel();
     RecordFailure(active.empty() ? algos::OpSignature{} : active.front().sig, st);
-    for (PendingOp& a : active) Complete(a.req, st);
+    for (PendingOp& a : active) CompleteInRun(a.req, st);
   }
 }
 
@@ -193,7 +201,7 @@ void OpQueue::ExecuteCollective(PendingOp& op) {
     transport_.Cancel();
     RecordFailure(op.sig, st);
   }
-  Complete(op.req, st);
+  CompleteInRun(op.req, st);
 }
 
 void OpQueue::Execute(PendingOp op) {
@@ -210,20 +218,55 @@ void OpQueue::Execute(PendingOp op) {
       ExecuteCollective(op);
       break;
     case Kind::kNothing:
-      Complete(op.req, {});
+      CompleteInRun(op.req, {});
       break;
   }
   bool more;
+  std::vector<Notification> notify;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     running_ = false;
     running_messages_ = false;
     more = !queue_.empty() || stopping_;
+    notify.swap(notifications_);
   }
   // The worker waits for queued work or, when stopping, for this operation
   // to end; otherwise waking it would only cost it (and, on a shared core,
   // this thread) a switch.
   if (more) queue_cv_.notify_all();
+  for (const Notification& n : notify) n.Fire();
+}
+
+bool OpQueue::RunOnWorkerUntil(plexus_request* req, int64_t timeout_ms) {
+  if (std::this_thread::get_id() != worker_.get_id()) return false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (req->status.load(std::memory_order_acquire) == PLEXUS_IN_PROGRESS) {
+    PendingOp op;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      // Another thread may be running one inline; its end wakes this one.
+      if (running_ || queue_.empty()) {
+        if (queue_cv_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() +
+                                                              std::chrono::milliseconds(1))) ==
+                std::cv_status::timeout &&
+            std::chrono::steady_clock::now() >= deadline) {
+          return true;
+        }
+        continue;
+      }
+      op = std::move(queue_.front());
+      queue_.pop_front();
+      if (!broken_.ok()) {
+        const algos::Status broken = broken_;
+        lock.unlock();
+        Complete(op.req, broken).Fire();
+        continue;
+      }
+      running_ = true;
+    }
+    Execute(std::move(op));
+  }
+  return true;
 }
 
 void OpQueue::RunInlineIfNext(plexus_request* req) {
@@ -277,7 +320,7 @@ void OpQueue::WorkerLoop() {
       if (!broken_.ok()) {
         const algos::Status broken = broken_;
         lock.unlock();
-        Complete(op.req, broken);
+        Complete(op.req, broken).Fire();
         continue;
       }
       running_ = true;
@@ -322,6 +365,11 @@ int32_t QueuedRequests::Wait(plexus_request& req, int64_t timeout_ms) {
     status = req.status.load(std::memory_order_acquire);
   }
   if (status != PLEXUS_IN_PROGRESS) return status;  // (typically: run inline just now)
+  // The worker, waiting inside a request_notify function, would wait for itself.
+  if (req.queue && req.queue->RunOnWorkerUntil(&req, timeout_ms)) {
+    status = req.status.load(std::memory_order_acquire);
+    return status != PLEXUS_IN_PROGRESS ? status : PLEXUS_ERR_TIMEOUT;
+  }
   std::unique_lock<std::mutex> lock(req.mutex);
   ++req.waiters;
   const bool done = req.done_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] {
@@ -344,6 +392,25 @@ size_t QueuedRequests::Error(plexus_request& req, char* buf, size_t len) {
   std::lock_guard<std::mutex> lock(req.mutex);
   CopyOut(req.error, buf, len);
   return req.error.size();
+}
+
+int32_t QueuedRequests::Notify(plexus_request& req, void (*done)(void* arg, int32_t status),
+                               void* arg) {
+  if (!done) return PLEXUS_ERR_INVALID_ARGUMENT;
+  int32_t status;
+  {
+    std::lock_guard<std::mutex> lock(req.mutex);
+    if (req.notify_asked) return PLEXUS_ERR_INVALID_USAGE;
+    req.notify_asked = true;
+    status = req.status.load(std::memory_order_acquire);
+    if (status == PLEXUS_IN_PROGRESS) {
+      req.notify = done;
+      req.notify_arg = arg;
+      return PLEXUS_OK;
+    }
+  }
+  done(arg, status);  // complete already: here, now
+  return PLEXUS_OK;
 }
 
 int32_t QueueMemAlloc(OpQueue& queue, uint64_t bytes, void** ptr_out) {

@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "plexus/error.hpp"
@@ -27,6 +28,16 @@ std::exception_ptr BackendError(const std::string& message) {
 using detail::BackendError;
 
 namespace {
+
+// Every completion thread's queue, for StopAllAndWait; expired ones are
+// dropped as new threads are added.
+std::mutex g_queues_mutex;
+std::vector<std::weak_ptr<void>> g_queues;
+
+// The works whose futures complete on the backends' threads and have not yet.
+std::mutex g_notified_mutex;
+std::condition_variable g_notified_cv;
+int g_notified = 0;
 
 std::exception_ptr ToTorch(std::exception_ptr e) {
   try {
@@ -205,10 +216,48 @@ c10::intrusive_ptr<c10::ivalue::Future> PlexusWork::getFuture() {
     }
     future = future_;
   }
-  if (hand_over && !completer_->Add(c10::intrusive_ptr<PlexusWork>::reclaim_copy(this))) {
+  if (hand_over && !CompleteWhenNotified() &&
+      !completer_->Add(c10::intrusive_ptr<PlexusWork>::reclaim_copy(this))) {
     CompleteOnThread();  // the backend is gone: complete it here
   }
   return future;
+}
+
+bool PlexusWork::CompleteWhenNotified() {
+  for (const plexus::Work& w : posted) {
+    if (!w.can_notify()) return false;
+  }
+  // One arrival per posted operation, and one for this registration, so
+  // that nothing completes the work before every operation is registered.
+  struct Countdown {
+    std::atomic<size_t> left;
+    c10::intrusive_ptr<PlexusWork> work;
+  };
+  auto countdown = std::make_shared<Countdown>();
+  countdown->left = posted.size() + 1;
+  countdown->work = c10::intrusive_ptr<PlexusWork>::reclaim_copy(this);
+  {
+    std::lock_guard<std::mutex> lock(g_notified_mutex);
+    ++g_notified;
+  }
+  auto arrive = [countdown] {
+    if (countdown->left.fetch_sub(1) != 1) return;
+    c10::intrusive_ptr<PlexusWork> work = std::move(countdown->work);
+    work->CompleteOnThread();  // every operation is done: no wait; never throws
+    work.reset();              // (the future's callbacks, Python's included, go with it)
+    {
+      std::lock_guard<std::mutex> lock(g_notified_mutex);
+      --g_notified;
+    }
+    g_notified_cv.notify_all();
+  };
+  for (plexus::Work& w : posted) {
+    // can_notify said yes; should the backend refuse after all, this
+    // arrival comes now and the last one's Drive waits for that operation.
+    if (!w.notify_when_done(arrive)) arrive();
+  }
+  arrive();
+  return true;
 }
 
 std::vector<at::Tensor> PlexusWork::result() {
@@ -230,15 +279,8 @@ void PlexusWork::CompleteOnThread() {
 
 // --- CompletionThread ---------------------------------------------------------------
 
-namespace {
-// Every completion thread's queue, for StopAllAndWait; expired ones are
-// dropped as new threads are added.
-std::mutex g_queues_mutex;
-std::vector<std::weak_ptr<void>> g_queues;
-}  // namespace
-
 CompletionThread::CompletionThread(std::chrono::milliseconds timeout)
-    : queue_(std::make_shared<Queue>()), thread_(&CompletionThread::Loop, queue_) {
+    : queue_(std::make_shared<Queue>()) {
   queue_->timeout = timeout;  // (read only by StopAllAndWait, after the registration below)
   std::lock_guard<std::mutex> lock(g_queues_mutex);
   std::erase_if(g_queues, [](const std::weak_ptr<void>& q) { return q.expired(); });
@@ -259,6 +301,10 @@ bool CompletionThread::Add(c10::intrusive_ptr<PlexusWork> work) {
     std::lock_guard<std::mutex> lock(queue_->mutex);
     if (queue_->stop) return false;
     queue_->works.push_back(std::move(work));
+    if (!queue_->started) {
+      queue_->started = true;
+      thread_ = std::thread(&CompletionThread::Loop, queue_);
+    }
   }
   queue_->cv.notify_one();
   return true;
@@ -311,7 +357,12 @@ int CompletionThread::StopAllAndWait(std::chrono::milliseconds* bound) {
     std::unique_lock<std::mutex> lock(q->mutex);
     q->stop = true;
     q->cv.notify_all();
-    if (!q->cv.wait_until(lock, deadline, [&] { return q->finished; })) ++running;
+    if (!q->cv.wait_until(lock, deadline, [&] { return q->finished || !q->started; })) ++running;
+  }
+  // And the works completing on the backends' threads (CompleteWhenNotified).
+  std::unique_lock<std::mutex> lock(g_notified_mutex);
+  if (!g_notified_cv.wait_until(lock, deadline, [] { return g_notified == 0; })) {
+    running += g_notified;
   }
   return running;
 }

@@ -59,6 +59,11 @@ class PlexusWork : public c10d::Work {
 
   // The completion thread: waits (up to the communicator's timeout) and completes.
   void CompleteOnThread();
+  // Completes the work from the backend's own completion of its posted
+  // operations (plexus::Work::notify_when_done, ABI 1.5), on the thread
+  // that completes the last one. False, nothing done, where one cannot tell:
+  // the completion thread waits instead.
+  bool CompleteWhenNotified();
   // Runs the work to completion on this thread now (a blocking c10d call);
   // a failure is kept for wait() to raise.
   void Settle();
@@ -80,8 +85,10 @@ class PlexusWork : public c10d::Work {
 };
 
 // Waits for the works whose futures were asked for, in order, and completes
-// them. Shared by a backend and its works (a work may outlive its backend);
-// the thread ends when the backend goes and the queue is empty.
+// them, where the backend cannot tell of their completion itself (no
+// request_notify: nccl, plugins older than ABI 1.5). Shared by a backend and
+// its works (a work may outlive its backend); the thread starts with the
+// first work it gets, and ends when the backend goes and the queue is empty.
 class CompletionThread {
  public:
   // timeout: the longest a work it completes may wait (the communicator's).
@@ -105,6 +112,7 @@ class CompletionThread {
     std::condition_variable cv;
     std::deque<c10::intrusive_ptr<PlexusWork>> works;
     bool stop = false;
+    bool started = false;                  // the thread was started (by the first Add)
     bool finished = false;                 // the loop has returned: it touches no work any more
     std::chrono::milliseconds timeout{0};  // set at construction, then read only
   };

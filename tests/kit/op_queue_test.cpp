@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -238,4 +239,126 @@ TEST_CASE("requests completed on the worker and freed at once by the waiter") {
     REQUIRE(QueuedRequests::Wait(*r, 30000) == PLEXUS_OK);
     REQUIRE(QueuedRequests::Free(r) == PLEXUS_OK);
   }
+}
+
+// --- request_notify (ABI 1.5) ----------------------------------------------
+
+namespace {
+
+// What a notify function saw: how often it ran, with which status, where.
+struct Seen {
+  std::atomic<int> calls{0};
+  std::atomic<int32_t> status{PLEXUS_IN_PROGRESS};
+  std::thread::id thread;
+};
+
+void Record(void* arg, int32_t status) {
+  auto* s = static_cast<Seen*>(arg);
+  s->thread = std::this_thread::get_id();
+  s->status = status;
+  ++s->calls;
+}
+
+bool Eventually(const std::function<bool()>& cond) {
+  for (int i = 0; i < 10000 && !cond(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return cond();
+}
+
+}  // namespace
+
+TEST_CASE("request_notify: called once, with the status, on the completing thread") {
+  const plexus_host_v1 host = Host();
+  SoloTransport t;
+  OpQueue q(host, t, Options());
+  std::atomic<bool> release{false};
+  plexus_request* r = nullptr;
+  REQUIRE(q.Post(
+              Sig(),
+              [&](const plexus::kit::OpProviders&, const OpSignature&) {
+                while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                return Status{PLEXUS_ERR_REMOTE, "rank 1 said no"};
+              },
+              &r) == PLEXUS_OK);
+  Seen seen;
+  REQUIRE(QueuedRequests::Notify(*r, Record, &seen) == PLEXUS_OK);
+  CHECK(QueuedRequests::Notify(*r, Record, &seen) == PLEXUS_ERR_INVALID_USAGE);  // once
+  CHECK(seen.calls == 0);
+  release = true;
+  REQUIRE(Eventually([&] { return seen.calls == 1; }));
+  CHECK(seen.status == PLEXUS_ERR_REMOTE);
+  CHECK(seen.thread != std::this_thread::get_id());  // the worker's
+  CHECK(QueuedRequests::Test(*r) == PLEXUS_ERR_REMOTE);
+  CHECK(Finish(r) == PLEXUS_ERR_REMOTE);
+  CHECK(seen.calls == 1);
+}
+
+TEST_CASE("request_notify on a completed request runs at once, here") {
+  const plexus_host_v1 host = Host();
+  SoloTransport t;
+  OpQueue q(host, t, Options());
+  plexus_request* r = nullptr;
+  REQUIRE(q.Post(Sig(), OpBody(), &r) == PLEXUS_OK);
+  REQUIRE(QueuedRequests::Wait(*r, -1) == PLEXUS_OK);
+  Seen seen;
+  CHECK(QueuedRequests::Notify(*r, nullptr, &seen) == PLEXUS_ERR_INVALID_ARGUMENT);
+  REQUIRE(QueuedRequests::Notify(*r, Record, &seen) == PLEXUS_OK);
+  CHECK(seen.calls == 1);
+  CHECK(seen.status == PLEXUS_OK);
+  CHECK(seen.thread == std::this_thread::get_id());
+  CHECK(QueuedRequests::Free(r) == PLEXUS_OK);
+}
+
+// A user's callback on the worker that posts and waits (a DDP comm hook's
+// next allreduce): with nobody else to run the queue, the worker runs it
+// inside the wait, large operations and operations queued before too.
+// Without that it waits for itself until the operation's deadline.
+struct Chain {
+  OpQueue* q = nullptr;
+  plexus_request* earlier = nullptr;  // posted by another thread, queued first
+  std::atomic<int32_t> waited{PLEXUS_IN_PROGRESS};
+  std::atomic<bool> done{false};
+};
+
+void PostAndWait(void* arg, int32_t) {
+  auto* c = static_cast<Chain*>(arg);
+  plexus_request* r = nullptr;
+  const uint64_t large = uint64_t(1) << 24;  // past inline_max_bytes
+  if (c->q->Post(
+          Sig(large), [](const plexus::kit::OpProviders&, const OpSignature&) { return Status{}; },
+          &r) == PLEXUS_OK) {
+    c->waited = QueuedRequests::Wait(*r, -1);
+    QueuedRequests::Free(r);
+  }
+  c->done = true;
+}
+
+TEST_CASE("request_notify: the worker may post and wait inside it") {
+  const plexus_host_v1 host = Host();
+  SoloTransport t;
+  OpQueue q(host, t, Options(20000));
+  std::atomic<bool> release{false};
+  plexus_request* first = nullptr;
+  REQUIRE(q.Post(
+              Sig(uint64_t(1) << 24),
+              [&](const plexus::kit::OpProviders&, const OpSignature&) {
+                while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                return Status{};
+              },
+              &first) == PLEXUS_OK);
+  Chain chain;
+  chain.q = &q;
+  REQUIRE(QueuedRequests::Notify(*first, PostAndWait, &chain) == PLEXUS_OK);
+  // Queued behind the first, before the callback's own post.
+  REQUIRE(q.Post(
+              Sig(uint64_t(1) << 24),
+              [](const plexus::kit::OpProviders&, const OpSignature&) { return Status{}; },
+              &chain.earlier) == PLEXUS_OK);
+  const auto start = std::chrono::steady_clock::now();
+  release = true;
+  REQUIRE(Eventually([&] { return chain.done.load(); }));
+  CHECK(chain.waited == PLEXUS_OK);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+  CHECK(Finish(first) == PLEXUS_OK);
+  CHECK(Finish(chain.earlier) == PLEXUS_OK);
 }

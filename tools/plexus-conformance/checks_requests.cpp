@@ -245,6 +245,103 @@ Outcome ThreadedWaits(Context& ctx) {
   return WithBroken(f, broken, std::to_string(kThreads) + " threads waiting at once");
 }
 
+// What a request_notify function saw. Allocated, and left alone if the
+// function never ran: the backend may still call it later.
+struct Notified {
+  std::atomic<int> calls{0};
+  std::atomic<int32_t> status{PLEXUS_IN_PROGRESS};
+  std::atomic<bool> rank_zero_had_posted{false};
+  std::thread::id thread;
+  Context* ctx = nullptr;
+};
+
+void RecordNotified(void* arg, int32_t status) {
+  auto* n = static_cast<Notified*>(arg);
+  n->rank_zero_had_posted = n->ctx->rank == 0 || RankZeroPosted(*n->ctx);
+  n->thread = std::this_thread::get_id();
+  n->status = status;
+  ++n->calls;
+}
+
+// ABI 1.5: done runs once, with the status test() gives, not before the
+// operation completes (rank 0 posts late), and at once, here, for a request
+// that has completed; a second request_notify and a NULL done are refused.
+Outcome Notify(Context& ctx) {
+  if (!ctx.plugin().has_request_notify()) {
+    return Outcome::Skip("no request_notify (ABI 1.5, optional: the host waits itself)");
+  }
+  if (!(ctx.caps().reduce_dtypes[PLEXUS_OP_SUM] & (1u << PLEXUS_DTYPE_INT32))) {
+    return Outcome::Skip("needs an int32 sum allreduce");
+  }
+  if (const std::string e = MeetThenDelayRankZero(ctx, kBarrierDelayMs); !e.empty()) {
+    return Outcome::Fail(e);
+  }
+  Findings f;
+  bool broken = false;
+  const TracedCalls& t = ctx.calls();
+  auto* pending = new Notified;
+  pending->ctx = &ctx;
+  Operation op(ctx, ctx.comm(), PLEXUS_DTYPE_INT32);
+  plexus_request* req = op.PostAllreduce(PLEXUS_OP_SUM, 3001, ctx.seq * 64);
+  if (req) {
+    const int32_t rc = t.request_notify(req, RecordNotified, pending);
+    if (rc != PLEXUS_OK) f.Add("request_notify on a pending allreduce returned " + StatusText(rc));
+    const int32_t again = t.request_notify(req, RecordNotified, pending);
+    if (again != PLEXUS_ERR_INVALID_USAGE) {
+      f.Add("a second request_notify on one request returned " + StatusText(again) +
+            " (want PLEXUS_ERR_INVALID_USAGE)");
+    }
+  }
+  op.Finish(&f, &broken);  // waits, checks every element, frees
+  // done may run a moment after wait() returned; the request is freed by now.
+  const auto deadline = Clock::now() + std::chrono::milliseconds(ctx.op_bound_ms());
+  while (req && pending->calls == 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a second call, if any
+  if (req) {
+    if (pending->calls != 1) {
+      f.Add("done of the allreduce ran " + std::to_string(pending->calls.load()) +
+            " times (want once)");
+    } else {
+      if (pending->status != PLEXUS_OK) {
+        f.Add("done of the allreduce got " + StatusText(pending->status) + ", test() OK");
+      }
+      if (!pending->rank_zero_had_posted) {
+        f.Add("done of the allreduce ran before rank 0 had posted its part");
+      }
+    }
+  }
+  if (pending->calls > 0) delete pending;  // else the backend may still call it: left alone
+
+  // A completed request: done runs before request_notify returns, here.
+  Operation done_op(ctx, ctx.comm(), PLEXUS_DTYPE_INT32);
+  plexus_request* completed = done_op.PostAllreduce(PLEXUS_OP_SUM, 17, ctx.seq * 64 + 1);
+  if (completed) {
+    const Completion c = WaitUntil(ctx.plugin(), completed,
+                                   Clock::now() + std::chrono::milliseconds(ctx.op_bound_ms()));
+    if (c.done) {
+      Notified now;
+      now.ctx = &ctx;
+      const int32_t bad = t.request_notify(completed, nullptr, &now);
+      if (bad != PLEXUS_ERR_INVALID_ARGUMENT) {
+        f.Add("request_notify with a NULL done returned " + StatusText(bad));
+      }
+      const int32_t rc = t.request_notify(completed, RecordNotified, &now);
+      if (rc != PLEXUS_OK || now.calls != 1 || now.thread != std::this_thread::get_id() ||
+          now.status != c.status) {
+        f.Add("request_notify on a completed request returned " + StatusText(rc) +
+              " having run done " + std::to_string(now.calls.load()) + " times before it returned" +
+              (now.calls == 1 && now.thread != std::this_thread::get_id() ? " on another thread"
+                                                                          : "") +
+              " (want once, on the caller's thread, with the request's status)");
+      }
+    }
+  }
+  done_op.Finish(&f, &broken);
+  return WithBroken(f, broken, "done ran once, after rank 0 posted; at once when complete");
+}
+
 Check Make(const std::string& name, std::function<Outcome(Context&)> fn) {
   Check c;
   c.name = name;
@@ -267,6 +364,7 @@ std::vector<Check> RequestChecks(const plexus_capabilities& caps, uint32_t) {
     out.push_back(Make("requests: test() never blocks", TestNeverBlocks));
     out.push_back(Make("requests: wait() with a timeout on a pending request", WaitTimeout));
     out.push_back(Make("requests: waits from several threads", ThreadedWaits));
+    out.push_back(Make("requests: request_notify (ABI 1.5)", Notify));
   }
   return out;
 }

@@ -103,6 +103,12 @@ Plugin::~Plugin() {
   }
 }
 
+bool Plugin::has_request_notify() const {
+  return table().abi_minor >= 5 &&
+         plugin_struct_size() >= PLEXUS_CONFORMANCE_SLOT_END(request_notify) &&
+         table().request_notify != nullptr;
+}
+
 bool Plugin::has_request_error() const {
   return table().abi_minor >= 1 &&
          plugin_struct_size() >= PLEXUS_CONFORMANCE_SLOT_END(request_error) &&

@@ -67,6 +67,8 @@ class Plugin {
 
   // The 1.1 slot, read only when abi_minor and struct_size say it is there.
   bool has_request_error() const;
+  // The 1.5 slot request_notify, likewise.
+  bool has_request_notify() const;
 
   // The 1.2 slots, read only when abi_minor >= 2 and the plugin's
   // struct_size covers the slot (a 1.0 or 1.1 table may hold anything

@@ -277,6 +277,12 @@ int32_t TracedCalls::request_free(plexus_request* req) const {
   return rc;
 }
 
+int32_t TracedCalls::request_notify(plexus_request* req, void (*done)(void*, int32_t),
+                                    void* arg) const {
+  CallInFlight call(("request_notify(" + RequestText(req) + ", done, arg)").c_str());
+  return table_->request_notify(req, done, arg);
+}
+
 size_t TracedCalls::request_error(plexus_request* req, char* buf, size_t len) const {
   CallInFlight call(
       ("request_error(" + RequestText(req) + ", buf, " + std::to_string(len) + ")").c_str());

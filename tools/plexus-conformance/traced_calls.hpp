@@ -67,6 +67,8 @@ class TracedCalls {
   int32_t wait(plexus_request* req, int64_t timeout_ms) const;
   int32_t request_free(plexus_request* req) const;
   size_t request_error(plexus_request* req, char* buf, size_t len) const;
+  // ABI 1.5: only when Plugin::has_request_notify().
+  int32_t request_notify(plexus_request* req, void (*done)(void*, int32_t), void* arg) const;
 
  private:
   // "comm 'conformance/abort/4'" (or its address if the suite did not make it).

@@ -48,7 +48,7 @@ extern "C" {
  * function signature changes incompatibly; each major has its own entry symbol
  * and its own header section. The minor grows when fields are appended. */
 #define PLEXUS_ABI_MAJOR 1
-#define PLEXUS_ABI_MINOR 4
+#define PLEXUS_ABI_MINOR 5
 
 /* Name of the entry function of ABI major 1, for dlsym(). */
 #define PLEXUS_BACKEND_ENTRY_V1 "plexus_backend_get_v1"
@@ -80,7 +80,10 @@ extern "C" {
  *       memory of its own; nothing else changes.
  *  1.4  plexus_backend_v1.reduce_scatterv (reduce_scatter of uneven blocks,
  *       collective code 14). An older backend has none: the host refuses
- *       it as UNSUPPORTED. */
+ *       it as UNSUPPORTED.
+ *  1.5  plexus_backend_v1.request_notify (a function the backend calls
+ *       when a request completes, so that the host need not keep a thread
+ *       waiting on it). Without it the host waits on a thread of its own. */
 
 /* ------------------------------------------------------------------------- */
 /* Status codes                                                              */
@@ -625,6 +628,25 @@ typedef struct plexus_backend_v1 {
                              const uint64_t* sdispls, void* recvbuf, uint64_t recvcount,
                              plexus_dtype_t dtype, plexus_reduce_op_t op,
                              const plexus_placement* placement, plexus_request** req_out);
+
+  /* --- added in 1.5 --- */
+
+  /* Optional. Asks for done(arg, status) to be called once, when req
+   * completes, with the status test(req) then returns (PLEXUS_OK or the
+   * error; never PLEXUS_IN_PROGRESS). If req has completed already, done
+   * runs before request_notify returns, on the caller's thread. Otherwise it
+   * runs on the thread that completes req (a backend thread, or one inside
+   * test or wait), once req is complete and that thread no longer runs an
+   * operation: done may call test, wait, request_error and request_free on
+   * req, and post and wait on any communicator, but it holds up the thread
+   * that runs it, so it should be short. arg is the caller's, passed
+   * through. Returns PLEXUS_OK; PLEXUS_ERR_INVALID_ARGUMENT for a NULL req
+   * or done; PLEXUS_ERR_INVALID_USAGE for a second request_notify on req
+   * (nothing changes). Non-blocking (but for running done); any thread; not
+   * concurrently with request_free(req). NULL = the host waits for requests
+   * on a thread of its own where it must be told of their completion. */
+  int32_t (*request_notify)(plexus_request* req, void (*done)(void* arg, int32_t status),
+                            void* arg);
 
   /* New slots of major 1 are appended here, each under an "added in 1.N"
    * comment; the host reads one only if abi_minor >= N, the slot lies inside

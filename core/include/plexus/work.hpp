@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -56,6 +57,18 @@ class Work {
 
   // True once test() or wait() has seen the operation complete (either way).
   bool completed() const { return request_ == nullptr && host_op_ == nullptr; }
+
+  // Whether notify_when_done can tell of this operation's completion: the
+  // backend has request_notify (ABI 1.5: tcp, ucx, mpi, kit plugins), or it
+  // has completed. Not an operation the host runs in two levels.
+  bool can_notify() const;
+  // Calls done() once the operation has completed, either way (test() or
+  // wait() then say how), on the thread that completes it (a backend's, or
+  // one inside test() or wait()); at once, here, when it has already. done
+  // must not throw and should be short; it may call test() or wait() on this
+  // Work, and post and wait on any communicator. At most once per Work. False
+  // (nothing registered) where can_notify() is false: the caller waits itself.
+  bool notify_when_done(std::function<void()> done);
 
  private:
   friend class Communicator;

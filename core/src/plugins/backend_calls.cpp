@@ -225,6 +225,19 @@ int32_t Backend::Wait(plexus_request* req, int64_t timeout_ms) {
   return rc;
 }
 
+bool Backend::HasNotify() const {
+  return lib_->table().abi_minor >= 5 && t_->request_notify;
+}
+
+int32_t Backend::Notify(plexus_request* req, void (*done)(void* arg, int32_t status), void* arg) {
+  if (!HasNotify()) return PLEXUS_ERR_UNSUPPORTED;
+  const int32_t rc = t_->request_notify(req, done, arg);
+  if (Tracing()) {
+    LogLine(PLEXUS_LOG_TRACE, name_, "request_notify(req=" + Ptr(req) + ") -> " + StatusName(rc));
+  }
+  return rc;
+}
+
 int32_t Backend::FreeRequest(plexus_request* req) {
   const int32_t rc = t_->request_free(req);
   if (Tracing()) {

@@ -75,6 +75,10 @@ class Backend {
   // has both, and the calls. On failure the status carries the backend's
   // reason; *p is set only on success.
   bool HasMemAlloc() const;
+  // request_notify (ABI 1.5): whether the backend has it, and the call
+  // (UNSUPPORTED without it).
+  bool HasNotify() const;
+  int32_t Notify(plexus_request* req, void (*done)(void* arg, int32_t status), void* arg);
   Status MemAlloc(plexus_comm* comm, uint64_t bytes, void** p);
   Status MemFree(plexus_comm* comm, void* p);
 

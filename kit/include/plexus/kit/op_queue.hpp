@@ -28,6 +28,13 @@
 // wait that runs its operation inline reads the status without taking the
 // mutex and nobody is notified: two lock round trips and a broadcast less
 // per small operation (see docs/benchmarks.md).
+//
+// request_notify (ABI 1.5): the completing thread takes the request's done
+// function under the same mutex, and calls it once the operation's run is
+// over (running_ cleared), never with a lock held: done may then post, wait
+// and free. The worker itself waiting inside a done (a user's callback that
+// posts and waits) runs the queue up to its request on the spot, since no
+// other thread would.
 #pragma once
 
 #include <atomic>
@@ -64,6 +71,10 @@ struct plexus_request {
   int waiters = 0;                 // threads asleep on done_cv; guarded by mutex
   std::string error;               // why status < 0 (request_error); guarded by mutex
   int64_t default_timeout_ms = 0;  // wait(req, negative) waits this long
+  // request_notify's function and argument while pending; guarded by mutex.
+  void (*notify)(void* arg, int32_t status) = nullptr;
+  void* notify_arg = nullptr;
+  bool notify_asked = false;  // request_notify was called (once per request)
 };
 
 namespace plexus::kit {
@@ -136,6 +147,12 @@ class OpQueue {
   // Returns at once otherwise.
   void RunInlineIfNext(plexus_request* req);
 
+  // Called by a request's waiter that is this queue's worker (inside a
+  // request_notify function it runs): runs the queue's operations on this
+  // thread until req completes or timeout_ms passes. False when this thread
+  // is not the worker (nothing done).
+  bool RunOnWorkerUntil(plexus_request* req, int64_t timeout_ms);
+
   void Abort();  // any thread, any time; idempotent
   ErrorSlot& errors() { return errors_; }
   uint32_t rank() const { return options_.rank; }
@@ -146,6 +163,15 @@ class OpQueue {
 
  private:
   enum class Kind { kCollective, kMessage, kNothing };
+  // A completed request's request_notify function, to call once the run is over.
+  struct Notification {
+    void (*done)(void* arg, int32_t status) = nullptr;
+    void* arg = nullptr;
+    int32_t status = PLEXUS_OK;
+    void Fire() const {
+      if (done) done(arg, status);
+    }
+  };
   struct PendingOp {
     Kind kind = Kind::kNothing;
     algos::OpSignature sig;
@@ -162,7 +188,11 @@ class OpQueue {
   // posted, until none is left in flight.
   void RunMessages(PendingOp first);
   void RecordFailure(const algos::OpSignature& sig, const algos::Status& st);
-  static void Complete(plexus_request* req, const algos::Status& st);
+  // Sets req's status (and wakes its waiters); returns its notification.
+  static Notification Complete(plexus_request* req, const algos::Status& st);
+  // Complete, from the thread that runs an operation: the notification waits
+  // in notifications_ until Execute ends the run.
+  void CompleteInRun(plexus_request* req, const algos::Status& st);
 
   const plexus_host_v1& host_;
   QueueTransport& transport_;
@@ -180,6 +210,9 @@ class OpQueue {
   bool running_ = false;           // an operation runs (worker or inline)
   bool running_messages_ = false;  // ... and it is RunMessages, which takes in later posts
   algos::Status broken_;           // the first failure; OK while healthy
+  // Filled by the thread that runs an operation, emptied by it as the run
+  // ends (under mutex_ then).
+  std::vector<Notification> notifications_;
   std::thread worker_;             // last: starts once everything above exists
 };
 
@@ -190,6 +223,7 @@ struct QueuedRequests {
   static int32_t Wait(plexus_request& req, int64_t timeout_ms);
   static int32_t Free(plexus_request* req);
   static size_t Error(plexus_request& req, char* buf, size_t len);
+  static int32_t Notify(plexus_request& req, void (*done)(void* arg, int32_t status), void* arg);
 };
 
 // What a backend over OpQueue keeps per communicator: derive its plexus_comm

@@ -37,8 +37,8 @@
 //     static int32_t MemAlloc(plexus_comm& comm, uint64_t bytes, void** ptr_out);
 //     static int32_t MemFree(plexus_comm& comm, void* ptr);
 //
-//     // Requests: test, wait, request_free and (optional) request_error, as
-//     // the ABI words them.
+//     // Requests: test, wait, request_free and (optional) request_error and
+//     // request_notify, as the ABI words them.
 //     using Requests = kit::QueuedRequests;  // (op_queue.hpp) or the backend's own
 //   };
 //
@@ -139,6 +139,10 @@ struct Glue {
   static int32_t RequestFree(plexus_request* req) {
     if (!req) return PLEXUS_OK;
     return Guarded(nullptr, B::kName, [&] { return B::Requests::Free(req); });
+  }
+  static int32_t RequestNotify(plexus_request* req, void (*done)(void*, int32_t), void* arg) {
+    if (!req) return PLEXUS_ERR_INVALID_ARGUMENT;
+    return Guarded(nullptr, B::kName, [&] { return B::Requests::Notify(*req, done, arg); });
   }
   static size_t RequestError(plexus_request* req, char* buf, size_t len) {
     if (!req) {
@@ -260,6 +264,12 @@ plexus_backend_v1 MakeTable() {
                   B::Requests::Error(r, buf, len);
                 }) {
     t.request_error = G::RequestError;
+  }
+  // Optional (ABI 1.5): without B::Requests::Notify the host waits itself.
+  if constexpr (requires(plexus_request & r, void (*done)(void*, int32_t), void* arg) {
+                  B::Requests::Notify(r, done, arg);
+                }) {
+    t.request_notify = G::RequestNotify;
   }
   abi::ForEachCollective([&](auto c) {
     if (has(c.kCode)) c.template Install<G>(t);
