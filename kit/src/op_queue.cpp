@@ -237,6 +237,19 @@ void OpQueue::Execute(PendingOp op) {
   for (const Notification& n : notify) n.Fire();
 }
 
+bool OpQueue::TakeFront(std::unique_lock<std::mutex>& lock, PendingOp* op) {
+  *op = std::move(queue_.front());
+  queue_.pop_front();
+  if (!broken_.ok()) {
+    const algos::Status broken = broken_;
+    lock.unlock();
+    Complete(op->req, broken).Fire();
+    return false;
+  }
+  running_ = true;
+  return true;
+}
+
 bool OpQueue::RunOnWorkerUntil(plexus_request* req, int64_t timeout_ms) {
   if (std::this_thread::get_id() != worker_.get_id()) return false;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
@@ -254,15 +267,7 @@ bool OpQueue::RunOnWorkerUntil(plexus_request* req, int64_t timeout_ms) {
         }
         continue;
       }
-      op = std::move(queue_.front());
-      queue_.pop_front();
-      if (!broken_.ok()) {
-        const algos::Status broken = broken_;
-        lock.unlock();
-        Complete(op.req, broken).Fire();
-        continue;
-      }
-      running_ = true;
+      if (!TakeFront(lock, &op)) continue;
     }
     Execute(std::move(op));
   }
@@ -315,15 +320,7 @@ void OpQueue::WorkerLoop() {
         queue_cv_.wait(lock, [&] { return !running_; });
         if (queue_.empty()) return;  // nothing left to complete
       }
-      op = std::move(queue_.front());
-      queue_.pop_front();
-      if (!broken_.ok()) {
-        const algos::Status broken = broken_;
-        lock.unlock();
-        Complete(op.req, broken).Fire();
-        continue;
-      }
-      running_ = true;
+      if (!TakeFront(lock, &op)) continue;
     }
     if (waiting_policy) {
       SetWorkerWaitingPolicy(false);

@@ -181,6 +181,10 @@ class OpQueue {
   };
   int32_t Enqueue(PendingOp op, plexus_request** req);
   void WorkerLoop();
+  // Pops the first queued operation (mutex_ held by lock, the queue not
+  // empty) into *op and sets running_; on a broken communicator completes
+  // it with the first error instead, releasing lock, and returns false.
+  bool TakeFront(std::unique_lock<std::mutex>& lock, PendingOp* op);
   // Runs op (popped from the queue with running_ set), completes it, clears running_.
   void Execute(PendingOp op);
   void ExecuteCollective(PendingOp& op);
