@@ -30,7 +30,14 @@ void RunNotified(Notified* n) noexcept {
   // happens on a thread of its own instead.
   std::shared_ptr<detail::CommState> comm = std::move(n->comm);
   delete n;
-  if (comm.use_count() == 1) std::thread([c = std::move(comm)]() mutable { c.reset(); }).detach();
+  if (comm.use_count() != 1) return;
+  auto* last = new std::shared_ptr<detail::CommState>(std::move(comm));
+  try {
+    std::thread([last] { delete last; }).detach();
+  } catch (...) {
+    // No thread to be had: the communicator is left to the process's end,
+    // which is better than joining this thread from itself.
+  }
 }
 
 void RunNotifiedFromBackend(void* arg, int32_t /*status*/) {
