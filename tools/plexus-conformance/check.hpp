@@ -92,9 +92,6 @@ struct Check {
 std::vector<Check> TableChecks(const plexus_capabilities& caps, uint32_t size);
 std::vector<Check> CollectiveChecks(const plexus_capabilities& caps, uint32_t size,
                                     const Options& options);
-// ABI 1.2: gather, scatter, allgatherv, alltoallv, allreduce_coalesced.
-std::vector<Check> CollectiveChecks12(const plexus_capabilities& caps, uint32_t size,
-                                      const Options& options);
 std::vector<Check> RequestChecks(const plexus_capabilities& caps, uint32_t size);
 std::vector<Check> ArgumentChecks(const plexus_capabilities& caps, uint32_t size);
 std::vector<Check> ArgumentChecks12(const plexus_capabilities& caps, uint32_t size);

@@ -18,9 +18,10 @@
 
 #include "buffer.hpp"
 #include "check.hpp"
-#include "checks_uneven_collectives.hpp"
+#include "collective_case.hpp"
 #include "data.hpp"
 #include "plexus/abi/call.hpp"
+#include "plexus/abi/collectives.hpp"
 #include "plugin.hpp"
 #include "refusals.hpp"
 #include "session.hpp"
@@ -428,7 +429,7 @@ Check Make(const std::string& name, plexus_collective_t coll, std::vector<Refuse
     if (!ctx.plugin().HasCollective(coll)) return Outcome::Skip(ctx.plugin().NoSlotReason(coll));
     Outcome o = ExpectRefusedCalls(ctx, CollectiveName(coll), calls, want);
     if (!then_valid || o.comm_broken) return o;
-    const Outcome after = RunSmall12(ctx, coll, base.dtype, base.op);
+    const Outcome after = RunSmall(ctx, coll, base.dtype, base.op);
     if (after.verdict == Verdict::kFail) {
       Outcome f = Outcome::Fail((o.verdict == Verdict::kFail ? o.detail + "; " : std::string()) +
                                 "after the refused calls a valid " + CollectiveName(coll) +
@@ -448,7 +449,8 @@ Check Make(const std::string& name, plexus_collective_t coll, std::vector<Refuse
 
 std::vector<Check> ArgumentChecks12(const plexus_capabilities& caps, uint32_t size) {
   std::vector<Check> out;
-  for (plexus_collective_t coll : Collectives12()) {
+  for (plexus_collective_t coll = 0; coll < abi::kCollectiveCount; ++coll) {
+    if (abi::MinorOf(coll) < 2) continue;
     const std::string name = CollectiveName(coll);
     const Args base = BaseArgs(caps, coll);
     if (!(caps.collectives & (1u << coll))) {

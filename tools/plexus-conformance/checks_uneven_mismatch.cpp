@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "check.hpp"
-#include "checks_uneven_collectives.hpp"
+#include "collective_case.hpp"
 #include "data.hpp"
 #include "exchange.hpp"
 #include "fault_support.hpp"

@@ -62,7 +62,6 @@ std::vector<Check> BuildList(const Session& session) {
   }
   auto append = [&](std::vector<Check> v) { all.insert(all.end(), v.begin(), v.end()); };
   append(CollectiveChecks(caps, size, o));
-  append(CollectiveChecks12(caps, size, o));
   append(RequestChecks(caps, size));
   append(ArgumentChecks(caps, size));
   append(ArgumentChecks12(caps, size));

@@ -23,7 +23,7 @@ namespace plexus::abi {
 // How a collective's buffers may share memory (the ABI's in-place forms).
 enum class InPlace {
   kNone,       // one buffer, or none
-  kEqual,      // sendbuf == recvbuf (allreduce; reduce on the root)
+  kEqual,      // sendbuf == recvbuf (allreduce; reduce on the root; allreduce_coalesced per buffer)
   kRecvBlock,  // sendbuf == recvbuf + rank * count (allgather; gather on the root)
   kSendBlock,  // recvbuf == sendbuf + rank * count (reduce_scatter; scatter on the root)
   kDisjoint,   // no overlap at all (alltoall)
@@ -109,6 +109,12 @@ struct Collective {
 
   static auto SlotOf(const plexus_backend_v1& t) { return t.*Slot; }
 
+  // Whether the slot takes member m of Call.
+  template <class M>
+  static constexpr bool Takes([[maybe_unused]] M Call::*m) {
+    return (IsMember<Args>(m) || ...);
+  }
+
   // The plugin's slot, called with call's members (the host).
   [[gnu::always_inline]] static int32_t Invoke(const plexus_backend_v1& t, plexus_comm* comm,
                                                const Call& call, plexus_request** req_out) {
@@ -130,6 +136,14 @@ struct Collective {
   }
 
  private:
+  template <auto A, class M>
+  static constexpr bool IsMember([[maybe_unused]] M Call::*m) {
+    if constexpr (std::is_same_v<decltype(A), M Call::*>) {
+      return A == m;
+    } else {
+      return false;
+    }
+  }
   template <class Poster, class... A>
   static constexpr auto EntryOf(int32_t (*)(plexus_comm*, A...)) {
     return +[](plexus_comm* comm, A... a) -> int32_t {
@@ -167,6 +181,17 @@ constexpr void ForEachCollective(F&& f) {
   f(PLEXUS_ABI_COLLECTIVE_TYPE(slot, code, minor __VA_OPT__(, ) __VA_ARGS__){});
 #include "plexus/abi/collectives.def"
 #undef PLEXUS_ABI_COLLECTIVE
+}
+
+// Whether coll's slot takes member m of Call (sendbuf, recvcounts, ...):
+// which buffers and arrays a call of coll has.
+template <class M>
+constexpr bool TakesArgument(plexus_collective_t coll, M Call::*m) {
+  bool takes = false;
+  ForEachCollective([&](auto c) {
+    if (decltype(c)::kCode == coll) takes = decltype(c)::Takes(m);
+  });
+  return takes;
 }
 
 // The number of collectives in the list (the codes are 0 .. kCollectiveCount - 1).
