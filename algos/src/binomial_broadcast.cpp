@@ -51,4 +51,9 @@ Status BinomialBroadcast(PeerTransport& t, const OpSignature& sig, void* buf) {
   return {};
 }
 
+Status Algorithm<PLEXUS_COLL_BROADCAST>::Run(PeerTransport& t, const OpSignature& sig,
+                                             const abi::Call& call) {
+  return BinomialBroadcast(t, sig, call.recvbuf);
+}
+
 }  // namespace plexus::algos

@@ -86,4 +86,9 @@ Status BinomialGather(PeerTransport& t, const OpSignature& sig, const void* send
   return {};
 }
 
+Status Algorithm<PLEXUS_COLL_GATHER>::Run(PeerTransport& t, const OpSignature& sig,
+                                          const abi::Call& call) {
+  return BinomialGather(t, sig, call.sendbuf, call.recvbuf);
+}
+
 }  // namespace plexus::algos

@@ -63,4 +63,9 @@ Status BinomialReduce(PeerTransport& t, const OpSignature& sig, const void* send
   return {};
 }
 
+Status Algorithm<PLEXUS_COLL_REDUCE>::Run(PeerTransport& t, const OpSignature& sig,
+                                          const abi::Call& call) {
+  return BinomialReduce(t, sig, call.sendbuf, call.recvbuf);
+}
+
 }  // namespace plexus::algos

@@ -82,4 +82,9 @@ Status BinomialScatter(PeerTransport& t, const OpSignature& sig, const void* sen
   return {};
 }
 
+Status Algorithm<PLEXUS_COLL_SCATTER>::Run(PeerTransport& t, const OpSignature& sig,
+                                           const abi::Call& call) {
+  return BinomialScatter(t, sig, call.sendbuf, call.recvbuf);
+}
+
 }  // namespace plexus::algos

@@ -17,4 +17,9 @@ Status DisseminationBarrier(PeerTransport& t, const OpSignature& sig) {
   return {};
 }
 
+Status Algorithm<PLEXUS_COLL_BARRIER>::Run(PeerTransport& t, const OpSignature& sig,
+                                           const abi::Call&) {
+  return DisseminationBarrier(t, sig);
+}
+
 }  // namespace plexus::algos

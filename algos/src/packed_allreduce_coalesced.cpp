@@ -59,4 +59,11 @@ Status PackedAllreduceCoalesced(PeerTransport& t, const OpSignature& sig,
   return {};
 }
 
+Status Algorithm<PLEXUS_COLL_ALLREDUCE_COALESCED>::Run(PeerTransport& t, const OpSignature& sig,
+                                                       const abi::Call& call) {
+  return PackedAllreduceCoalesced(t, sig, {call.sendbufs, call.nbuffers},
+                                  {call.recvbufs, call.nbuffers}, {call.counts, call.nbuffers},
+                                  RingAllreduce);
+}
+
 }  // namespace plexus::algos

@@ -35,4 +35,9 @@ Status PairwiseAlltoall(PeerTransport& t, const OpSignature& sig, const void* se
   return {};
 }
 
+Status Algorithm<PLEXUS_COLL_ALLTOALL>::Run(PeerTransport& t, const OpSignature& sig,
+                                            const abi::Call& call) {
+  return PairwiseAlltoall(t, sig, call.sendbuf, call.recvbuf);
+}
+
 }  // namespace plexus::algos

@@ -55,4 +55,11 @@ Status PairwiseAlltoallv(PeerTransport& t, const OpSignature& sig, const void* s
   return {};
 }
 
+Status Algorithm<PLEXUS_COLL_ALLTOALLV>::Run(PeerTransport& t, const OpSignature& sig,
+                                             const abi::Call& call) {
+  const size_t n = t.size();
+  return PairwiseAlltoallv(t, sig, call.sendbuf, {call.sendcounts, n}, {call.sdispls, n},
+                           call.recvbuf, {call.recvcounts, n}, {call.rdispls, n});
+}
+
 }  // namespace plexus::algos

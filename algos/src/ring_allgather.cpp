@@ -43,4 +43,9 @@ Status RingAllgather(PeerTransport& t, const OpSignature& sig, const void* sendb
   return {};
 }
 
+Status Algorithm<PLEXUS_COLL_ALLGATHER>::Run(PeerTransport& t, const OpSignature& sig,
+                                             const abi::Call& call) {
+  return RingAllgather(t, sig, call.sendbuf, call.recvbuf);
+}
+
 }  // namespace plexus::algos

@@ -50,4 +50,10 @@ Status RingAllgatherv(PeerTransport& t, const OpSignature& sig, const void* send
   return {};
 }
 
+Status Algorithm<PLEXUS_COLL_ALLGATHERV>::Run(PeerTransport& t, const OpSignature& sig,
+                                              const abi::Call& call) {
+  return RingAllgatherv(t, sig, call.sendbuf, call.recvbuf, {call.recvcounts, t.size()},
+                        {call.rdispls, t.size()});
+}
+
 }  // namespace plexus::algos

@@ -111,4 +111,9 @@ Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendb
   return {};
 }
 
+Status Algorithm<PLEXUS_COLL_ALLREDUCE>::Run(PeerTransport& t, const OpSignature& sig,
+                                             const abi::Call& call) {
+  return RingAllreduce(t, sig, call.sendbuf, call.recvbuf);
+}
+
 }  // namespace plexus::algos

@@ -104,4 +104,9 @@ Status Algorithm<PLEXUS_COLL_REDUCE_SCATTERV>::Run(PeerTransport& t, const OpSig
       [displs](uint32_t b) { return displs[b]; });
 }
 
+Status Algorithm<PLEXUS_COLL_REDUCE_SCATTER>::Run(PeerTransport& t, const OpSignature& sig,
+                                                  const abi::Call& call) {
+  return RingReduceScatter(t, sig, call.sendbuf, call.recvbuf);
+}
+
 }  // namespace plexus::algos

@@ -8,20 +8,35 @@
 namespace plexus::kit {
 namespace {
 
-// A collective with no case in AlgosBody: the algorithm the list binds to
-// it (algos::Algorithm<code>), run on a copy of the call's arrays. One
-// without (a line added to the list, its algorithm not yet) fails, never
-// completes as if it had run.
+// The list's algorithm for call's collective (algos::Algorithm<code>). A
+// collective of counts only rebuilds its call from the signature, so that
+// the closure holds the two buffers alone (see AlgosBody); one with arrays
+// holds a copy of them, which are the caller's only during the post.
 OpBody ListBody(const Call& call, uint32_t size) {
   OpBody body = [](const OpProviders&, const algos::OpSignature& s) {
-    return algos::Status{PLEXUS_ERR_INTERNAL, std::string("no algorithm for ") +
-                                                  abi::CollectiveName(s.coll) +
-                                                  " (algos::Algorithm<code>)"};
+    return algos::Status{PLEXUS_ERR_INTERNAL,
+                         std::string("no algorithm for ") + abi::CollectiveName(s.coll)};
   };
   abi::ForEachCollective([&](auto c) {
-    using Run = algos::Algorithm<decltype(c)::kCode>;
-    if constexpr (requires { &Run::Run; }) {
-      if (call.coll != decltype(c)::kCode) return;
+    constexpr plexus_collective_t kCode = decltype(c)::kCode;
+    using Run = algos::Algorithm<kCode>;
+    if constexpr (!abi::TraitsOf(kCode).sequenced) {
+      return;  // send and recv are messages (PostAlgos)
+    } else if (call.coll != kCode) {
+      return;
+    } else if constexpr (abi::TraitsOf(kCode).layout == abi::Layout::kCount) {
+      body = [send = call.sendbuf, recv = call.recvbuf](const OpProviders& t,
+                                                        const algos::OpSignature& s) {
+        return Run::Run(t, s,
+                        Call{.coll = s.coll,
+                             .sendbuf = send,
+                             .recvbuf = recv,
+                             .count = s.count,
+                             .dtype = s.dtype,
+                             .op = s.op,
+                             .root = s.root});
+      };
+    } else {
       body = [owned = abi::OwnedCall::Of(call, size)](const OpProviders& t,
                                                       const algos::OpSignature& s) {
         return Run::Run(t, s, owned.call);
@@ -74,38 +89,17 @@ OpBody AlgosBody(const Call& call, uint32_t size, AllreduceAlgo allreduce) {
           break;
       }
       return [send, recv](T& t, const S& s) { return algos::RingAllreduce(t, s, send, recv); };
-    case PLEXUS_COLL_BROADCAST:
-      return [recv](T& t, const S& s) { return algos::BinomialBroadcast(t, s, recv); };
-    case PLEXUS_COLL_REDUCE:
-      return [send, recv](T& t, const S& s) { return algos::BinomialReduce(t, s, send, recv); };
     case PLEXUS_COLL_ALLGATHER:
       if (allreduce == AllreduceAlgo::kOneHostShm) {
         return [send, recv](T& p, const S& s) { return p.one_host_shm->Allgather(s, send, recv); };
       }
-      return [send, recv](T& t, const S& s) { return algos::RingAllgather(t, s, send, recv); };
+      break;
     case PLEXUS_COLL_REDUCE_SCATTER:
       if (allreduce == AllreduceAlgo::kOneHostShm) {
         return
             [send, recv](T& p, const S& s) { return p.one_host_shm->ReduceScatter(s, send, recv); };
       }
-      return [send, recv](T& t, const S& s) { return algos::RingReduceScatter(t, s, send, recv); };
-    case PLEXUS_COLL_ALLTOALL:
-      return [send, recv](T& t, const S& s) { return algos::PairwiseAlltoall(t, s, send, recv); };
-    case PLEXUS_COLL_GATHER:
-      return [send, recv](T& t, const S& s) { return algos::BinomialGather(t, s, send, recv); };
-    case PLEXUS_COLL_SCATTER:
-      return [send, recv](T& t, const S& s) { return algos::BinomialScatter(t, s, send, recv); };
-    // The arrays of the v-collectives and of coalesced are the caller's only
-    // during the post: the closure keeps copies (an allocation per post).
-    case PLEXUS_COLL_ALLGATHERV:
-      return [send, recv, v = VCounts::Of(call, size)](T& t, const S& s) {
-        return algos::RingAllgatherv(t, s, send, recv, v.recvcounts, v.rdispls);
-      };
-    case PLEXUS_COLL_ALLTOALLV:
-      return [send, recv, v = VCounts::Of(call, size)](T& t, const S& s) {
-        return algos::PairwiseAlltoallv(t, s, send, v.sendcounts, v.sdispls, recv, v.recvcounts,
-                                        v.rdispls);
-      };
+      break;
     case PLEXUS_COLL_ALLREDUCE_COALESCED: {
       std::vector<const void*> sends(call.sendbufs, call.sendbufs + call.nbuffers);
       std::vector<void*> recvs(call.recvbufs, call.recvbufs + call.nbuffers);
@@ -116,11 +110,10 @@ OpBody AlgosBody(const Call& call, uint32_t size, AllreduceAlgo allreduce) {
                                                AllreduceOf(allreduce, p.one_host_shm));
       };
     }
-    case PLEXUS_COLL_BARRIER:
-      return [](T& t, const S& s) { return algos::DisseminationBarrier(t, s); };
     default:
-      return ListBody(call, size);
+      break;
   }
+  return ListBody(call, size);
 }
 
 int32_t PostAlgos(OpQueue& queue, const Call& call, AllreduceAlgo allreduce,

@@ -15,14 +15,23 @@
 
 namespace plexus::algos {
 
-// The algorithm of a collective of the list (abi/collectives.def) that a
-// backend built on the kit runs for it: a specialisation with
-//   static Status Run(PeerTransport& t, const OpSignature& sig, const abi::Call& call);
-// where call's arrays are the backend's copies (abi::OwnedCall). The
-// collectives before it have their algorithms below, which the kit chooses
-// between; a new collective needs only its specialisation here.
+// Every collective of the list (abi/collectives.def) has one algorithm here
+// that a backend built on the kit runs unless it chooses another:
+// Algorithm<code>::Run, declared below for every line of the list, so that a
+// collective added to the list is declared here with no edit, and the
+// library does not link until its algorithm's file defines it. call's
+// arrays must live until Run returns (the kit's copies: abi::OwnedCall).
+// send and recv are declared but have none: the kit matches them as
+// messages.
 template <plexus_collective_t Code>
-struct Algorithm {};
+struct Algorithm;
+#define PLEXUS_ABI_COLLECTIVE(slot, code, ...)                                          \
+  template <>                                                                           \
+  struct Algorithm<code> {                                                              \
+    static Status Run(PeerTransport& t, const OpSignature& sig, const abi::Call& call); \
+  };
+#include "plexus/abi/collectives.def"
+#undef PLEXUS_ABI_COLLECTIVE
 
 // Ring reduce-scatter followed by ring allgather. sendbuf may equal recvbuf.
 Status RingAllreduce(PeerTransport& t, const OpSignature& sig, const void* sendbuf, void* recvbuf);
@@ -118,13 +127,10 @@ Status PackedAllreduceCoalesced(PeerTransport& t, const OpSignature& sig,
                                 std::span<void* const> recvbufs, std::span<const uint64_t> counts,
                                 const AllreduceFn& allreduce);
 
-// Ring reduce-scatter of uneven blocks: rank r receives op over ranks of
-// the block of sendcounts[r] elements at sendbuf + sdispls[r] (recvbuf may
-// be that block: in place). sig.count is not read. Ranks whose counts
-// disagree fail with REMOTE: the kit's signature carries a hash of them.
-template <>
-struct Algorithm<PLEXUS_COLL_REDUCE_SCATTERV> {
-  static Status Run(PeerTransport& t, const OpSignature& sig, const abi::Call& call);
-};
+// reduce_scatterv (Algorithm<PLEXUS_COLL_REDUCE_SCATTERV>) is the ring
+// reduce-scatter of uneven blocks: rank r receives op over ranks of the
+// block of sendcounts[r] elements at sendbuf + sdispls[r] (recvbuf may be
+// that block: in place). sig.count is not read. Ranks whose counts disagree
+// fail with REMOTE: the kit's signature carries a hash of them.
 
 }  // namespace plexus::algos

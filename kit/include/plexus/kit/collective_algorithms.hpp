@@ -17,14 +17,14 @@ enum class AllreduceAlgo {
 };
 
 // The body of call (any collective but send and recv) on a communicator of
-// `size` ranks: allreduce by `allreduce`, broadcast, reduce, gather and
-// scatter by binomial trees, allgather, allgatherv and reduce_scatter by
-// rings, alltoall and alltoallv pairwise, allreduce_coalesced packed into
-// one allreduce by `allreduce`, barrier by dissemination. For the ABI 1.0
-// collectives the closure holds the buffers and nothing else, so
-// std::function keeps it in place (no allocation per post); the 1.2 ones
-// with arrays (allgatherv, alltoallv, allreduce_coalesced) copy them here,
-// since the caller's arrays are borrowed for the post only.
+// `size` ranks: allreduce by `allreduce`, allgather and reduce_scatter
+// through the one-host shared memory when `allreduce` is kOneHostShm,
+// allreduce_coalesced packed into one allreduce by `allreduce`, and every
+// other the list's algorithm (algos::Algorithm<code>). A collective of
+// counts only keeps its buffers and nothing else in the closure, so
+// std::function holds it in place (no allocation per post); one with
+// arrays copies them here, since the caller's are borrowed for the post
+// only.
 OpBody AlgosBody(const Call& call, uint32_t size, AllreduceAlgo allreduce);
 
 // Posts a checked call on queue: send and recv as messages, a zero-count
