@@ -93,8 +93,8 @@ std::vector<Check> TableChecks(const plexus_capabilities& caps, uint32_t size);
 std::vector<Check> CollectiveChecks(const plexus_capabilities& caps, uint32_t size,
                                     const Options& options);
 std::vector<Check> RequestChecks(const plexus_capabilities& caps, uint32_t size);
+// Every collective of the list (collectives.def).
 std::vector<Check> ArgumentChecks(const plexus_capabilities& caps, uint32_t size);
-std::vector<Check> ArgumentChecks12(const plexus_capabilities& caps, uint32_t size);
 // Includes MismatchChecks12 (mismatched allgatherv/alltoallv counts and
 // gather/scatter roots), before the check of the buffers failures leave.
 std::vector<Check> FailureChecks(const plexus_capabilities& caps, uint32_t size);

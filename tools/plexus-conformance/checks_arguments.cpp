@@ -1,9 +1,20 @@
-// Calls a backend must refuse: collectives, dtype/op pairs and memory types
-// it does not claim (UNSUPPORTED, or INVALID_ARGUMENT), and invalid
-// arguments (NULL buffers, unknown codes, ranks out of range). Each refusal
-// must post nothing, set *req_out to NULL and leave an error message. A
-// call that is accepted by mistake is waited for (bounded), and the shared
-// communicator is then replaced, since the ranks may be out of step.
+// Calls a backend must refuse, for every collective of the list
+// (collectives.def): a collective, dtype/op pair or memory type it does not
+// claim (UNSUPPORTED or INVALID_ARGUMENT), and the arguments CheckCall
+// (api/src/call.cpp) refuses with INVALID_ARGUMENT, derived from the
+// collective's traits: NULL buffers, unknown dtype and op codes, roots and
+// peers that are no rank, byte sizes past 2^62, buffers that overlap other
+// than in the in-place form, and the per-rank count arrays and buffer lists
+// at fault. Each refusal must post nothing, set *req_out to NULL and leave
+// an error message; then (ABI 1.2 and later) a valid post of the same
+// collective must still work on the same communicator. A call accepted by
+// mistake is waited for (bounded), and the shared communicator is then
+// replaced, since the ranks may be out of step.
+//
+// Every call here is invalid on every rank by itself (where only the root
+// uses a buffer, every rank names itself root), so that no rank posts what
+// the others refuse.
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <set>
@@ -12,8 +23,10 @@
 
 #include "buffer.hpp"
 #include "check.hpp"
+#include "collective_case.hpp"
 #include "data.hpp"
 #include "plexus/abi/call.hpp"
+#include "plexus/abi/collectives.hpp"
 #include "plugin.hpp"
 #include "rank_record.hpp"
 #include "refusals.hpp"
@@ -23,115 +36,268 @@
 namespace plexus::conformance {
 namespace {
 
-// Everything one call needs; the defaults are valid for every collective.
+using abi::Layout;
+using abi::Root;
+
+constexpr uint64_t kTwo63 = uint64_t(1) << 63;
+constexpr uint64_t kBlock = 4;  // elements per rank's block, or per buffer of a list
+
+// Placements refused by a backend without CUDA memory, and by every backend.
+const plexus_placement kCudaPlacement{sizeof(plexus_placement), PLEXUS_MEMORY_CUDA, 0, 0, nullptr};
+const plexus_placement kUnknownPlacement{sizeof(plexus_placement), 99, -1, 0, nullptr};
+
+// The Call's per-rank arrays, in the order of Valid::arrays.
+constexpr const uint64_t* abi::Call::*kArrays[] = {&abi::Call::sendcounts, &abi::Call::sdispls,
+                                                   &abi::Call::recvcounts, &abi::Call::rdispls};
+constexpr const char* kArrayNames[] = {"sendcounts", "sdispls", "recvcounts", "rdispls"};
+
 struct Args {
-  bool null_send = false;
-  bool null_recv = false;
-  uint64_t count = 4;
   plexus_dtype_t dtype = PLEXUS_DTYPE_INT32;
   plexus_reduce_op_t op = PLEXUS_OP_SUM;
-  int64_t root = -1;  // -1: 0 (rooted) or the ring neighbour (send/recv)
   const plexus_placement* placement = nullptr;
 };
 
-bool IsReduction(plexus_collective_t c) {
-  return c == PLEXUS_COLL_ALLREDUCE || c == PLEXUS_COLL_REDUCE || c == PLEXUS_COLL_REDUCE_SCATTER;
-}
-bool HasRoot(plexus_collective_t c) {
-  return c == PLEXUS_COLL_BROADCAST || c == PLEXUS_COLL_REDUCE;
-}
-bool IsPointToPoint(plexus_collective_t c) {
-  return c == PLEXUS_COLL_SEND || c == PLEXUS_COLL_RECV;
-}
+// A valid call of coll on this rank and what it points into: kBlock
+// elements per block, the per-rank arrays packed in rank order, sendbuf and
+// recvbuf in the two scratch buffers (size * 16 elements of up to 8 bytes).
+// A refusal edits it; its arrays never grow, so the Call's pointers stay.
+struct Valid {
+  abi::Call c;
+  uint32_t rank, size;
+  uint64_t es;  // bytes per element of the valid dtype
+  uint8_t *send, *recv;
+  std::vector<uint64_t> arrays[4];  // kArrays
+  std::vector<uint64_t> counts;     // the buffer list's
+  std::vector<const void*> sendbufs;
+  std::vector<void*> recvbufs;
 
-bool HasSlot(const plexus_backend_v1& t, plexus_collective_t c) {
-  switch (c) {
-    case PLEXUS_COLL_ALLREDUCE:
-      return t.allreduce;
-    case PLEXUS_COLL_BROADCAST:
-      return t.broadcast;
-    case PLEXUS_COLL_REDUCE:
-      return t.reduce;
-    case PLEXUS_COLL_ALLGATHER:
-      return t.allgather;
-    case PLEXUS_COLL_REDUCE_SCATTER:
-      return t.reduce_scatter;
-    case PLEXUS_COLL_ALLTOALL:
-      return t.alltoall;
-    case PLEXUS_COLL_BARRIER:
-      return t.barrier;
-    case PLEXUS_COLL_SEND:
-      return t.send;
-    case PLEXUS_COLL_RECV:
-      return t.recv;
-    default:
-      return false;
+  Valid(const Context& ctx, plexus_collective_t coll, const Args& a, Buffer& s, Buffer& r)
+      : rank(ctx.rank), size(ctx.size), es(ElementSize(a.dtype)), send(s.data()), recv(r.data()) {
+    const abi::Traits t = abi::TraitsOf(coll);
+    c.coll = coll;
+    if (!t.typed) return;
+    c.dtype = a.dtype;
+    c.op = t.reduces ? a.op : 0;
+    c.placement = a.placement;
+    // The sender's right neighbour, the receiver's left one.
+    if (t.root == Root::kPeer) c.root = (rank + (t.needs_send ? 1 : size - 1)) % size;
+    c.count = kBlock;
+    if (t.layout == Layout::kBufferList) {
+      counts = {kBlock, kBlock};
+      sendbufs = {send, send + kBlock * es};
+      recvbufs = {recv, recv + kBlock * es};
+      c.sendbufs = sendbufs.data();
+      c.recvbufs = recvbufs.data();
+      c.counts = counts.data();
+      c.nbuffers = 2;
+      c.count = 2 * kBlock;
+      return;
+    }
+    const bool v = t.layout == Layout::kPerRankCounts;
+    if (v || t.needs_send) c.sendbuf = send;
+    if (v || t.needs_recv) c.recvbuf = recv;
+    if (!v) return;
+    for (int i = 0; i < 4; ++i) {
+      if (!(i < 2 ? t.send_per_rank : t.recv_per_rank)) continue;
+      for (uint32_t j = 0; j < size; ++j) arrays[i].push_back(i % 2 ? kBlock * j : kBlock);
+      c.*kArrays[i] = arrays[i].data();
+    }
+    if (t.send_per_rank && t.recv_per_rank) c.count = 0;
   }
-}
-
-// Calls coll with args on the shared communicator. send/recv buffers hold
-// size * 16 elements of up to 8 bytes, enough for every collective.
-int32_t Invoke(Context& ctx, plexus_collective_t coll, const Args& a, Buffer& send, Buffer& recv,
-               plexus_request** req) {
-  const TracedCalls& t = ctx.calls();
-  plexus_comm* comm = ctx.comm();
-  const void* s = a.null_send ? nullptr : send.data();
-  void* r = a.null_recv ? nullptr : recv.data();
-  SetPhase("backend collective call with arguments it must refuse");
-  const uint32_t root = a.root >= 0 ? uint32_t(a.root) : 0;
-  const uint32_t right = a.root >= 0 ? uint32_t(a.root) : (ctx.rank + 1) % ctx.size;
-  const uint32_t left = a.root >= 0 ? uint32_t(a.root) : (ctx.rank + ctx.size - 1) % ctx.size;
-  auto post = [&](const abi::Call& call) { return t.post(comm, call, req); };
-  switch (coll) {
-    case PLEXUS_COLL_ALLREDUCE:
-      return post({PLEXUS_COLL_ALLREDUCE, s, r, a.count, a.dtype, a.op, 0, a.placement});
-    case PLEXUS_COLL_BROADCAST:
-      return post({PLEXUS_COLL_BROADCAST, nullptr, r, a.count, a.dtype, 0, root, a.placement});
-    case PLEXUS_COLL_REDUCE:
-      return post({PLEXUS_COLL_REDUCE, s, r, a.count, a.dtype, a.op, root, a.placement});
-    case PLEXUS_COLL_ALLGATHER:
-      return post({PLEXUS_COLL_ALLGATHER, s, r, a.count, a.dtype, 0, 0, a.placement});
-    case PLEXUS_COLL_REDUCE_SCATTER:
-      return post({PLEXUS_COLL_REDUCE_SCATTER, s, r, a.count, a.dtype, a.op, 0, a.placement});
-    case PLEXUS_COLL_ALLTOALL:
-      return post({PLEXUS_COLL_ALLTOALL, s, r, a.count, a.dtype, 0, 0, a.placement});
-    case PLEXUS_COLL_BARRIER:
-      return post({PLEXUS_COLL_BARRIER});
-    case PLEXUS_COLL_SEND:
-      return post({PLEXUS_COLL_SEND, s, nullptr, a.count, a.dtype, 0, right, a.placement});
-    case PLEXUS_COLL_RECV:
-      return post({PLEXUS_COLL_RECV, nullptr, r, a.count, a.dtype, 0, left, a.placement});
-    default:
-      return PLEXUS_ERR_INTERNAL;
-  }
-}
-
-struct Refusal {
-  std::string what;
-  Args args;
+  Valid(const Valid&) = delete;                         // c points into it
+  uint32_t Other() const { return (rank + 1) % size; }  // this rank when alone
 };
 
-// The calls of one collective of ABI 1.0 with Args (see Invoke).
-Outcome ExpectRefused(Context& ctx, plexus_collective_t coll, const std::vector<Refusal>& calls,
-                      bool strict) {
-  std::vector<RefusedCall> made;
-  for (const Refusal& r : calls) {
-    made.push_back({r.what, [coll, args = r.args](Context& c, Buffer& send, Buffer& recv,
-                                                  plexus_request** req) {
-                      return Invoke(c, coll, args, send, recv, req);
-                    }});
-  }
-  return ExpectRefusedCalls(ctx, CollectiveName(coll), made,
-                            strict ? Refuse::kUnclaimed : Refuse::kAnyError);
+using Edit = std::function<void(Valid&)>;
+
+RefusedCall Refused(plexus_collective_t coll, std::string what, Args a, Edit edit = {}) {
+  return {std::move(what),
+          [coll, a, edit](Context& ctx, Buffer& send, Buffer& recv, plexus_request** req) {
+            Valid v(ctx, coll, a, send, recv);
+            if (edit) edit(v);
+            return ctx.calls().post(ctx.comm(), v.c, req);
+          }};
 }
 
-Check Make(const std::string& name, plexus_collective_t coll, std::vector<Refusal> calls,
-           bool strict) {
+// The calls CheckCall refuses with INVALID_ARGUMENT, each one edit of a
+// valid call.
+std::vector<RefusedCall> InvalidCalls(plexus_collective_t coll, const Args& a, uint32_t size) {
+  const abi::Traits t = abi::TraitsOf(coll);
+  const uint64_t es = ElementSize(a.dtype), big = kTwo63 / es;
+  const uint64_t wrap = es > 1 ? UINT64_MAX / es + 1 : 0;
+  const std::string bytes = std::to_string(es) + " bytes";
+  const bool own_root = t.root == Root::kRoot && (t.send_on_root_only || t.recv_on_root_only);
+  std::vector<RefusedCall> out;
+  auto add = [&](std::string what, Edit e) {
+    if (own_root) what += " (each rank its own root)";
+    out.push_back(Refused(coll, std::move(what), a, [own_root, e](Valid& v) {
+      if (own_root) v.c.root = v.rank;
+      e(v);
+    }));
+  };
+  add("dtype code 99", [](Valid& v) { v.c.dtype = 99; });
+  if (t.reduces) add("op code 99", [](Valid& v) { v.c.op = 99; });
+  const std::string n = std::to_string(size);
+  if (t.root == Root::kRoot) {
+    out.push_back(
+        Refused(coll, "root " + n + " (out of range)", a, [=](Valid& v) { v.c.root = size; }));
+  }
+  if (t.root == Root::kPeer) {
+    add("peer " + n + " (out of range)", [=](Valid& v) { v.c.root = size; });
+    add("peer = this rank", [](Valid& v) { v.c.root = v.rank; });
+  }
+
+  const bool per_rank = t.layout == Layout::kPerRankCounts;
+  const bool one = !per_rank && t.needs_send != t.needs_recv;  // broadcast, send, recv: "buf"
+  const std::string count4 = per_rank ? "" : " and count 4";
+  if (per_rank || t.needs_send) {
+    add(std::string("NULL ") + (one ? "buf" : "sendbuf") + count4,
+        [](Valid& v) { v.c.sendbuf = nullptr; });
+  }
+  if (per_rank || t.needs_recv) {
+    add(std::string("NULL ") + (one ? "buf" : "recvbuf") + count4,
+        [](Valid& v) { v.c.recvbuf = nullptr; });
+  }
+  if (t.layout == Layout::kCount) {
+    // A backend that multiplies count x element size (x ranks) unchecked
+    // wraps around, then reads or writes far past the buffers.
+    add("count " + std::to_string(big) + " (count x " + bytes + " is 2^63)",
+        [=](Valid& v) { v.c.count = big; });
+    if ((t.send_per_rank || t.recv_per_rank) && size > 1) {
+      const uint64_t unit = uint64_t(size) * es, c = (kTwo63 + unit - 1) / unit;
+      add("count " + std::to_string(c) + " (count x " + bytes + " x " + n + " ranks reaches 2^63)",
+          [=](Valid& v) { v.c.count = c; });
+    }
+  }
+  // Overlap other than the in-place form.
+  if (t.in_place == abi::InPlace::kDisjoint) {
+    add("recvbuf = sendbuf (not in place)", [](Valid& v) { v.c.recvbuf = v.send; });
+  } else if (t.in_place == abi::InPlace::kSendBlock) {
+    add("recvbuf one element into sendbuf (not the in-place position)",
+        [](Valid& v) { v.c.recvbuf = v.send + v.es; });
+  } else if (t.in_place != abi::InPlace::kNone) {
+    add("sendbuf one element into recvbuf (not the in-place position)",
+        [](Valid& v) { v.c.sendbuf = v.recv + v.es; });
+  }
+
+  if (per_rank) {
+    const bool both = t.send_per_rank && t.recv_per_rank;
+    for (int i : {0, 2}) {  // counts at i, displacements at i + 1
+      if (!(i == 0 ? t.send_per_rank : t.recv_per_rank)) continue;
+      const std::string counts = kArrayNames[i], displs = kArrayNames[i + 1];
+      // Another rank's entry, so that the check of this rank's own block
+      // alone does not catch it.
+      add(counts + "[another rank] " + std::to_string(big) + " (x " + bytes + " is 2^63)",
+          [=](Valid& v) {
+            v.arrays[i][v.Other()] = big;
+            if (v.Other() == v.rank && !both) v.c.count = big;
+          });
+      add(displs + "[another rank] 2^64-2 (count + displacement wraps around)",
+          [=](Valid& v) { v.arrays[i + 1][v.Other()] = UINT64_MAX - 1; });
+      if (wrap != 0) {
+        add(displs + "[another rank] " + std::to_string(wrap) + " (x " + bytes +
+                " wraps around to 0)",
+            [=](Valid& v) { v.arrays[i + 1][v.Other()] = wrap; });
+      }
+      // Blocks that are written, or reduced into one rank's result, may not
+      // share an element (alltoallv's send blocks may).
+      if (size > 1 && (i == 2 || !both)) {
+        add(std::string("overlapping ") + (i == 0 ? "send" : "receive") + " blocks (every " +
+                displs + " 0)",
+            [=](Valid& v) { std::fill(v.arrays[i + 1].begin(), v.arrays[i + 1].end(), 0); });
+      }
+      add("NULL " + counts, [=](Valid& v) { v.c.*kArrays[i] = nullptr; });
+      add("NULL " + displs, [=](Valid& v) { v.c.*kArrays[i + 1] = nullptr; });
+    }
+    if (both) {
+      add("sendcounts[rank] 5 but recvcounts[rank] 4", [](Valid& v) { v.arrays[0][v.rank] = 5; });
+    } else {
+      add(std::string(t.recv_per_rank ? "sendcount 5 but recvcounts"
+                                      : "recvcount 5 but sendcounts") +
+              "[rank] 4",
+          [](Valid& v) { v.c.count = 5; });
+    }
+  }
+
+  if (t.layout == Layout::kBufferList) {
+    add("nbuffers 0", [](Valid& v) { v.c.nbuffers = 0; });
+    add("NULL sendbufs array", [](Valid& v) { v.c.sendbufs = nullptr; });
+    add("NULL recvbufs array", [](Valid& v) { v.c.recvbufs = nullptr; });
+    add("NULL counts array", [](Valid& v) { v.c.counts = nullptr; });
+    add("sendbufs[1] NULL and counts[1] 4", [](Valid& v) { v.sendbufs[1] = nullptr; });
+    add("recvbufs[0] and recvbufs[1] overlap (2 elements apart, 4 each)",
+        [](Valid& v) { v.recvbufs[1] = v.recv + 2 * v.es; });
+    add("sendbufs[1] = recvbufs[0] (buffers of different i share memory)",
+        [](Valid& v) { v.sendbufs[1] = v.recv; });
+    add("sendbufs[0] one element into recvbufs[0] (overlap, not equal)", [](Valid& v) {
+      v.sendbufs[0] = v.recv + v.es;
+      v.recvbufs[1] = v.recv + 2 * kBlock * v.es;
+    });
+    add("counts[0] " + std::to_string(big) + " (x " + bytes + " is 2^63)",
+        [=](Valid& v) { v.counts[0] = big; });
+    add("counts 2^64-1 and 2 (their sum wraps around to 1)", [](Valid& v) {
+      v.counts[0] = UINT64_MAX;
+      v.counts[1] = 2;
+    });
+  }
+  return out;
+}
+
+// A dtype (and op) the collective accepts, so that only the argument under
+// test is wrong: int32 when claimed.
+Args BaseArgs(const plexus_capabilities& caps, plexus_collective_t coll) {
+  Args a;
+  const uint32_t mask = abi::IsReduction(coll) ? caps.reduce_dtypes[PLEXUS_OP_SUM] : caps.dtypes;
+  for (plexus_dtype_t d = 1; !(mask & (1u << a.dtype)) && d <= PLEXUS_DTYPE_MAX_V1; ++d) {
+    if (mask & (1u << d)) a.dtype = d;
+  }
+  return a;
+}
+
+// Valid calls but for a dtype/op pair the capabilities do not claim.
+std::vector<RefusedCall> UnclaimedPairs(const plexus_capabilities& caps, plexus_collective_t coll,
+                                        const Args& base) {
+  std::vector<RefusedCall> out;
+  for (plexus_dtype_t dt = 1; dt <= PLEXUS_DTYPE_MAX_V1; ++dt) {
+    Args a = base;
+    a.dtype = dt;
+    if (!abi::IsReduction(coll)) {
+      if (!(caps.dtypes & (1u << dt)))
+        out.push_back(Refused(coll, std::string("unclaimed dtype ") + DtypeName(dt), a));
+      continue;
+    }
+    for (a.op = PLEXUS_OP_SUM; a.op <= PLEXUS_OP_MAX_V1; ++a.op) {
+      if (caps.reduce_dtypes[a.op] & (1u << dt)) continue;
+      out.push_back(
+          Refused(coll, std::string("unclaimed ") + DtypeName(dt) + " " + OpName(a.op), a));
+    }
+  }
+  return out;
+}
+
+// Refusals, then (then_valid) a valid post of the same collective that must
+// still work on the communicator.
+Check Make(const std::string& name, plexus_collective_t coll, std::vector<RefusedCall> calls,
+           Refuse want, bool then_valid, Args base) {
   Check c;
   c.name = name;
   c.group = "arguments";
-  c.run = [coll, calls = std::move(calls), strict](Context& ctx) {
-    return ExpectRefused(ctx, coll, calls, strict);
+  c.run = [coll, calls = std::move(calls), want, then_valid, base](Context& ctx) {
+    if (!ctx.plugin().HasCollective(coll)) return Outcome::Skip(ctx.plugin().NoSlotReason(coll));
+    Outcome o = ExpectRefusedCalls(ctx, CollectiveName(coll), calls, want);
+    if (!then_valid || o.comm_broken) return o;
+    const Outcome after = RunSmall(ctx, coll, base.dtype, base.op);
+    if (after.verdict == Verdict::kFail) {
+      Outcome f = Outcome::Fail((o.verdict == Verdict::kFail ? o.detail + "; " : std::string()) +
+                                "after the refused calls a valid " + CollectiveName(coll) +
+                                " on the same communicator failed: " + after.detail);
+      f.comm_broken = after.comm_broken;
+      return f;
+    }
+    if (o.verdict == Verdict::kPass) {
+      o.detail += "; then a valid " + std::string(CollectiveName(coll)) + " worked";
+    }
+    return o;
   };
   return c;
 }
@@ -144,150 +310,50 @@ Check SkipLine(const std::string& name, const std::string& why) {
   return c;
 }
 
-// Placements refused by a backend without CUDA memory, and by every backend.
-const plexus_placement kCudaPlacement{sizeof(plexus_placement), PLEXUS_MEMORY_CUDA, 0, 0, nullptr};
-const plexus_placement kUnknownPlacement{sizeof(plexus_placement), 99, -1, 0, nullptr};
-
 }  // namespace
 
 std::vector<Check> ArgumentChecks(const plexus_capabilities& caps, uint32_t size) {
   std::vector<Check> out;
-  // The table is not known here, only the capabilities: the unclaimed
-  // collectives' checks find out at run time whether the slot exists.
-  bool any_unclaimed = false;
-  for (plexus_collective_t coll = 0; coll < PLEXUS_COLL_COUNT_V1; ++coll) {
-    if (caps.collectives & (1u << coll)) continue;
-    any_unclaimed = true;
-    Check c;
-    c.name = std::string("arguments: unclaimed collective ") + CollectiveName(coll);
-    c.group = "arguments";
-    c.run = [coll](Context& ctx) {
-      if (!HasSlot(ctx.table(), coll)) return Outcome::Skip("slot is NULL (nothing to call)");
-      return ExpectRefused(ctx, coll, {{"valid arguments", Args{}}}, true);
-    };
-    out.push_back(std::move(c));
-  }
-  if (!any_unclaimed)
-    out.push_back(SkipLine("arguments: unclaimed collectives", "every collective of ABI 1.0 is claimed"));
-
-  bool any_pair = false;
-  for (plexus_collective_t coll = 0; coll < PLEXUS_COLL_COUNT_V1; ++coll) {
-    if (!(caps.collectives & (1u << coll)) || coll == PLEXUS_COLL_BARRIER) continue;
-    std::vector<Refusal> calls;
-    for (plexus_dtype_t dt = 1; dt <= PLEXUS_DTYPE_MAX_V1; ++dt) {
-      if (IsReduction(coll)) {
-        for (plexus_reduce_op_t op = PLEXUS_OP_SUM; op <= PLEXUS_OP_MAX_V1; ++op) {
-          if (caps.reduce_dtypes[op] & (1u << dt)) continue;
-          Args a;
-          a.dtype = dt;
-          a.op = op;
-          calls.push_back({std::string("unclaimed ") + DtypeName(dt) + " " + OpName(op), a});
-        }
-      } else if (!(caps.dtypes & (1u << dt))) {
-        Args a;
-        a.dtype = dt;
-        calls.push_back({std::string("unclaimed dtype ") + DtypeName(dt), a});
-      }
+  bool any_unclaimed = false, any_pair = false;
+  for (plexus_collective_t coll = 0; coll < abi::kCollectiveCount; ++coll) {
+    const Args base = BaseArgs(caps, coll);
+    if (!(caps.collectives & (1u << coll))) {
+      // Its slot, if the table has one, must refuse a valid call.
+      any_unclaimed = true;
+      out.push_back(Make(std::string("arguments: unclaimed collective ") + CollectiveName(coll),
+                         coll, {Refused(coll, "valid arguments", base)}, Refuse::kUnclaimed, false,
+                         base));
+      continue;
     }
-    if (calls.empty()) continue;
-    any_pair = true;
-    out.push_back(
-        Make(std::string("arguments: ") + CollectiveName(coll) + " unclaimed dtypes and ops", coll,
-             std::move(calls), true));
+    if (!abi::TraitsOf(coll).typed) continue;  // barrier: no arguments
+    const std::string name = std::string("arguments: ") + CollectiveName(coll);
+    if (std::vector<RefusedCall> pairs = UnclaimedPairs(caps, coll, base); !pairs.empty()) {
+      any_pair = true;
+      out.push_back(Make(name + " unclaimed dtypes and ops", coll, std::move(pairs),
+                         Refuse::kUnclaimed, false, base));
+    }
+    std::vector<RefusedCall> memory;
+    Args a = base;
+    if (!(caps.memory_types & (1u << PLEXUS_MEMORY_CUDA))) {
+      a.placement = &kCudaPlacement;
+      memory.push_back(Refused(coll, "CUDA memory (not claimed)", a));
+    }
+    a.placement = &kUnknownPlacement;
+    memory.push_back(Refused(coll, "memory type 99", a));
+    out.push_back(Make(name + " unclaimed memory types", coll, std::move(memory),
+                       Refuse::kUnclaimed, false, base));
+    // (send and recv cannot be posted alone to show the communicator works.)
+    out.push_back(Make(name + " invalid arguments", coll, InvalidCalls(coll, base, size),
+                       Refuse::kInvalidArgument, abi::TraitsOf(coll).root != abi::Root::kPeer,
+                       base));
   }
   if (!any_pair) {
-    out.push_back(SkipLine("arguments: unclaimed dtypes and ops",
-                           "every claimed collective claims every dtype (and op)"));
+    out.insert(out.begin(), SkipLine("arguments: unclaimed dtypes and ops",
+                                     "every claimed collective claims every dtype (and op)"));
   }
-
-  for (plexus_collective_t coll = 0; coll < PLEXUS_COLL_COUNT_V1; ++coll) {
-    if (!(caps.collectives & (1u << coll)) || coll == PLEXUS_COLL_BARRIER) continue;
-    const std::string name = CollectiveName(coll);
-    // A dtype the collective accepts, so only the argument under test is wrong.
-    plexus_dtype_t dt = PLEXUS_DTYPE_INT32;
-    plexus_reduce_op_t rop = PLEXUS_OP_SUM;
-    const uint32_t dmask = IsReduction(coll) ? caps.reduce_dtypes[PLEXUS_OP_SUM] : caps.dtypes;
-    if (!(dmask & (1u << dt))) {
-      for (plexus_dtype_t d = 1; d <= PLEXUS_DTYPE_MAX_V1; ++d) {
-        if (dmask & (1u << d)) {
-          dt = d;
-          break;
-        }
-      }
-    }
-    Args base;
-    base.dtype = dt;
-    base.op = rop;
-    std::vector<Refusal> memory;
-    if (!(caps.memory_types & (1u << PLEXUS_MEMORY_CUDA))) {
-      Args a = base;
-      a.placement = &kCudaPlacement;
-      memory.push_back({"CUDA memory (not claimed)", a});
-    }
-    {
-      Args a = base;
-      a.placement = &kUnknownPlacement;
-      memory.push_back({"memory type 99", a});
-    }
-    out.push_back(Make("arguments: " + name + " unclaimed memory types", coll, memory, true));
-
-    std::vector<Refusal> invalid;
-    const bool has_send = coll != PLEXUS_COLL_BROADCAST && coll != PLEXUS_COLL_RECV;
-    const bool has_recv = coll != PLEXUS_COLL_SEND;
-    if (has_send) {
-      Args a = base;
-      a.null_send = true;
-      invalid.push_back({"NULL sendbuf and count 4", a});
-    }
-    if (has_recv && coll != PLEXUS_COLL_REDUCE) {
-      Args a = base;
-      a.null_recv = true;
-      invalid.push_back({std::string(coll == PLEXUS_COLL_BROADCAST ? "NULL buf" : "NULL recvbuf") +
-                             " and count 4",
-                         a});
-    }
-    {
-      Args a = base;
-      a.dtype = 99;
-      invalid.push_back({"dtype code 99", a});
-    }
-    if (IsReduction(coll)) {
-      Args a = base;
-      a.op = 99;
-      invalid.push_back({"op code 99", a});
-    }
-    if (HasRoot(coll)) {
-      Args a = base;
-      a.root = size;
-      invalid.push_back({"root " + std::to_string(size) + " (out of range)", a});
-    }
-    if (IsPointToPoint(coll)) {
-      Args a = base;
-      a.root = size;
-      invalid.push_back({"peer " + std::to_string(size) + " (out of range)", a});
-    }
-    {
-      // Counts whose size in bytes does not fit the address space: a backend
-      // that multiplies count x element size (x ranks) without checking
-      // wraps around and then reads or writes far past the buffers.
-      const uint64_t es = ElementSize(dt);
-      const bool per_rank = coll == PLEXUS_COLL_ALLGATHER || coll == PLEXUS_COLL_ALLTOALL ||
-                            coll == PLEXUS_COLL_REDUCE_SCATTER;
-      Args a = base;
-      a.count = (uint64_t(1) << 63) / es;
-      invalid.push_back({"count " + std::to_string(a.count) + " (count x " + std::to_string(es) +
-                             " bytes is 2^63)",
-                         a});
-      if (per_rank && size > 1) {
-        Args b = base;
-        const uint64_t unit = uint64_t(size) * es;
-        b.count = ((uint64_t(1) << 63) + unit - 1) / unit;
-        invalid.push_back({"count " + std::to_string(b.count) + " (count x " + std::to_string(es) +
-                               " bytes x " + std::to_string(size) + " ranks reaches 2^63)",
-                           b});
-      }
-    }
-    out.push_back(Make("arguments: " + name + " invalid arguments", coll, invalid, false));
+  if (!any_unclaimed) {
+    out.insert(out.begin(),
+               SkipLine("arguments: unclaimed collectives", "every collective is claimed"));
   }
   return out;
 }

@@ -64,7 +64,6 @@ std::vector<Check> BuildList(const Session& session) {
   append(CollectiveChecks(caps, size, o));
   append(RequestChecks(caps, size));
   append(ArgumentChecks(caps, size));
-  append(ArgumentChecks12(caps, size));
   append(GroupChecks(caps, size));
   append(SharedBufferChecks(caps, size));
   append(FailureChecks(caps, size));  // with MismatchChecks12
