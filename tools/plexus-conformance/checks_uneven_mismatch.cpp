@@ -1,14 +1,12 @@
-// Mismatched uneven collectives: every rank's call is valid by itself, but
-// the ranks disagree. allgatherv: the last rank sends more elements than the
-// others' recvcounts say; reduce_scatterv: the last rank's block is longer
-// in its own sendcounts than in the others'; alltoallv: the last rank sends rank 0 more than
-// rank 0's recvcounts say; gather and scatter: the last rank names itself
-// the root, the others rank 0. As for the mismatched allreduces
-// (checks_failures.cpp): an error on some rank (REMOTE, or TIMEOUT within
-// the bound) passes; no completion within 4x timeout_ms + 5 s fails; OK
-// with data other than this rank's own view of the call expects fails; OK
-// on every rank fails, since the mismatch went unnoticed. Each runs on a
-// fresh communicator with the fault timeout, posted once every rank has it.
+// Mismatched collectives of ABI 1.2 and later: every rank's call is valid
+// by itself, but the ranks disagree: per-rank counts that the last rank sees
+// otherwise, or a root it names otherwise (PostMine). As for the mismatched
+// allreduces (checks_failures.cpp): an error on some rank (REMOTE, or
+// TIMEOUT within the bound) passes; no completion within 4x timeout_ms + 5 s
+// fails; OK with data other than this rank's own view of the call expects
+// fails; OK on every rank fails, since the mismatch went unnoticed. Each
+// runs on a fresh communicator with the fault timeout, posted once every
+// rank has it.
 #include <string>
 #include <vector>
 
@@ -26,8 +24,8 @@
 namespace plexus::conformance {
 namespace {
 
-constexpr uint64_t kCount = 1000;  // per rank (allgatherv, gather, scatter) or pair (alltoallv)
-constexpr uint64_t kExtra = 24;    // what the odd rank sends beyond that
+constexpr uint64_t kCount = 1000;  // elements per block
+constexpr uint64_t kExtra = 24;    // what the last rank adds to one block
 
 std::vector<uint8_t> MoveData(plexus_dtype_t dt, uint32_t rank, uint64_t salt, uint64_t first,
                               uint64_t count) {
@@ -50,143 +48,81 @@ std::vector<uint64_t> Packed(const std::vector<uint64_t>& counts, uint64_t* tota
 
 // Posts this rank's view of the mismatched call on op; returns the request
 // (nullptr when the post failed) and says what this rank did in *mine.
+// Per-rank counts (kCount per block) disagree on the last rank: in the
+// arrays all ranks share (allgatherv, reduce_scatterv) its own block is
+// kExtra longer, else it sends rank 0 kExtra more; a rooted collective's
+// last rank names itself the root, the others rank 0.
 plexus_request* PostMine(Context& ctx, plexus_comm* comm, Operation& op, plexus_collective_t coll,
                          plexus_dtype_t dt, std::string* mine) {
+  const abi::Traits t = abi::TraitsOf(coll);
+  const bool per_rank = t.layout == abi::Layout::kPerRankCounts;
   const uint32_t rank = ctx.rank, size = ctx.size, last = size - 1;
-  const bool odd = rank == last;
   const uint64_t salt = ctx.seq;
-  const TracedCalls& t = ctx.calls();
-  plexus_request* req = nullptr;
-  switch (coll) {
-    case PLEXUS_COLL_ALLGATHERV: {
-      // Everybody's recvcounts say kCount for every rank, except the last
-      // rank's own, which says (and it sends) kCount + kExtra.
-      std::vector<uint64_t> counts(size, kCount);
-      if (odd) counts[last] = kCount + kExtra;
-      uint64_t total = 0;
-      const std::vector<uint64_t> displs = Packed(counts, &total);
-      const size_t r = op.AddBuffer(total, "recvbuf");
-      const size_t s = op.AddBuffer(counts[rank], "sendbuf");
-      FillMoveData(dt, rank, salt, 0, counts[rank], op.data(s));
-      for (uint32_t j = 0; j < size; ++j) {
-        op.ExpectResult(r, displs[j], counts[j], MoveData(dt, j, salt, 0, counts[j]),
-                        "block of rank " + std::to_string(j));
-      }
-      *mine = "sendcount " + std::to_string(counts[rank]) + ", recvcounts[" + std::to_string(last) +
-              "] " + std::to_string(counts[last]) + ": ";
-      op.Posted("allgatherv",
-                t.post(comm,
-                       abi::Call{.coll = PLEXUS_COLL_ALLGATHERV,
-                                 .sendbuf = op.data(s),
-                                 .recvbuf = op.data(r),
-                                 .count = counts[rank],
-                                 .dtype = dt,
-                                 .placement = nullptr,
-                                 .recvcounts = counts.data(),
-                                 .rdispls = displs.data()},
-                       &req),
-                &req);
-      break;
-    }
-    case PLEXUS_COLL_REDUCE_SCATTERV: {
-      // Everybody's sendcounts say kCount for every block, except the last
-      // rank's, whose own block (and recvcount) says kCount + kExtra.
-      std::vector<uint64_t> counts(size, kCount);
-      if (odd) counts[last] = kCount + kExtra;
-      uint64_t total = 0;
-      const std::vector<uint64_t> displs = Packed(counts, &total);
-      const size_t s = op.AddBuffer(total, "sendbuf");
-      const size_t r = op.AddBuffer(counts[rank], "recvbuf");
-      FillReduceInput(dt, PLEXUS_OP_SUM, rank, size, salt, 0, total, op.data(s));
-      auto want = std::vector<uint8_t>(counts[rank] * ElementSize(dt));
-      FillReduceResult(dt, PLEXUS_OP_SUM, size, salt, displs[rank], counts[rank], want.data());
-      op.ExpectResult(r, 0, counts[rank], std::move(want), "recvbuf");
-      *mine = "recvcount " + std::to_string(counts[rank]) + ", sendcounts[" + std::to_string(last) +
-              "] " + std::to_string(counts[last]) + ": ";
-      op.Posted("reduce_scatterv",
-                t.post(comm,
-                       abi::Call{.coll = PLEXUS_COLL_REDUCE_SCATTERV,
-                                 .sendbuf = op.data(s),
-                                 .recvbuf = op.data(r),
-                                 .count = counts[rank],
-                                 .dtype = dt,
-                                 .op = PLEXUS_OP_SUM,
-                                 .placement = nullptr,
-                                 .sendcounts = counts.data(),
-                                 .sdispls = displs.data()},
-                       &req),
-                &req);
-      break;
-    }
-    case PLEXUS_COLL_ALLTOALLV: {
-      // kCount between every pair, except that the last rank sends rank 0
-      // kCount + kExtra while rank 0 expects kCount from it.
-      std::vector<uint64_t> sendcounts(size, kCount), recvcounts(size, kCount);
-      if (odd) sendcounts[0] = kCount + kExtra;
-      uint64_t stotal = 0, rtotal = 0;
-      const std::vector<uint64_t> sdispls = Packed(sendcounts, &stotal);
-      const std::vector<uint64_t> rdispls = Packed(recvcounts, &rtotal);
-      const size_t s = op.AddBuffer(stotal, "sendbuf");
-      const size_t r = op.AddBuffer(rtotal, "recvbuf");
-      for (uint32_t j = 0; j < size; ++j) {
-        FillMoveData(dt, rank, salt, uint64_t(j) << 32, sendcounts[j], op.element(s, sdispls[j]));
-      }
-      for (uint32_t i = 0; i < size; ++i) {
-        op.ExpectResult(r, rdispls[i], recvcounts[i],
-                        MoveData(dt, i, salt, uint64_t(rank) << 32, recvcounts[i]),
-                        "block from rank " + std::to_string(i));
-      }
-      *mine = "sendcounts[0] " + std::to_string(sendcounts[0]) + ", recvcounts[" +
-              std::to_string(last) + "] " + std::to_string(recvcounts[last]) + ": ";
-      op.Posted("alltoallv",
-                t.post(comm,
-                       abi::Call{.coll = PLEXUS_COLL_ALLTOALLV,
-                                 .sendbuf = op.data(s),
-                                 .recvbuf = op.data(r),
-                                 .dtype = dt,
-                                 .placement = nullptr,
-                                 .sendcounts = sendcounts.data(),
-                                 .sdispls = sdispls.data(),
-                                 .recvcounts = recvcounts.data(),
-                                 .rdispls = rdispls.data()},
-                       &req),
-                &req);
-      break;
-    }
-    case PLEXUS_COLL_GATHER:
-    case PLEXUS_COLL_SCATTER: {
-      const uint32_t root = odd ? last : 0;
-      const bool gather = coll == PLEXUS_COLL_GATHER;
-      const uint64_t n = kCount;
-      const size_t s =
-          op.AddBuffer(gather || rank == root ? (gather ? n : n * size) : 0, "sendbuf");
-      const size_t r =
-          op.AddBuffer(!gather || rank == root ? (gather ? n * size : n) : 0, "recvbuf");
-      if (gather) {
-        FillMoveData(dt, rank, salt, 0, n, op.data(s));
-        if (rank == root) {
-          for (uint32_t j = 0; j < size; ++j) {
-            op.ExpectResult(r, uint64_t(j) * n, n, MoveData(dt, j, salt, 0, n),
-                            "root's block of rank " + std::to_string(j));
-          }
-        }
-      } else {
-        if (rank == root) FillMoveData(dt, rank, salt, 0, n * size, op.data(s));
-        op.ExpectResult(r, 0, n, MoveData(dt, root, salt, uint64_t(rank) * n, n), "recvbuf");
-      }
-      *mine = "root " + std::to_string(root) + ": ";
-      const void* send = op.data(s);
-      void* recv = op.data(r);
-      if (gather && rank != root) recv = nullptr;
-      if (!gather && rank != root) send = nullptr;
-      // coll is gather or scatter: the same arguments.
-      op.Posted(CollectiveName(coll),
-                t.post(comm, abi::Call{coll, send, recv, n, dt, 0, root, nullptr}, &req), &req);
-      break;
-    }
-    default:
-      break;
+  std::vector<uint64_t> sendcounts(size, kCount), recvcounts(size, kCount);
+  std::vector<uint64_t>& odd = t.send_per_rank ? sendcounts : recvcounts;
+  const uint32_t at = t.counts_alike ? last : 0;
+  if (per_rank && rank == last) odd[at] += kExtra;
+  const uint64_t count = t.counts_alike ? odd[rank] : kCount;
+  const uint32_t root = t.root == abi::Root::kRoot && rank == last ? last : 0;
+  uint64_t send_total = 0, recv_total = 0;
+  const std::vector<uint64_t> sdispls = Packed(sendcounts, &send_total);
+  const std::vector<uint64_t> rdispls = Packed(recvcounts, &recv_total);
+  const bool sends = per_rank || (t.needs_send && (!t.send_on_root_only || rank == root));
+  const bool recvs = per_rank || (t.needs_recv && (!t.recv_on_root_only || rank == root));
+  const size_t s = op.AddBuffer(sends ? (t.send_per_rank ? send_total : count) : 0, "sendbuf");
+  const size_t r = op.AddBuffer(recvs ? (t.recv_per_rank ? recv_total : count) : 0, "recvbuf");
+  // Rank i's block for rank j starts at element j << 32 of i's data when
+  // i sends each rank its own block.
+  auto first = [&](uint32_t j) { return t.send_per_rank ? uint64_t(j) << 32 : 0; };
+  if (sends && t.reduces) {
+    FillReduceInput(dt, PLEXUS_OP_SUM, rank, size, salt, 0, send_total, op.data(s));
+  } else if (sends && t.send_per_rank) {
+    for (uint32_t j = 0; j < size; ++j)
+      FillMoveData(dt, rank, salt, first(j), sendcounts[j], op.element(s, sdispls[j]));
+  } else if (sends) {
+    FillMoveData(dt, rank, salt, 0, count, op.data(s));
   }
+  if (recvs && t.reduces) {
+    std::vector<uint8_t> want(count * ElementSize(dt));
+    FillReduceResult(dt, PLEXUS_OP_SUM, size, salt, sdispls[rank], count, want.data());
+    op.ExpectResult(r, 0, count, std::move(want), "recvbuf");
+  } else if (recvs && t.recv_per_rank) {
+    for (uint32_t i = 0; i < size; ++i) {
+      op.ExpectResult(r, rdispls[i], recvcounts[i],
+                      MoveData(dt, i, salt, first(rank), recvcounts[i]),
+                      "block from rank " + std::to_string(i));
+    }
+  } else if (recvs) {
+    op.ExpectResult(r, 0, count, MoveData(dt, root, salt, first(rank), count), "recvbuf");
+  }
+  abi::Call c{.coll = coll,
+              .sendbuf = sends ? op.data(s) : nullptr,
+              .recvbuf = recvs ? op.data(r) : nullptr,
+              .count = t.send_per_rank && t.recv_per_rank ? 0 : count,
+              .dtype = dt,
+              .op = t.reduces ? PLEXUS_OP_SUM : 0,
+              .root = root};
+  if (t.root == abi::Root::kRoot) {
+    *mine = "root " + std::to_string(root) + ": ";
+  } else {
+    *mine = std::string(t.send_per_rank ? "sendcounts[" : "recvcounts[") + std::to_string(at) +
+            "] " + std::to_string(odd[at]) + ", ";
+    *mine +=
+        t.counts_alike
+            ? std::string(t.recv_per_rank ? "sendcount " : "recvcount ") + std::to_string(count)
+            : "recvcounts[" + std::to_string(last) + "] " + std::to_string(recvcounts[last]);
+    *mine += ": ";
+  }
+  if (per_rank && t.send_per_rank) {
+    c.sendcounts = sendcounts.data();
+    c.sdispls = sdispls.data();
+  }
+  if (per_rank && t.recv_per_rank) {
+    c.recvcounts = recvcounts.data();
+    c.rdispls = rdispls.data();
+  }
+  plexus_request* req = nullptr;
+  op.Posted(CollectiveName(coll), ctx.calls().post(comm, c, &req), &req);
   return op.requests().empty() ? nullptr : op.requests().back();
 }
 
@@ -241,16 +177,23 @@ Check Make(const std::string& name, plexus_collective_t coll) {
 
 }  // namespace
 
+// The collectives of ABI 1.2 and later whose ranks can disagree on counts
+// or on the root.
 std::vector<Check> MismatchChecks12(const plexus_capabilities&, uint32_t) {
-  return {
-      Make("failures: mismatched allgatherv counts (one rank sends more)", PLEXUS_COLL_ALLGATHERV),
-      Make("failures: mismatched alltoallv counts (one rank sends rank 0 more)",
-           PLEXUS_COLL_ALLTOALLV),
-      Make("failures: mismatched reduce_scatterv counts (one rank's block is longer)",
-           PLEXUS_COLL_REDUCE_SCATTERV),
-      Make("failures: gather with different roots", PLEXUS_COLL_GATHER),
-      Make("failures: scatter with different roots", PLEXUS_COLL_SCATTER),
-  };
+  std::vector<Check> out;
+  for (plexus_collective_t coll = 0; coll < abi::kCollectiveCount; ++coll) {
+    const abi::Traits t = abi::TraitsOf(coll);
+    const std::string name = CollectiveName(coll);
+    if (abi::MinorOf(coll) < 2) continue;
+    if (t.root == abi::Root::kRoot)
+      out.push_back(Make("failures: " + name + " with different roots", coll));
+    if (t.layout != abi::Layout::kPerRankCounts) continue;
+    const char* how = !t.counts_alike   ? "one rank sends rank 0 more"
+                      : t.recv_per_rank ? "one rank sends more"
+                                        : "one rank's block is longer";
+    out.push_back(Make("failures: mismatched " + name + " counts (" + how + ")", coll));
+  }
+  return out;
 }
 
 }  // namespace plexus::conformance
