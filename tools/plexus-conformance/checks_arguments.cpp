@@ -169,13 +169,14 @@ std::vector<RefusedCall> InvalidCalls(plexus_collective_t coll, const Args& a, u
           [=](Valid& v) { v.c.count = c; });
     }
   }
-  // Overlap other than the in-place form.
-  if (t.in_place == abi::InPlace::kDisjoint) {
+  // Overlap other than the in-place form (a buffer list's per buffer: below).
+  const bool list = t.layout == Layout::kBufferList;
+  if (!list && t.in_place == abi::InPlace::kDisjoint) {
     add("recvbuf = sendbuf (not in place)", [](Valid& v) { v.c.recvbuf = v.send; });
-  } else if (t.in_place == abi::InPlace::kSendBlock) {
+  } else if (!list && t.in_place == abi::InPlace::kSendBlock) {
     add("recvbuf one element into sendbuf (not the in-place position)",
         [](Valid& v) { v.c.recvbuf = v.send + v.es; });
-  } else if (t.in_place != abi::InPlace::kNone) {
+  } else if (!list && t.in_place != abi::InPlace::kNone) {
     add("sendbuf one element into recvbuf (not the in-place position)",
         [](Valid& v) { v.c.sendbuf = v.recv + v.es; });
   }

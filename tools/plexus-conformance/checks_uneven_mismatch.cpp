@@ -1,4 +1,4 @@
-// Mismatched collectives of ABI 1.2 and later: every rank's call is valid
+// Mismatched collectives: every rank's call is valid
 // by itself, but the ranks disagree: per-rank counts that the last rank sees
 // otherwise, or a root it names otherwise (PostMine). As for the mismatched
 // allreduces (checks_failures.cpp): an error on some rank (REMOTE, or
@@ -69,22 +69,26 @@ plexus_request* PostMine(Context& ctx, plexus_comm* comm, Operation& op, plexus_
   const std::vector<uint64_t> rdispls = Packed(recvcounts, &recv_total);
   const bool sends = per_rank || (t.needs_send && (!t.send_on_root_only || rank == root));
   const bool recvs = per_rank || (t.needs_recv && (!t.recv_on_root_only || rank == root));
-  const size_t s = op.AddBuffer(sends ? (t.send_per_rank ? send_total : count) : 0, "sendbuf");
+  const uint64_t send_extent = sends ? (t.send_per_rank ? send_total : count) : 0;
+  const size_t s = op.AddBuffer(send_extent, "sendbuf");
   const size_t r = op.AddBuffer(recvs ? (t.recv_per_rank ? recv_total : count) : 0, "recvbuf");
   // Rank i's block for rank j starts at element j << 32 of i's data when
   // i sends each rank its own block.
   auto first = [&](uint32_t j) { return t.send_per_rank ? uint64_t(j) << 32 : 0; };
   if (sends && t.reduces) {
-    FillReduceInput(dt, PLEXUS_OP_SUM, rank, size, salt, 0, send_total, op.data(s));
+    FillReduceInput(dt, PLEXUS_OP_SUM, rank, size, salt, 0, send_extent, op.data(s));
   } else if (sends && t.send_per_rank) {
     for (uint32_t j = 0; j < size; ++j)
       FillMoveData(dt, rank, salt, first(j), sendcounts[j], op.element(s, sdispls[j]));
   } else if (sends) {
     FillMoveData(dt, rank, salt, 0, count, op.data(s));
+  } else if (recvs && rank == root && t.root == abi::Root::kRoot) {
+    FillMoveData(dt, rank, salt, 0, count, op.data(r));  // broadcast: the root's buf is the input
   }
   if (recvs && t.reduces) {
     std::vector<uint8_t> want(count * ElementSize(dt));
-    FillReduceResult(dt, PLEXUS_OP_SUM, size, salt, sdispls[rank], count, want.data());
+    FillReduceResult(dt, PLEXUS_OP_SUM, size, salt, t.send_per_rank ? sdispls[rank] : 0, count,
+                     want.data());
     op.ExpectResult(r, 0, count, std::move(want), "recvbuf");
   } else if (recvs && t.recv_per_rank) {
     for (uint32_t i = 0; i < size; ++i) {
@@ -177,14 +181,12 @@ Check Make(const std::string& name, plexus_collective_t coll) {
 
 }  // namespace
 
-// The collectives of ABI 1.2 and later whose ranks can disagree on counts
-// or on the root.
+// The collectives whose ranks can disagree on counts or on the root.
 std::vector<Check> MismatchChecks12(const plexus_capabilities&, uint32_t) {
   std::vector<Check> out;
   for (plexus_collective_t coll = 0; coll < abi::kCollectiveCount; ++coll) {
     const abi::Traits t = abi::TraitsOf(coll);
     const std::string name = CollectiveName(coll);
-    if (abi::MinorOf(coll) < 2) continue;
     if (t.root == abi::Root::kRoot)
       out.push_back(Make("failures: " + name + " with different roots", coll));
     if (t.layout != abi::Layout::kPerRankCounts) continue;
