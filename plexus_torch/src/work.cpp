@@ -72,12 +72,17 @@ PlexusWork::PlexusWork(int rank, c10d::OpType type, OpLabel what, std::vector<at
 
 PlexusWork::~PlexusWork() = default;
 
+// The future completes before the work says it has (completed_, which
+// wait() and isCompleted() read), so that a caller reading fut.value() as
+// soon as w.wait() returns finds it done, as on Gloo and NCCL. Its callbacks
+// run here, outside mutex_.
 void PlexusWork::Complete(std::exception_ptr error) {
   c10::intrusive_ptr<c10::ivalue::Future> future;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (completed_) return;
-    completed_ = true;
+    if (decided_) return;
+    decided_ = true;
+    deciding_thread_ = std::this_thread::get_id();
     exception_ = error;
     future = future_;
     if (recordFunctionEndCallback_) {
@@ -85,7 +90,6 @@ void PlexusWork::Complete(std::exception_ptr error) {
       recordFunctionEndCallback_ = nullptr;
     }
   }
-  cv_.notify_all();
   if (future) {
     if (error) {
       future->setError(error);
@@ -93,6 +97,11 @@ void PlexusWork::Complete(std::exception_ptr error) {
       future->markCompleted(c10::IValue(outputs_));
     }
   }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    completed_ = true;
+  }
+  cv_.notify_all();
 }
 
 void PlexusWork::Drive(std::chrono::milliseconds timeout, bool callers_timeout) {
@@ -161,6 +170,11 @@ bool PlexusWork::wait(std::chrono::milliseconds timeout) {
   bool on_thread = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // From a callback of the future, on the thread completing it: decided.
+    if (decided_ && deciding_thread_ == std::this_thread::get_id()) {
+      if (exception_) std::rethrow_exception(exception_);
+      return true;
+    }
     on_thread = on_thread_ && !completed_;
   }
   if (on_thread) {
@@ -203,7 +217,7 @@ c10::intrusive_ptr<c10::ivalue::Future> PlexusWork::getFuture() {
       }
       future_ = c10::make_intrusive<c10::ivalue::Future>(
           c10::ListType::create(c10::TensorType::get()), devices);
-      if (completed_) {
+      if (decided_) {  // (Complete found no future to complete)
         if (exception_) {
           future_->setError(exception_);
         } else {

@@ -81,6 +81,10 @@ class PlexusWork : public c10d::Work {
   const std::chrono::milliseconds timeout_;
   std::mutex drive_mutex_;  // held by whoever drives `posted` (plexus::Work is single-threaded)
   bool on_thread_ = false;  // guarded by mutex_ (c10d::Work's): the completion thread drives it
+  // Guarded by mutex_: the outcome (exception_) is set, and the future, if
+  // any, is being completed; completed_ follows once it is (see Complete).
+  bool decided_ = false;
+  std::thread::id deciding_thread_;  // guarded by mutex_: whose Complete runs the callbacks
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // guarded by mutex_
 };
 
