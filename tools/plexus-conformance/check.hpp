@@ -95,8 +95,8 @@ std::vector<Check> CollectiveChecks(const plexus_capabilities& caps, uint32_t si
 std::vector<Check> RequestChecks(const plexus_capabilities& caps, uint32_t size);
 // Every collective of the list (collectives.def).
 std::vector<Check> ArgumentChecks(const plexus_capabilities& caps, uint32_t size);
-// Includes MismatchChecks12 (mismatched allgatherv/alltoallv counts and
-// gather/scatter roots), before the check of the buffers failures leave.
+// Includes MismatchChecks12 (per-rank counts and roots that disagree across
+// ranks), before the check of the buffers failures leave.
 std::vector<Check> FailureChecks(const plexus_capabilities& caps, uint32_t size);
 std::vector<Check> MismatchChecks12(const plexus_capabilities& caps, uint32_t size);
 // Groups: comm_split (1.2, when the backend has it) and comm_create over a

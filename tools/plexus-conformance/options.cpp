@@ -23,31 +23,30 @@ own loader and gives it the host's services, then runs, on every rank:
                version, required slots, the 1.1 and 1.2 slots, capabilities
                against slots, the exported dynamic symbols of the .so
                (exactly the entry function)
-  collectives  every claimed collective x claimed dtype x reduction op x
-               counts 0, 1, 1009, a large one and one not divisible by the
-               number of ranks, out of place and in place, roots 0 and
-               size-1, send/recv in a ring; results checked exactly on every
-               rank, send buffers and bytes outside the result untouched
-  ABI 1.2      gather and scatter from every root; allgatherv and alltoallv
-               with uneven counts (0 on some ranks), blocks out of rank order
-               with gaps left untouched, overlapping alltoallv send blocks;
-               allreduce_coalesced over separate buffers and views of one
-               bucket, every op's reduce dtypes; in place where the header
-               allows it; count and displacement arrays overwritten as soon
-               as the post returns (they are borrowed for the call only). A
-               collective not claimed, or a 1.0/1.1 backend, gets one SKIP
-               line saying why
+  collectives  every collective of the list (plexus/abi/collectives.def)
+               the backend claims x claimed dtype x reduction op x counts 0,
+               1, 1009, a large one and one not divisible by the number of
+               ranks (the v-collectives: uneven counts, 0 on some ranks,
+               blocks out of rank order with gaps left untouched; the buffer
+               list: separate buffers and views of one bucket), out of place
+               and in the collective's in-place form, every root, send/recv
+               in a ring; inputs and exact results follow from each
+               collective's traits; send buffers and bytes outside the
+               result untouched; count and displacement arrays overwritten as
+               soon as the post returns (they are borrowed for the call
+               only). A collective not claimed, or not in an older table,
+               gets one SKIP line saying why
   requests     barrier waits for the last rank, several requests in flight,
                test() never blocks, wait() with a timeout returns TIMEOUT and
                leaves the request pending, waits from several threads
-  arguments    unsupported collectives, dtypes, ops and memory types and
-               invalid arguments fail with NULL *req_out and an error string;
-               for 1.2, INVALID_ARGUMENT for counts and displacements whose
-               byte size overflows, overlapping receive blocks, alltoallv send
-               and receive blocks that overlap, an allgatherv sendcount other
-               than recvcounts[rank], roots out of range, allreduce_coalesced
-               with nbuffers 0, NULL arrays or overlapping buffers, and then a
-               valid post on the same communicator must still work
+  arguments    unsupported collectives, dtypes, ops and memory types fail
+               with NULL *req_out and an error string; every collective's
+               invalid arguments (from its traits: NULL buffers and arrays,
+               unknown codes, roots and peers out of range, byte sizes past
+               2^62, overlaps other than the in-place form, counts that
+               disagree with the arrays, empty or overlapping buffer lists)
+               fail with INVALID_ARGUMENT, and then a valid post on the same
+               communicator must still work
   groups       comm_split (1.2, when the backend has it) into two groups with
                keys reversing the order, with a rank of no color (NULL
                communicator, OK), into groups of one; comm_create over a
@@ -60,9 +59,8 @@ own loader and gives it the host's services, then runs, on every rank:
                broadcast from every group rank, whose data show which process
                each group rank is
   failures     a rank that never posts (timeout), comm_abort from another
-               thread, mismatched collectives (also allgatherv and alltoallv
-               counts and gather and scatter roots that disagree across
-               ranks), and, last, a dead peer whose error must name its rank,
+               thread, mismatched collectives (also per-rank counts and roots
+               that disagree across ranks), and, last, a dead peer whose error must name its rank,
                on a communicator of the whole job and on a group
 
 Results travel to rank 0 through the job's rendezvous store, never through
