@@ -92,6 +92,7 @@ int main(int argc, char** argv) {
       }
       if (rejoin) std::this_thread::sleep_for(std::chrono::milliseconds(50));
       bool grow_now = rejoin && i % 5 == 0 && i != first;
+      const auto posted = std::chrono::steady_clock::now();  // (a rank freezes about now)
       for (;;) {
         try {
           if (std::exchange(grow_now, false)) {
@@ -124,9 +125,13 @@ int main(int argc, char** argv) {
           const double ms =
               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                   .count();
+          const double since_posted =
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - posted)
+                  .count();
           std::printf(
-              "rank %u: recovered in %.0f ms: %u -> %u ranks (job ranks %s), iteration %d\n", me,
-              ms, before, comm.size(), JobRanks(comm).c_str(), i);
+              "rank %u: recovered in %.0f ms: %u -> %u ranks (job ranks %s), iteration %d; %.0f ms "
+              "after its allreduce was posted\n",
+              me, ms, before, comm.size(), JobRanks(comm).c_str(), i, since_posted);
           std::fflush(stdout);
           ++recoveries;
         }

@@ -173,7 +173,8 @@ Communicator Communicator::shrink() {
   // The collective that failed, marked as stalled here: the line names the
   // ranks that never reached it, which the launcher takes out (a frozen rank
   // is seen by no one else; a rank whose failure was relayed to this one
-  // left no such line yet).
+  // left no such line yet). Not waiting for the others' marks: the
+  // launcher reads them.
   detail::PostedOp failed;
   {
     std::lock_guard<std::mutex> lock(s.last_failed_mutex);
@@ -182,7 +183,7 @@ Communicator Communicator::shrink() {
   // Not when the launcher has already said that a rank left (it saw one
   // exit): the report would only wait for the marks of ranks that are gone.
   if (failed.seq != 0 && Latest(store).number <= s.elastic_generation) {
-    (void)detail::ReportStall(s, failed);
+    detail::MarkStalled(s, failed);
   }
   // Another rank may leave while the ranks left make their communicator
   // (it never comes): then again with the launcher's next word.

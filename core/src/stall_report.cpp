@@ -24,10 +24,11 @@ using std::chrono::milliseconds;
 
 // How long a rank that timed out waits for the others' marks. Healthy ranks
 // post a collective within moments of each other, so their timeouts expire
-// close together; a fifth of the timeout, between 0.2 and 2 s, leaves room
-// for ranks that posted a little later without delaying the error much.
+// close together; a tenth of the timeout, between 0.2 and 1 s, leaves room
+// for ranks that posted a little later, and keeps a frozen rank's detection
+// (the timeout, then this) within the timeout + 1 s.
 milliseconds Grace(milliseconds timeout) {
-  return std::clamp(timeout / 5, milliseconds(200), milliseconds(2000));
+  return std::clamp(timeout / 10, milliseconds(200), milliseconds(1000));
 }
 
 // After another kind of failure (usually a peer's, relayed), how long to look
@@ -222,6 +223,13 @@ std::string MarkReached(CommState& comm, const PostedOp& op, const std::string& 
          " (unreachable, frozen or dead?): the failure above may only have been passed on";
 } catch (const std::exception&) {
   return "";
+}
+
+void MarkStalled(CommState& comm, const PostedOp& op) try {
+  if (!CanTell(comm, op)) return;
+  const Fingerprint mine = FingerprintOf(comm, op);
+  if (Mark(comm, mine)) WriteLine(comm, mine, op);
+} catch (const std::exception&) {
 }
 
 std::string ReportStall(CommState& comm, const PostedOp& op) try {

@@ -47,6 +47,11 @@ std::string MarkReached(CommState& comm, const PostedOp& op, const std::string& 
 // throws. BLOCKS up to the grace period plus the store's round trips.
 std::string ReportStall(CommState& comm, const PostedOp& op);
 
+// ReportStall's marks without its wait: the line plexus-run --elastic reads
+// to take out the ranks this one waited for. Never throws; a few store
+// round trips.
+void MarkStalled(CommState& comm, const PostedOp& op);
+
 // For plexus-run, once the ranks are gone: one line per rank of the job that
 // timed out in a collective ("" for the others),
 //   "<communicator> <seq> <collective> <rank it waited for> ...",

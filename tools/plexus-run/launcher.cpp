@@ -40,7 +40,7 @@ constexpr std::chrono::milliseconds kStallCheck{250};
 // --elastic: how long a rank named by the others' stall lines has to report
 // the same failure itself (then it is alive, just slow) before it is taken
 // out as frozen.
-constexpr std::chrono::milliseconds kTakeOutGrace{1000};
+constexpr std::chrono::milliseconds kTakeOutGrace{500};
 
 void PrintError(const std::string& text) {
   std::string line = "plexus-run: " + text + "\n";
