@@ -95,10 +95,10 @@ std::vector<Check> CollectiveChecks(const plexus_capabilities& caps, uint32_t si
 std::vector<Check> RequestChecks(const plexus_capabilities& caps, uint32_t size);
 // Every collective of the list (collectives.def).
 std::vector<Check> ArgumentChecks(const plexus_capabilities& caps, uint32_t size);
-// Includes MismatchChecks12 (per-rank counts and roots that disagree across
+// Includes MismatchChecks (per-rank counts and roots that disagree across
 // ranks), before the check of the buffers failures leave.
 std::vector<Check> FailureChecks(const plexus_capabilities& caps, uint32_t size);
-std::vector<Check> MismatchChecks12(const plexus_capabilities& caps, uint32_t size);
+std::vector<Check> MismatchChecks(const plexus_capabilities& caps, uint32_t size);
 // Groups: comm_split (1.2, when the backend has it) and comm_create over a
 // subset of the ranks in a permuted order.
 std::vector<Check> GroupChecks(const plexus_capabilities& caps, uint32_t size);

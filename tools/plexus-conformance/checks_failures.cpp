@@ -285,7 +285,7 @@ std::vector<Check> FailureChecks(const plexus_capabilities& caps, uint32_t size)
   dtype.combine = CombineMismatch;
   out.push_back(std::move(dtype));
   // ABI 1.2's mismatches, before the check of the buffers they leave behind.
-  for (Check& c : MismatchChecks12(caps, size)) out.push_back(std::move(c));
+  for (Check& c : MismatchChecks(caps, size)) out.push_back(std::move(c));
   out.push_back(
       Make("failures: no writes to buffers of failed or aborted requests", NoWritesAfterAbort));
   return out;

@@ -66,7 +66,7 @@ std::vector<Check> BuildList(const Session& session) {
   append(ArgumentChecks(caps, size));
   append(GroupChecks(caps, size));
   append(SharedBufferChecks(caps, size));
-  append(FailureChecks(caps, size));  // with MismatchChecks12
+  append(FailureChecks(caps, size));  // with MismatchChecks
   append(DeadPeerChecks(size, o));    // last: a rank exits
   std::vector<Check> selected;
   for (Check& c : all) {

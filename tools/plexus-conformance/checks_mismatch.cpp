@@ -130,7 +130,7 @@ plexus_request* PostMine(Context& ctx, plexus_comm* comm, Operation& op, plexus_
   return op.requests().empty() ? nullptr : op.requests().back();
 }
 
-Outcome Mismatch12(Context& ctx, plexus_collective_t coll) {
+Outcome RunMismatched(Context& ctx, plexus_collective_t coll) {
   if (!(ctx.caps().collectives & (1u << coll))) return Outcome::Skip(NotClaimedReason(ctx, coll));
   if (!ctx.plugin().HasCollective(coll)) return Outcome::Skip(ctx.plugin().NoSlotReason(coll));
   if (ctx.size < 2) return Outcome::Skip("needs at least 2 ranks");
@@ -151,7 +151,7 @@ Outcome Mismatch12(Context& ctx, plexus_collective_t coll) {
   // two fast ranks detect at once must not reach a rank still connecting
   // (UCX then fails that rank's comm_create with their error), which would
   // be a check of comm_create, not of the collective.
-  const Status met = ctx.exchange().Barrier("mismatch12/" + std::to_string(ctx.seq));
+  const Status met = ctx.exchange().Barrier("mismatch/" + std::to_string(ctx.seq));
   if (!comm.get()) {
     return Outcome::Fail("comm_create failed: " + StatusText(comm.status()) + ": " + comm.error());
   }
@@ -174,7 +174,7 @@ Check Make(const std::string& name, plexus_collective_t coll) {
   Check c;
   c.name = name;
   c.group = "failures";
-  c.run = [coll](Context& ctx) { return Mismatch12(ctx, coll); };
+  c.run = [coll](Context& ctx) { return RunMismatched(ctx, coll); };
   c.combine = CombineMismatch;
   return c;
 }
@@ -182,7 +182,7 @@ Check Make(const std::string& name, plexus_collective_t coll) {
 }  // namespace
 
 // The collectives whose ranks can disagree on counts or on the root.
-std::vector<Check> MismatchChecks12(const plexus_capabilities&, uint32_t) {
+std::vector<Check> MismatchChecks(const plexus_capabilities&, uint32_t) {
   std::vector<Check> out;
   for (plexus_collective_t coll = 0; coll < abi::kCollectiveCount; ++coll) {
     const abi::Traits t = abi::TraitsOf(coll);
