@@ -19,7 +19,7 @@ if [ ! -f $build/build.ninja ]; then
   meson setup $build -Db_sanitize=thread -Dbuildtype=debugoptimized -Dtorch=disabled \
     -Dnccl=disabled -Dmpi=disabled >/dev/null || exit 1
 fi
-targets=(tests/kit/kit_op_queue_test tests/collectives_check tests/groups_check
+targets=(tests/kit/kit_op_queue_test tests/signal_watcher_test tests/collectives_check tests/groups_check
          tools/plexus-run/plexus-run
          tools/plexus-conformance/plexus-conformance backends/tcp/libplexus-tcp.so)
 [ -f $build/backends/ucx/build.ninja ] || true
@@ -52,6 +52,7 @@ run() {  # run NAME COMMAND...
 }
 
 run "kit operation queue" $build/tests/kit/kit_op_queue_test
+run "plexus-run signal watcher" $build/tests/signal_watcher_test
 for n in 2 3; do
   run "tcp collectives, $n ranks" env PLEXUS_BACKEND=tcp \
     $build/tools/plexus-run/plexus-run -n $n $build/tests/collectives_check

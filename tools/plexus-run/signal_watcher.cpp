@@ -1,6 +1,7 @@
 #include "signal_watcher.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -15,18 +16,24 @@ namespace {
 constexpr int kMaxSignal = 65;
 std::atomic<int> g_counts[kMaxSignal];
 std::atomic<int> g_write_fd{-1};
+// Handlers between reading g_write_fd and finishing their write(): Uninstall()
+// waits for none before closing, so a handler running on another thread never
+// writes into a closed descriptor, or into whatever file reuses its number.
+std::atomic<int> g_handlers_writing{0};
 struct sigaction g_previous[kMaxSignal];
 std::atomic<bool> g_in_use{false};
 
 extern "C" void OnSignal(int sig) {
   int saved_errno = errno;  // write() may clobber it under the interrupted code
   if (sig > 0 && sig < kMaxSignal) g_counts[sig].fetch_add(1, std::memory_order_relaxed);
-  int fd = g_write_fd.load(std::memory_order_relaxed);
+  g_handlers_writing.fetch_add(1);  // seq_cst: ordered before the load below
+  int fd = g_write_fd.load();
   if (fd >= 0) {
     char byte = static_cast<char>(sig);
     // A full pipe is fine: it is already readable, and the count is kept above.
     (void)!::write(fd, &byte, 1);
   }
+  g_handlers_writing.fetch_sub(1);
   errno = saved_errno;
 }
 
@@ -72,7 +79,10 @@ void SignalWatcher::Uninstall() {
   for (int sig : installed_) ::sigaction(sig, &g_previous[sig], nullptr);
   installed_.clear();
   if (read_fd_ >= 0) {
+    // A handler still running on another thread has either seen -1 or is
+    // counted in g_handlers_writing; wait out the counted ones (one write each).
     int wfd = g_write_fd.exchange(-1);
+    while (g_handlers_writing.load() != 0) sched_yield();
     if (wfd >= 0) ::close(wfd);
     ::close(read_fd_);
     read_fd_ = -1;
