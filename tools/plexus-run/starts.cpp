@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "launcher.hpp"
+#include "mark_reader.hpp"
 #include "network_address.hpp"
 #include "node_group.hpp"
 #include "node_join.hpp"
@@ -193,17 +194,13 @@ void ReadMarksFromStore(const Options& opts, const JobInfo& job, const NodeGroup
   // (core/src/stall_report.hpp); from them the report blames the rank that
   // stopped making progress, not the first one to exit, or says that the
   // ranks posted different collectives.
-  const std::string addr = opts.master_addr;
-  const uint16_t port = job.master_port;
   const int nproc = job.world_size;  // every rank of the job, on every node
-  auto connect = [addr, port] {
-    std::unique_ptr<RendezvousStore> client;
-    if (!ConnectTcpStore(addr, port, std::chrono::seconds(2), &client).ok()) client.reset();
-    return client;
-  };
-  config->read_stall_lines = [connect, nproc] {
-    auto client = connect();
-    return client ? detail::StallLines(*client, uint32_t(nproc)) : std::vector<std::string>();
+  auto reader = std::make_shared<MarkReader>(opts.master_addr, job.master_port);
+  config->read_stall_lines = [reader, nproc] {
+    std::vector<std::string> lines;
+    reader->Read(
+        [&](RendezvousStore& store) { lines = detail::StallLines(store, uint32_t(nproc)); });
+    return lines;
   };
   // Across nodes the ranks named come with their node and host.
   detail::RankLister list_ranks;
@@ -214,24 +211,28 @@ void ReadMarksFromStore(const Options& opts, const JobInfo& job, const NodeGroup
   }
   // --elastic: the generation each rank has reached (Communicator::shrink
   // and grow mark it); 0 where it marked none.
-  config->read_generations = [connect, nproc] {
+  config->read_generations = [reader, nproc] {
     std::vector<uint64_t> reached(size_t(nproc), 0);
-    auto client = connect();
-    for (int r = 0; client && r < nproc; ++r) {
-      Bytes value;
-      if (client
-              ->Get(store::RankKey(uint32_t(r), "elastic/generation"), &value,
-                    std::chrono::milliseconds(0))
-              .ok()) {
-        reached[size_t(r)] =
-            std::strtoull(std::string(value.begin(), value.end()).c_str(), nullptr, 10);
+    reader->Read([&](RendezvousStore& store) {
+      for (int r = 0; r < nproc; ++r) {
+        Bytes value;
+        if (store
+                .Get(store::RankKey(uint32_t(r), "elastic/generation"), &value,
+                     std::chrono::milliseconds(0))
+                .ok()) {
+          reached[size_t(r)] =
+              std::strtoull(std::string(value.begin(), value.end()).c_str(), nullptr, 10);
+        }
       }
-    }
+    });
     return reached;
   };
-  config->read_stall_mismatch = [connect, nproc, list_ranks] {
-    auto client = connect();
-    return client ? detail::StallMismatch(*client, uint32_t(nproc), list_ranks) : std::string();
+  config->read_stall_mismatch = [reader, nproc, list_ranks] {
+    std::string mismatch;
+    reader->Read([&](RendezvousStore& store) {
+      mismatch = detail::StallMismatch(store, uint32_t(nproc), list_ranks);
+    });
+    return mismatch;
   };
 }
 
