@@ -24,7 +24,15 @@
 // state of this loop). rejoin ends on 3 ranks; in rejoin-die the newcomer
 // dies as soon as it has joined, before the state comes, and the others go
 // on without it (shrink() again) on 2.
+//
+// rejoin TRACE_DIR: before its SIGKILL, rank 2 has its flight recorder dump
+// (SIGUSR1; plexus-run runs it with PLEXUS_TRACE_DIR=TRACE_DIR) and waits
+// for the file, so that the test sees that the dump survives the restart.
+// rejoin-gone: rank 2 deletes its own program before its SIGKILL (run a
+// copy), so that plexus-run cannot start it again: the others go on on 2.
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -54,18 +62,31 @@ void ShareIteration(plexus::Communicator& comm, int* iteration) {
   *iteration = int(at);
 }
 
+// Has the flight recorder write its dump (on SIGUSR1), and waits for it.
+void LeaveDump(const std::string& path) {
+  ::raise(SIGUSR1);
+  struct stat st {};
+  for (int i = 0; i < 500 && ::stat(path.c_str(), &st) != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::printf("rank 2: %s %s\n", path.c_str(),
+              ::stat(path.c_str(), &st) == 0 ? "written" : "not written within 5 s");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string how = argc > 1 ? argv[1] : "none";
   const int iterations = argc > 2 ? std::atoi(argv[2]) : 40;
+  const std::string trace_dir = argc > 3 ? argv[3] : "";
   if (how != "kill" && how != "stop" && how != "kill2" && how != "none" && how != "rejoin" &&
-      how != "rejoin-die") {
+      how != "rejoin-die" && how != "rejoin-gone") {
     std::fprintf(stderr,
-                 "usage: elastic_check kill|stop|kill2|rejoin|rejoin-die|none [ITERATIONS]\n");
+                 "usage: elastic_check kill|stop|kill2|rejoin|rejoin-die|rejoin-gone|none "
+                 "[ITERATIONS [TRACE_DIR]]\n");
     return 2;
   }
-  const bool rejoin = how == "rejoin" || how == "rejoin-die";
+  const bool rejoin = how.rfind("rejoin", 0) == 0;
   try {
     auto comm = plexus::Communicator::from_env();
     const uint32_t me = comm.job_ranks()[comm.rank()];
@@ -86,6 +107,14 @@ int main(int argc, char** argv) {
     }
     for (int i = first; i < iterations; ++i) {
       if (i == 20 && me == 2 && !newcomer && how != "none") {
+        if (!trace_dir.empty()) LeaveDump(trace_dir + "/rank-2.json");
+        if (how == "rejoin-gone") {
+          char self[4096];
+          const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+          if (n > 0) self[n] = '\0';
+          std::printf("rank %u: deleting %s\n", me, n > 0 ? self : "?");
+          if (n <= 0 || ::unlink(self) != 0) return 1;
+        }
         std::printf("rank %u: %s at iteration %d\n", me, how == "stop" ? "SIGSTOP" : "SIGKILL", i);
         std::fflush(stdout);
         ::raise(how == "stop" ? SIGSTOP : SIGKILL);

@@ -12,16 +12,21 @@
 # again by plexus-run and joins at a grow() of ranks 0 and 1; all three end
 # on 3 ranks, every result right. rejoin-die: the newcomer dies as soon as it
 # joined, before the state comes; ranks 0 and 1 shrink again and end on 2.
+# In rejoin, rank 2 leaves a flight-recorder dump before it dies, which must
+# still be there, under a name of its own, beside the restarted rank's.
+# rejoin-gone: rank 2 deletes its program (a copy) before it dies; plexus-run
+# cannot start it again, says why, and the job goes on and ends on 2 ranks.
 #
-#   elastic_test.sh PLEXUS_RUN ELASTIC_CHECK kill|stop|kill2|rejoin|rejoin-die
+#   elastic_test.sh PLEXUS_RUN ELASTIC_CHECK kill|stop|kill2|rejoin|rejoin-die|rejoin-gone
 set -u
 run=${1:?plexus-run}
 prog=${2:?elastic_check}
 how=${3:?kill or stop}
 backend=${PLEXUS_BACKEND:-tcp}
 timeout_s=${PLEXUS_TIMEOUT:-3}
-out=$(mktemp) err=$(mktemp)
-trap 'rm -f "$out" "$err"' EXIT
+out=$(mktemp) err=$(mktemp) trace=$(mktemp -d)
+copy=$(dirname "$prog")/elastic_check.gone.$$  # (beside it: the same RUNPATH)
+trap 'rm -rf "$out" "$err" "$trace" "$copy"' EXIT
 
 if ! "$run" -n 1 sh -c 'exit 0' 2>/dev/null; then
   echo "FAIL: plexus-run does not run"
@@ -30,8 +35,12 @@ fi
 start=$(date +%s.%N)
 iterations=40
 restarts=()
+extra=()
 case $how in rejoin*) iterations=60 restarts=(--max-restarts 1) ;; esac
-timeout -k 5 90 "$run" -n 3 --elastic "${restarts[@]}" "$prog" "$how" $iterations >"$out" 2>"$err"
+[ "$how" = rejoin ] && extra=("$trace") && export PLEXUS_TRACE_DIR=$trace
+[ "$how" = rejoin-gone ] && cp "$prog" "$copy" && prog=$copy
+timeout -k 5 90 "$run" -n 3 --elastic "${restarts[@]}" "$prog" "$how" $iterations "${extra[@]}" \
+  >"$out" 2>"$err"
 rc=$?
 elapsed=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 echo "--- plexus-run exited $rc after $elapsed s; stdout:"
@@ -67,6 +76,12 @@ if [ "$how" = rejoin ]; then
     "plexus-run says it started rank 2 again"
   check "grep -Eq 'the job ended on 3 of 3 ranks \(--elastic\); left: rank 2 .*; started again: rank 2 \(pid [0-9]+\) at [0-9.]+ s, joined at [0-9.]+ s' '$err'" \
     "plexus-run's last word: 3 of 3 ranks, rank 2 left, started again and joined"
+  reason() { sed -n 's/.*"reason": "\([A-Za-z0-9]*\)".*/\1/p' "$1" 2>/dev/null | head -n 1; }
+  kept=$trace/rank-2.before-restart-1.json
+  check "[ \"\$(reason '$kept')\" = SIGUSR1 ]" \
+    "the first rank 2's dump (SIGUSR1) kept as $(basename "$kept") ($(reason "$kept"))"
+  check "[ \"\$(reason '$trace/rank-2.json')\" = exit ]" \
+    "the restarted rank 2's dump (at exit) is rank-2.json ($(reason "$trace/rank-2.json"))"
   exit $fail
 fi
 if [ "$how" = rejoin-die ]; then
@@ -78,6 +93,17 @@ if [ "$how" = rejoin-die ]; then
   done
   check "grep -Eq 'the job ended on 2 of 3 ranks \(--elastic\); left: rank 2 .*; rank 2 .*; started again: rank 2' '$err'" \
     "plexus-run's last word: 2 of 3 ranks, rank 2 left twice"
+  exit $fail
+fi
+if [ "$how" = rejoin-gone ]; then
+  for r in 0 1; do
+    check "grep -Eq '^\[$r\] rank $r of 2: 60 iterations, 1 recovery, [0-9]+ grows?, every result right' '$out'" \
+      "rank $r finished 60 iterations on 2 ranks, every result right"
+  done
+  check "grep -Eq 'could not start rank 2 again \(restart 1 of --max-restarts 1\): cannot execute .*: No such file or directory; the job goes on without it \(--elastic\): ranks 0 and 1 left' '$err'" \
+    "plexus-run says it could not start rank 2 again, and why"
+  check "grep -Eq 'the job ended on 2 of 3 ranks \(--elastic\); left: rank 2 .*; rank 2 at [0-9.]+ s: could not be started again' '$err'" \
+    "plexus-run's last word: 2 of 3 ranks, rank 2 left and could not be started again"
   exit $fail
 fi
 if [ "$how" = kill2 ]; then

@@ -145,7 +145,10 @@ class Launcher {
   bool InstallSignals();
   void RestoreSignals();
   bool SpawnAll();
-  bool Spawn(int index);
+  // Starts rank index. On failure: with why_not, says why there and leaves
+  // the job running (a restart under --elastic); without, stops the job.
+  bool Spawn(int index, std::string* why_not = nullptr);
+  void KeepDump(int job_rank, int restart) const;
   void Loop();
   void ReadStream(Stream* stream);
   void CheckExits();
@@ -302,20 +305,25 @@ bool Launcher::SpawnAll() {
   return true;
 }
 
-bool Launcher::Spawn(int index) {
+bool Launcher::Spawn(int index, std::string* why_not) {
   Rank& rank = ranks_[index];
   int out_pipe[2] = {-1, -1};
   int err_pipe[2] = {-1, -1};
   int status_pipe[2] = {-1, -1};  // carries errno from a failed exec, closes on success
   auto fail = [&](const char* what) {
-    internal_error_ =
+    const std::string why =
         std::string(what) + " for rank " + std::to_string(index) + ": " + std::strerror(errno);
     rank.exited = true;  // never started: not one of the ranks to stop
     for (int* fd : {&out_pipe[0], &out_pipe[1], &err_pipe[0], &err_pipe[1], &status_pipe[0],
                     &status_pipe[1]}) {
       CloseFd(fd);
     }
-    BeginStop(Cause::kInternal, SIGTERM);
+    if (why_not) {
+      *why_not = why;
+    } else {
+      internal_error_ = why;
+      BeginStop(Cause::kInternal, SIGTERM);
+    }
     return false;
   };
   // O_CLOEXEC everywhere: rank 5 must not inherit rank 4's pipes, or rank 4's
@@ -386,6 +394,10 @@ bool Launcher::Spawn(int index) {
     }
     rank.pid = -1;
     rank.exited = true;
+    if (why_not) {
+      *why_not = "cannot execute '" + config_.argv.front() + "': " + std::strerror(exec_errno);
+      return false;
+    }
     cause_errno_ = exec_errno;
     failed_rank_ = index;
     BeginStop(Cause::kCannotExecute, SIGTERM);
@@ -736,6 +748,18 @@ bool Launcher::NoteJoined(std::vector<uint64_t>* reached_out) {
   return settled && running;
 }
 
+// The flight-recorder dump the process that left wrote (PLEXUS_TRACE_DIR/
+// rank-R.json, on its failure) gets a name of its own before rank R starts
+// again, which would write its own under that name.
+void Launcher::KeepDump(int job_rank, int restart) const {
+  if (config_.trace_dir.empty()) return;
+  const std::string dump = config_.trace_dir + "/rank-" + std::to_string(job_rank);
+  const std::string kept = dump + ".before-restart-" + std::to_string(restart) + ".json";
+  if (::rename((dump + ".json").c_str(), kept.c_str()) == 0) {
+    PrintError("rank " + std::to_string(job_rank) + "'s flight-recorder dump is now " + kept);
+  }
+}
+
 void Launcher::RestartLeft() {
   if (stopping_ || ending_newcomers_) return;
   const bool pending = std::any_of(ranks_.begin(), ranks_.end(),
@@ -771,6 +795,7 @@ void Launcher::RestartLeft() {
     }
     const int restart = config_.rejoins - rejoins_left_ + 1;
     --rejoins_left_;
+    KeepDump(config_.first_rank + static_cast<int>(i), restart);
     r = Rank{.out = {-1, std::move(r.out.prefixer)}, .err = {-1, std::move(r.err.prefixer)}};
     r.joins_at = ++generation_;
     const std::vector<int> members = Members();
@@ -782,7 +807,23 @@ void Launcher::RestartLeft() {
     }
     env_[i] = config_.rank_env[i];
     env_[i].push_back("PLEXUS_ELASTIC_JOIN=" + std::to_string(generation_));
-    if (!Spawn(static_cast<int>(i))) return;
+    std::string why_not;
+    if (!Spawn(static_cast<int>(i), &why_not)) {
+      // The job goes on without it, as when it left.
+      r.left = true;
+      r.joins_at = 0;
+      departures_.push_back("rank " + std::to_string(config_.first_rank + int(i)) + " at " + when +
+                            ": could not be started again (" + why_not + ")");
+      ++generation_;
+      const std::vector<int> without = Members();
+      if (config_.publish_members) config_.publish_members(generation_, without);
+      PrintError("could not start rank " + std::to_string(config_.first_rank + int(i)) +
+                 " again (restart " + std::to_string(restart) + " of --max-restarts " +
+                 std::to_string(config_.rejoins) + "): " + why_not +
+                 "; the job goes on without it (--elastic): " + ListRanks(without, false) +
+                 " left");
+      return;
+    }
     rejoined_.push_back(RankWithPid(static_cast<int>(i)) + " at " + when);
     PrintError("started " + RankWithPid(static_cast<int>(i)) + " again (restart " +
                std::to_string(restart) + " of --max-restarts " + std::to_string(config_.rejoins) +
