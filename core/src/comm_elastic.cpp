@@ -17,6 +17,7 @@
 
 #include "comm_group.hpp"
 #include "comm_state.hpp"
+#include "elastic_generation.hpp"
 #include "plexus/communicator.hpp"
 #include "plexus/log.hpp"
 #include "plexus/settings/environment.hpp"
@@ -33,49 +34,8 @@ using detail::SplitEntry;
   throw Error(st.code(), who, st.message());
 }
 
-std::string LatestKey() {
-  return store::NodeKey(0, "launch/members");
-}
-std::string GenerationKey(uint64_t g) {
-  return store::NodeKey(0, "launch/members/" + std::to_string(g));
-}
-
-// A generation as the launcher wrote it: "<g> <job rank> ...".
-struct Generation {
-  uint64_t number = 0;  // 0: none said yet
-  std::vector<uint32_t> ranks;
-  bool Has(uint32_t r) const { return std::find(ranks.begin(), ranks.end(), r) != ranks.end(); }
-};
-
-Generation Parse(const Bytes& value) {
-  Generation g;
-  std::istringstream in(std::string(value.begin(), value.end()));
-  if (!(in >> g.number)) return {};
-  for (uint32_t r; in >> r;) g.ranks.push_back(r);
-  return g;
-}
-
-// The latest generation said, or number 0 when none (or the store fails:
-// the callers wait, and time out, on their own).
-Generation Latest(RendezvousStore& store) {
-  Bytes value;
-  if (!store.Get(LatestKey(), &value, std::chrono::milliseconds(0)).ok()) return {};
-  return Parse(value);
-}
-
-Status ReadGeneration(RendezvousStore& store, uint64_t g, std::chrono::milliseconds timeout,
-                      Generation* out) {
-  Bytes value;
-  Status st = store.Get(GenerationKey(g), &value, timeout);
-  if (!st.ok()) return st.WithContext("reading plexus-run's generation " + std::to_string(g));
-  Generation parsed = Parse(value);
-  if (parsed.number != g) {
-    return Status::Remote("plexus-run's generation " + std::to_string(g) + " reads '" +
-                          std::string(value.begin(), value.end()) + "'");
-  }
-  *out = std::move(parsed);
-  return Status::Ok();
-}
+using detail::Generation;
+using detail::ReadGeneration;
 
 Status RequireElastic(const detail::CommState& s, const char* what) {
   const char* elastic = plexus::settings::Raw(plexus::settings::Id::kElastic);
@@ -134,7 +94,9 @@ Status MakeGeneration(const detail::CommState& t, uint32_t me, uint64_t g,
       st = store.Get(store::RankKey(members[i], base + "/entry"), &value,
                      std::chrono::milliseconds(100));
       if (st.code() != PLEXUS_ERR_TIMEOUT) break;
-      if (const Generation now = Latest(store); now.number > g && !now.Has(members[i])) {
+      // (A failed read is a "not yet": the wait's own timeout ends it.)
+      if (Generation now; detail::ReadLatestGeneration(store, &now).ok() && now.number > g &&
+                          !now.Has(members[i])) {
         st = Status::Remote("job rank " + std::to_string(members[i]) +
                             " left the job meanwhile (plexus-run's generation " +
                             std::to_string(now.number) + ")");
@@ -182,29 +144,18 @@ Communicator Communicator::shrink() {
   }
   // Not when the launcher has already said that a rank left (it saw one
   // exit): the report would only wait for the marks of ranks that are gone.
-  if (failed.seq != 0 && Latest(store).number <= s.elastic_generation) {
+  Generation said;
+  if (failed.seq != 0 &&
+      (!detail::ReadLatestGeneration(store, &said).ok() || said.number <= s.elastic_generation)) {
     detail::MarkStalled(s, failed);
   }
   // Another rank may leave while the ranks left make their communicator
   // (it never comes): then again with the launcher's next word.
   uint64_t after = s.elastic_generation;
   for (bool aborted = false;;) {
-    const auto deadline = Clock::now() + s.timeout;
-    Generation said;
-    for (;;) {
-      said = Latest(store);
-      // Not a generation that only lets ranks in (this one's are all in it).
-      bool lost = false;
-      for (uint32_t r : s.job_ranks) lost = lost || !said.Has(r);
-      if (said.number > after && lost) break;
-      if (said.number > after) after = said.number;
-      if (Clock::now() >= deadline) {
-        Throw(Status::Timeout("shrink() of " + s.name + " on job rank " + std::to_string(me) +
-                              ": plexus-run said within " + std::to_string(s.timeout.count()) +
-                              " ms of no rank that left (did one? a failure of every rank is "
-                              "not one of them leaving)"));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (Status st = detail::WaitForLeaving(store, s.job_ranks, &after, s.timeout, &said);
+        !st.ok()) {
+      Throw(st.WithContext("shrink() of " + s.name + " on job rank " + std::to_string(me)));
     }
     std::vector<uint32_t> left_in;  // this communicator's ranks still in the job, in its order
     for (uint32_t r : s.job_ranks) {
@@ -219,7 +170,8 @@ Communicator Communicator::shrink() {
     const Status st = MakeGeneration(s, me, said.number, left_in,
                                      s.name + "/e" + std::to_string(said.number), &made);
     if (st.ok()) return Communicator(std::move(made));
-    if (Latest(store).number <= said.number) {
+    Generation now;
+    if (!detail::ReadLatestGeneration(store, &now).ok() || now.number <= said.number) {
       Throw(st.WithContext("shrink() of " + s.name + " to " + std::to_string(left_in.size()) +
                            " ranks (job ranks " + RankList(left_in) + ")"),
             s.backend->name());
@@ -253,7 +205,12 @@ std::optional<Communicator> Communicator::grow() {
   // What this rank saw: the latest generation, when it keeps every rank of
   // this communicator. The ranks agree on the newest any of them saw (one
   // may have looked before the launcher wrote it, another after).
-  const Generation seen = Latest(store);
+  // (A failed read is "nothing new" here: a grow() is tried again later.)
+  Generation seen;
+  const Status read = detail::ReadLatestGeneration(store, &seen);
+  if (!read.ok()) {
+    LogLine(PLEXUS_LOG_WARN, "plexus", "grow() of " + s.name + ": " + read.message());
+  }
   bool keeps_all = true;
   for (uint32_t r : s.job_ranks) keeps_all = keeps_all && seen.Has(r);
   uint64_t agreed =
