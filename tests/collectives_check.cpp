@@ -425,6 +425,27 @@ void CheckEmptyMessage(plexus::Communicator& comm) {
   Expect(Finished(v, "recv of 0 elements"), "recv of 0 elements");
 }
 
+// Completion in posting order (backend.h): a barrier posted after a
+// reduce_scatter completes after it, so when the barrier's wait() returns
+// the reduce_scatter has completed. (The mpi backend's own runner once
+// completed the barrier first.)
+void CheckPostingOrder(plexus::Communicator& comm, uint64_t count) {
+  const uint32_t n = comm.size();
+  std::vector<float> send(count * n, 1.0f), recv(count, 0.0f);
+  int early = 0;
+  for (int i = 0; i < 10; ++i) {
+    plexus::Work rs =
+        comm.reduce_scatter(send.data(), recv.data(), count, DType::Float32, ReduceOp::Sum);
+    plexus::Work b = comm.barrier();
+    b.wait();
+    if (!rs.test()) ++early;
+    rs.wait();
+  }
+  Expect(early == 0, "a barrier posted after a reduce_scatter of " + std::to_string(count) +
+                         " float32 per rank completed before it (" + std::to_string(early) +
+                         " of 10)");
+}
+
 }  // namespace
 
 // A value of rank r at element i: random sign, mantissa and magnitude
@@ -537,6 +558,9 @@ int main(int argc, char** argv) {
       ++index;
     }
     if (send_recv) CheckEmptyMessage(comm);
+    if (reduce_scatter) {
+      for (uint64_t count : {uint64_t(1), uint64_t(1) << 18}) CheckPostingOrder(comm, count);
+    }
     if (same_bits) {
       for (uint64_t count : {uint64_t(1), uint64_t(1009), uint64_t(100003), large_bytes / 4 + 3}) {
         for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
