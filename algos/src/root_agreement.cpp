@@ -13,25 +13,26 @@
 // verdict, naming the same two ranks. 16 bytes a round; the frames carry the
 // signature with root kAgreeingRoot, so that they match whatever root a rank
 // named (the data frames that follow carry the real one).
-#include <cstring>
-
 #include "plexus/algos/collectives.hpp"
 #include "plexus/algos/describe.hpp"
+#include "root_record.hpp"
 
 namespace plexus::algos {
-namespace {
 
-struct RootRecord {
-  uint32_t min_root, min_rank, max_root, max_rank;
-};
-
-}  // namespace
+Status RootRecord::Verdict(const OpSignature& sig, uint32_t me) const {
+  if (min_root == max_root) return {};
+  return {PLEXUS_ERR_REMOTE, "the ranks disagree on the root of " + DescribeOp(sig) + ": rank " +
+                                 std::to_string(min_rank) + " posted root " +
+                                 std::to_string(min_root) + ", rank " + std::to_string(max_rank) +
+                                 " root " + std::to_string(max_root) + " (seen by rank " +
+                                 std::to_string(me) + "; nothing was delivered)"};
+}
 
 Status AgreeOnRoot(PeerTransport& t, const OpSignature& sig) {
   const uint32_t n = t.size();
   const uint32_t r = t.rank();
   if (n == 1) return {};
-  RootRecord mine{sig.root, r, sig.root, r};
+  RootRecord mine = RootRecord::Of(sig.root, r);
   RootRecord theirs{};
   OpSignature agree = sig;
   agree.root = kAgreeingRoot;
@@ -39,21 +40,9 @@ Status AgreeOnRoot(PeerTransport& t, const OpSignature& sig) {
     const SendSpec send{(r + dist) % n, &mine, sizeof mine};
     const RecvSpec recv{(r + n - dist) % n, &theirs, sizeof theirs};
     PLEXUS_ALGOS_RETURN_IF_ERROR(t.Exchange(agree, std::span(&send, 1), std::span(&recv, 1)));
-    if (theirs.min_root < mine.min_root) {
-      mine.min_root = theirs.min_root;
-      mine.min_rank = theirs.min_rank;
-    }
-    if (theirs.max_root > mine.max_root) {
-      mine.max_root = theirs.max_root;
-      mine.max_rank = theirs.max_rank;
-    }
+    mine.Merge(theirs);
   }
-  if (mine.min_root == mine.max_root) return {};
-  return {PLEXUS_ERR_REMOTE,
-          "the ranks disagree on the root of " + DescribeOp(sig) + ": rank " +
-              std::to_string(mine.min_rank) + " posted root " + std::to_string(mine.min_root) +
-              ", rank " + std::to_string(mine.max_rank) + " root " + std::to_string(mine.max_root) +
-              " (seen by rank " + std::to_string(r) + "; nothing was delivered)"};
+  return mine.Verdict(sig, r);
 }
 
 }  // namespace plexus::algos

@@ -61,13 +61,16 @@ Status RingReduceScatter(PeerTransport& t, const OpSignature& sig, const void* s
 Status PairwiseAlltoall(PeerTransport& t, const OpSignature& sig, const void* sendbuf,
                         void* recvbuf);
 
-// Binomial tree rooted at sig.root, after AgreeOnRoot.
+// Up to 4 KiB: the data carried with the root agreement (a dissemination
+// of ceil(log2 size) rounds); larger: a binomial tree rooted at sig.root,
+// after AgreeOnRoot. Ranks that named different roots fail as AgreeOnRoot
+// says, with nothing delivered.
 Status BinomialBroadcast(PeerTransport& t, const OpSignature& sig, void* buf);
 
 // Fails with REMOTE on every rank, naming two ranks and their roots, when
 // the ranks did not all post sig.root; OK when they did. ceil(log2 size)
-// rounds of 16-byte exchanges (root_agreement.cpp). BinomialBroadcast and
-// BinomialReduce run it first.
+// rounds of 16-byte exchanges (root_agreement.cpp). The rooted collectives
+// run it first (a small broadcast carries it with its data).
 Status AgreeOnRoot(PeerTransport& t, const OpSignature& sig);
 
 // Ring allgather; sendbuf may equal recvbuf + rank * count * elem_size.
