@@ -43,14 +43,13 @@ int64_t MsSince(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
 }
 
-// Not send/recv, not comm_create's hello (kHelloColl). The collectives of
-// ABI 1.2 (codes above recv's) are collectives too: with the send/recv tag
-// they would lose their signature bits, so ranks in different operations
-// could match each other's frames, and collide with messages numbered like
-// their operation.
+// Not send/recv, not comm_create's hello (kHelloColl): abi::IsSequenced. The
+// collectives of ABI 1.2 (codes above recv's) are collectives too: with the
+// send/recv tag they would lose their signature bits, so ranks in different
+// operations could match each other's frames, and collide with messages
+// numbered like their operation.
 bool IsCollective(const algos::OpSignature& s) {
-  return s.coll < plexus::abi::kCollectiveCount && s.coll != PLEXUS_COLL_SEND &&
-         s.coll != PLEXUS_COLL_RECV;
+  return plexus::abi::IsSequenced(s.coll);
 }
 
 }  // namespace

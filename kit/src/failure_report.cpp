@@ -20,11 +20,6 @@ struct ReportHeader {
   uint64_t seq, count;
 };
 
-// Not send/recv, nor a transport's own exchanges (codes past the list's).
-bool IsCollective(const algos::OpSignature& s) {
-  return s.coll < abi::kCollectiveCount && s.coll != PLEXUS_COLL_SEND && s.coll != PLEXUS_COLL_RECV;
-}
-
 }  // namespace
 
 size_t MaxFailureReportBytes() {
@@ -57,7 +52,7 @@ bool DecodeFailureReport(std::span<const uint8_t> bytes, FailureReport* out) {
 algos::Status DescribeFailureReport(uint32_t me, const algos::OpSignature* current, uint32_t peer,
                                     const FailureReport& report) {
   const algos::OpSignature& theirs = report.sig;
-  if (current && IsCollective(theirs) && theirs.seq == current->seq) {
+  if (current && abi::IsSequenced(theirs.coll) && theirs.seq == current->seq) {
     const bool agreeing =
         theirs.root == algos::kAgreeingRoot || current->root == algos::kAgreeingRoot;
     algos::OpSignature same_root = theirs;

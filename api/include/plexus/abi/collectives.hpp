@@ -203,6 +203,13 @@ inline constexpr plexus_collective_t kCollectiveCount = [] {
   return n;
 }();
 
+// Whether coll is a collective of the list in the communicator's sequence
+// (not send or recv, nor a code past the list's, as transports use for
+// their own exchanges).
+constexpr bool IsSequenced(plexus_collective_t coll) {
+  return coll < kCollectiveCount && TraitsOf(coll).sequenced;
+}
+
 // Bit (1u << code) of every collective in the list: a backend whose every
 // post goes through the kit's PostAlgos has them all.
 inline constexpr uint32_t kAllCollectives = (1u << kCollectiveCount) - 1;
