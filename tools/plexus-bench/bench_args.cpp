@@ -22,7 +22,9 @@ Options (sizes take a K, M or G suffix, powers of 1024):
   -e, --maxbytes SIZE       largest size (default 64M)
   -f, --stepfactor N        multiply the size by N from row to row (default 2)
   -n, --iters N             timed iterations per size (default 20)
-  -w, --warmup_iters N      untimed iterations per size before them (default 5)
+  -w, --warmup_iters N      untimed iterations per size before them (default 5;
+                            the first size's go on for at least 100 ms: a
+                            job's first milliseconds are not its speed)
   -c, --check 0|1           run a checked iteration per size and count wrong
                             elements (default 1)
   -o, --op OP               sum, prod, min, max, avg or all (default sum);

@@ -16,6 +16,8 @@ namespace plexus::bench {
 namespace {
 
 constexpr size_t kPage = 4096;
+// The first batch's warm-up lasts at least this long (TimeBatch).
+constexpr std::chrono::duration<double> kFirstWarmup{0.1};
 
 bool CanReduce(const plexus_capabilities& caps, DType t, ReduceOp op) {
   return (caps.collectives & (1u << PLEXUS_COLL_ALLREDUCE)) &&
@@ -257,10 +259,26 @@ void Runner::Post(Placement p, DType t, ReduceOp op, const Shape& s, std::vector
 double Runner::TimeBatch(Placement p, DType t, ReduceOp op, const Shape& s) {
   std::vector<Work> works;
   SetBlocks(s);
-  for (int i = 0; i < args_.warmup_iters; ++i) {
-    Post(p, t, op, s, &works);
-    for (Work& w : works) w.wait();
-    works.clear();
+  auto warm_up = [&](int64_t iterations) {
+    for (int64_t i = 0; i < iterations; ++i) {
+      Post(p, t, op, s, &works);
+      for (Work& w : works) w.wait();
+      works.clear();
+    }
+  };
+  const auto warm_start = std::chrono::steady_clock::now();
+  warm_up(args_.warmup_iters);
+  // The job's first milliseconds are not its speed: the kernel is still
+  // placing the ranks' busy threads on cores (a few load-balancing periods)
+  // and pages are first touched. Before the first batch, warm up for at
+  // least kFirstWarmup, the ranks agreeing on how many more iterations.
+  if (!warmed_up_) {
+    warmed_up_ = true;
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_start).count();
+    const double each = MaxOverRanks(took / std::max(1, args_.warmup_iters));
+    const double left = kFirstWarmup.count() - MaxOverRanks(took);
+    if (left > 0 && each > 0) warm_up(std::min<int64_t>(int64_t(left / each) + 1, 1 << 20));
   }
   // The backend may bound the requests in flight (max_outstanding); waiting
   // for the oldest before posting more keeps within it.

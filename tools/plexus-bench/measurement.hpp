@@ -93,6 +93,7 @@ class Runner {
   Communicator& comm_;
   const BenchArgs& args_;
   RankTally& tally_;
+  bool warmed_up_ = false;  // the first batch's longer warm-up is done
   const uint32_t rank_;
   const uint32_t size_;
   AlignedBuffer send_;
