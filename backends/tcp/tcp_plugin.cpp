@@ -42,6 +42,11 @@ constexpr uint64_t kPairMaxBytes = 512 << 10;
 // are more ranks than CPUs, where most spins would wait for a peer that needs
 // this CPU (the spin yields the CPU after 10 us, but still costs the tries).
 constexpr int64_t kDefaultSpinUs = 50;
+// Operations a caller waiting for the next one runs on its own thread
+// (kit::OpQueueOptions::inline_max_bytes): every size up to this. Handing a
+// large one to the worker and waking the caller after it cost more than it
+// saved, and more in some launches than in others (docs/benchmarks.md).
+constexpr uint64_t kInlineMaxBytes = 64 << 20;
 }  // namespace plexus::tcp
 
 struct plexus_comm : plexus::kit::QueuedComm<plexus::tcp::SocketTransport> {
@@ -126,9 +131,9 @@ struct TcpBackend : kit::AlgosBackend<plexus_comm, plexus_backend_ctx> {
       Log(ctx.host, PLEXUS_LOG_INFO,
           std::string(config.name) + " rank " + std::to_string(config.rank) + ": " + shm);
     }
-    comm->queue = std::make_unique<kit::OpQueue>(ctx.host, *comm->transport,
-                                                 kit::OpQueueOptions::For(kName, config, 64 << 10),
-                                                 std::move(one_host));
+    comm->queue = std::make_unique<kit::OpQueue>(
+        ctx.host, *comm->transport, kit::OpQueueOptions::For(kName, config, kInlineMaxBytes),
+        std::move(one_host));
     *comm_out = comm.release();
     return PLEXUS_OK;
   }
