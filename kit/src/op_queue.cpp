@@ -279,11 +279,10 @@ void OpQueue::RunInlineIfNext(plexus_request* req) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (running_ || queue_.empty() || queue_.front().req != req || !broken_.ok()) return;
-    // Larger operations stay with the worker: the hand-off is small beside
-    // them, and the algorithms' scratch buffers are then allocated in the
-    // worker's malloc arena, which keeps their pages from one operation to
-    // the next, where the caller's main arena often returns them to the
-    // kernel on free and faults them back in (see docs/benchmarks.md).
+    // Larger operations stay with the worker, as the backend chose
+    // (inline_max_bytes: where its hand-off is small beside them, or its
+    // transport runs better on the thread that makes progress; tcp runs
+    // every size inline, see docs/benchmarks.md).
     const algos::OpSignature& sig = queue_.front().sig;
     if (sig.count * algos::DtypeSize(sig.dtype) > options_.inline_max_bytes) return;
     op = std::move(queue_.front());

@@ -100,8 +100,8 @@ struct OpQueueOptions {
   int64_t timeout_ms = 0;  // the communicator's (wait(req, -1) waits this long)
   std::string name;        // the communicator's, for messages
   // Operations of at most this many bytes (count x element size) may run on
-  // a waiting caller's thread; larger ones stay on the worker, whose malloc
-  // arena keeps the algorithms' scratch pages from one operation to the next.
+  // a waiting caller's thread; larger ones stay on the worker. Each backend
+  // sets it from its own measurements (docs/benchmarks.md).
   uint64_t inline_max_bytes = 64 << 10;
 
   // The options of a communicator made by comm_create with config.
