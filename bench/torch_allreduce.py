@@ -20,6 +20,11 @@ slowest rank's):
 Printed per size: the median time per call of each, plexus/gloo (< 1: plexus
 faster), and plexus - direct in microseconds and plexus/direct (the bridge's
 cost). --json FILE writes the rows.
+
+Here gloo shares its processes, and so their cores, with Plexus' threads.
+--alone gloo runs gloo in a job of its own instead, at its defaults (its
+default group, no Plexus loaded); bench/torch-allreduce-placed alternates
+such jobs with Plexus' and prints both placements.
 """
 
 import argparse
@@ -50,7 +55,11 @@ def main():
     p.add_argument("-m", "--block-ms", type=float, default=30,
                    help="milliseconds per block (default %(default)s)")
     p.add_argument("--json", help="write the rows here (rank 0)")
+    p.add_argument("--alone", choices=["gloo"],
+                   help="time only this backend, in a job of its own (its default group)")
     args = p.parse_args()
+    if args.alone:
+        return alone(args)
     try:
         import plexus_torch
     except ImportError as e:
@@ -117,6 +126,44 @@ def main():
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
     dist.barrier(group=gloo)
+    dist.destroy_process_group()
+
+
+def alone(args):
+    """gloo at its defaults, with no Plexus in the processes: its own
+    default group, the same blocks and rounds as main()."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, size = dist.get_rank(), dist.get_world_size()
+
+    def block(t, calls):
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(calls):
+            dist.all_reduce(t)
+        took = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+        dist.all_reduce(took, op=dist.ReduceOp.MAX)
+        return took.item()
+
+    rows = []
+    if rank == 0:
+        print(f"# dist.all_reduce, float32 sum in place, {size} ranks; gloo alone")
+        print(f"# {'bytes':>10} {'calls':>7} {'gloo us':>11}")
+    for text in args.sizes.split(","):
+        nbytes = parse_size(text)
+        t = torch.ones(max(1, nbytes // 4))
+        block(t, 3)
+        c = torch.tensor([max(1, int(args.block_ms / 1000 / max(block(t, 5) / 5, 1e-7)))])
+        dist.broadcast(c, 0)
+        calls = int(c.item())
+        med = statistics.median(block(t, calls) / calls * 1e6 for _ in range(args.rounds))
+        rows.append({"bytes": nbytes, "calls": calls, "gloo_us": med, "ranks": size})
+        if rank == 0:
+            print(f"  {nbytes:>10} {calls:>7} {med:>11.2f}", flush=True)
+    if rank == 0 and args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    dist.barrier()
     dist.destroy_process_group()
 
 
