@@ -271,14 +271,20 @@ double Runner::TimeBatch(Placement p, DType t, ReduceOp op, const Shape& s) {
   // The job's first milliseconds are not its speed: the kernel is still
   // placing the ranks' busy threads on cores (a few load-balancing periods)
   // and pages are first touched. Before the first batch, warm up for at
-  // least kFirstWarmup, the ranks agreeing on how many more iterations.
+  // least kFirstWarmup: rank 0 counts how many more iterations that takes
+  // and tells the others through the store (RankTally: never through the
+  // backend under test, whose wrong results would leave the ranks counting
+  // differently).
   if (!warmed_up_) {
     warmed_up_ = true;
     const double took =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_start).count();
-    const double each = MaxOverRanks(took / std::max(1, args_.warmup_iters));
-    const double left = kFirstWarmup.count() - MaxOverRanks(took);
-    if (left > 0 && each > 0) warm_up(std::min<int64_t>(int64_t(left / each) + 1, 1 << 20));
+    const double each = took / std::max(1, args_.warmup_iters);
+    uint64_t more = 0;
+    if (rank_ == 0 && each > 0 && took < kFirstWarmup.count()) {
+      more = std::min<uint64_t>(uint64_t((kFirstWarmup.count() - took) / each) + 1, 1 << 20);
+    }
+    warm_up(int64_t(tally_.Broadcast(more)));
   }
   // The backend may bound the requests in flight (max_outstanding); waiting
   // for the oldest before posting more keeps within it.
