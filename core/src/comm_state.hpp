@@ -85,6 +85,10 @@ struct CommState {
   // Two-level collectives across hosts (hierarchy/two_level.hpp); null
   // for a flat communicator. Uses only its own groups, not comm.
   std::unique_ptr<TwoLevel> two_level;
+  // The last operation posted to two_level: a flat operation posted while
+  // it runs completes after it (Work::after_), as operations complete in
+  // posting order. Posting threads only (under the posting guard).
+  std::shared_ptr<HostOp> last_host_op;
 
   void AdoptOrphan(plexus_request* req, const PostedOp& posted = {});
   // req (no longer in progress, status status) is done: marks its collective

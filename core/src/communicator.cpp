@@ -471,10 +471,20 @@ Work Communicator::Start(const Status& posted, plexus_request* req, const char* 
     }
     throw Error(posted.code(), s.backend->name(), posted.message());
   }
-  if (!collective) return Work(state_, req, what, detail::PostedOp{});
-  collective->seq = ++s.collectives_posted;
-  if (s.recorder) s.recorder->Posted(collective, collective->seq, PLEXUS_OK);
-  return Work(state_, req, what, *collective);
+  detail::PostedOp op{};
+  if (collective) {
+    collective->seq = ++s.collectives_posted;
+    if (s.recorder) s.recorder->Posted(collective, collective->seq, PLEXUS_OK);
+    op = *collective;
+  }
+  Work work(state_, req, what, op);
+  // Completion in posting order: not before a two-level operation posted earlier.
+  if (s.last_host_op && s.last_host_op->Test() == PLEXUS_IN_PROGRESS) {
+    work.after_ = s.last_host_op;
+  } else {
+    s.last_host_op.reset();
+  }
+  return work;
 }
 
 namespace {
@@ -602,6 +612,7 @@ Work Communicator::Post(const abi::Call& call) {
     std::shared_ptr<detail::HostOp> two;
     const Status st = PostTwoLevel(s, call, &posted, &two);
     if (!st.ok()) throw Error(st.code(), s.backend->name(), st.message());
+    s.last_host_op = two;
     return Work(state_, std::move(two), what, posted);
   }
   const Status st = s.backend->Post(s.comm, call, &req);

@@ -58,6 +58,7 @@ Work::Work(Work&& other) noexcept
     : comm_(std::move(other.comm_)),
       request_(std::exchange(other.request_, nullptr)),
       host_op_(std::move(other.host_op_)),
+      after_(std::move(other.after_)),
       what_(other.what_),
       posted_(other.posted_) {}
 
@@ -173,11 +174,11 @@ void Work::WaitHostOp(std::chrono::milliseconds timeout) {
 // Not for a two-level operation: its worker runs the host's operations one
 // after the other, so a done that waited for the next would wait for itself.
 bool Work::can_notify() const {
-  return !host_op_ && (!request_ || comm_->backend->HasNotify());
+  return !host_op_ && !after_ && (!request_ || comm_->backend->HasNotify());
 }
 
 bool Work::notify_when_done(std::function<void()> done) {
-  if (host_op_) return false;
+  if (host_op_ || after_) return false;
   if (!request_) {
     done();
     return true;
@@ -192,6 +193,10 @@ bool Work::notify_when_done(std::function<void()> done) {
 }
 
 bool Work::test() {
+  if (after_) {
+    if (after_->Test() == PLEXUS_IN_PROGRESS) return false;
+    after_.reset();
+  }
   if (host_op_) return TestHostOp();
   if (!request_) return true;
   const int32_t rc = comm_->backend->Test(request_);
@@ -200,7 +205,22 @@ bool Work::test() {
   return true;
 }
 
+// Waits for the two-level operation posted before this one (its own Work
+// reports how it ended).
+void Work::WaitAfter(std::chrono::milliseconds timeout) {
+  const auto limit = timeout.count() < 0 ? comm_->timeout : timeout;
+  const bool full_wait = limit >= comm_->timeout;
+  if (after_->Wait(full_wait ? 3 * limit + std::chrono::seconds(2) : limit) == PLEXUS_IN_PROGRESS) {
+    throw Error(PLEXUS_ERR_TIMEOUT, comm_->backend->name(),
+                std::string(what_) + " on rank " + std::to_string(comm_->rank) +
+                    " did not complete within " + std::to_string(limit.count()) +
+                    " ms: the two-level operation posted before it is still running");
+  }
+  after_.reset();
+}
+
 void Work::wait(std::chrono::milliseconds timeout) {
+  if (after_) WaitAfter(timeout);
   if (host_op_) return WaitHostOp(timeout);
   if (!request_) return;
   const auto limit = timeout.count() < 0 ? comm_->timeout : timeout;

@@ -81,6 +81,7 @@ class Work {
   void FinishHostOp(int32_t code);  // drops host_op_; throws on failure
   bool TestHostOp();
   void WaitHostOp(std::chrono::milliseconds timeout);
+  void WaitAfter(std::chrono::milliseconds timeout);
   // On a timeout of a collective: which ranks it waited for, from the store.
   std::string StallReport();
   // A failure of a recorded collective: kept with the flight recorder's
@@ -90,6 +91,9 @@ class Work {
   std::shared_ptr<detail::CommState> comm_;
   plexus_request* request_ = nullptr;
   std::shared_ptr<detail::HostOp> host_op_;  // instead of request_
+  // A two-level operation posted before this flat one and still running
+  // then: this one is not complete before it (posting order).
+  std::shared_ptr<detail::HostOp> after_;
   const char* what_ = "";
   detail::PostedOp posted_;  // posted_.seq == 0: not a collective
 };
