@@ -444,6 +444,22 @@ void CheckPostingOrder(plexus::Communicator& comm, uint64_t count) {
   Expect(early == 0, "a barrier posted after a reduce_scatter of " + std::to_string(count) +
                          " float32 per rank completed before it (" + std::to_string(early) +
                          " of 10)");
+  // The other way round: a reduce_scatter (two-level under PLEXUS_HIERARCHY=on)
+  // posted after an alltoall, which never goes in two levels, completes after it.
+  if (!comm.supports(PLEXUS_COLL_ALLTOALL)) return;
+  std::vector<float> a_send(count * n * 4, 1.0f), a_recv(count * n * 4);
+  int ahead = 0;
+  for (int i = 0; i < 10; ++i) {
+    plexus::Work a = comm.alltoall(a_send.data(), a_recv.data(), count * 4, DType::Float32);
+    plexus::Work rs =
+        comm.reduce_scatter(send.data(), recv.data(), count, DType::Float32, ReduceOp::Sum);
+    rs.wait();
+    if (!a.test()) ++ahead;
+    a.wait();
+  }
+  Expect(ahead == 0, "a reduce_scatter of " + std::to_string(count) +
+                         " float32 per rank posted after an alltoall completed before it (" +
+                         std::to_string(ahead) + " of 10)");
 }
 
 }  // namespace

@@ -554,9 +554,17 @@ Status PostTwoLevel(detail::CommState& s, const abi::Call& call, detail::PostedO
   if (!st.ok()) return st;
   const abi::Status rules = abi::CheckCall(call, abi::CommShape{s.rank, s.size});
   if (!rules.ok()) return Status(rules.code, rules.message);
+  // Completion in posting order: the backend completes its operations in
+  // order, so an empty allreduce posted there now completes after every flat
+  // one posted before this (a backend built on the kit does it locally).
+  plexus_request* earlier = nullptr;
+  st = s.backend->Post(
+      s.comm, {PLEXUS_COLL_ALLREDUCE, nullptr, nullptr, 0, PLEXUS_DTYPE_FLOAT32, PLEXUS_OP_SUM},
+      &earlier);
+  if (!st.ok()) return st;
   posted->seq = ++s.collectives_posted;
   if (s.recorder) s.recorder->Posted(posted, posted->seq, PLEXUS_OK);
-  *op = s.two_level->Post(call, *posted);
+  *op = s.two_level->Post(call, *posted, earlier);
   return Status::Ok();
 }
 

@@ -123,7 +123,8 @@ bool TwoLevel::Takes(plexus_collective_t coll, uint64_t bytes) const {
   return bytes >= (coll == PLEXUS_COLL_BROADCAST ? kAutoMinBroadcastBytes : kAutoMinBytes);
 }
 
-std::shared_ptr<HostOp> TwoLevel::Post(const abi::Call& call, const PostedOp& posted) {
+std::shared_ptr<HostOp> TwoLevel::Post(const abi::Call& call, const PostedOp& posted,
+                                       plexus_request* earlier) {
   auto done = std::make_shared<HostOp>();
   void (TwoLevel::*run)(const Op&) = nullptr;
   switch (call.coll) {
@@ -141,16 +142,36 @@ std::shared_ptr<HostOp> TwoLevel::Post(const abi::Call& call, const PostedOp& po
       run = &TwoLevel::RunAllgather;
       break;
     default:
+      if (earlier) flat_->AdoptOrphan(earlier);
       done->Complete(PLEXUS_ERR_INTERNAL,
                      std::string("two-level: no scheme for ") + algos::CollectiveName(call.coll));
       return done;
   }
+  // The parts complete ran; done completes once earlier has too.
+  auto ran = std::make_shared<HostOp>();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back([this, run, a = Op{call, posted, done}] { (this->*run)(a); });
+    queue_.push_back([this, run, a = Op{call, posted, ran}, ran, done, earlier] {
+      (this->*run)(a);
+      if (earlier) AwaitEarlier(earlier);
+      done->Complete(ran->Test(), ran->Message());
+    });
   }
   cv_.notify_one();
   return done;
+}
+
+// Completion in posting order: the flat operations posted before this one
+// complete first (each one's own Work says how; a failure among them has
+// broken the communicator, and so this request, already).
+void TwoLevel::AwaitEarlier(plexus_request* earlier) {
+  Backend& backend = *flat_->backend;
+  (void)backend.Wait(earlier, timeout_.count());
+  if (backend.Test(earlier) == PLEXUS_IN_PROGRESS) {
+    flat_->AdoptOrphan(earlier);
+  } else {
+    (void)backend.FreeRequest(earlier);
+  }
 }
 
 void TwoLevel::Abort() {

@@ -100,8 +100,11 @@ class TwoLevel {
   // have (the groups check it again, too late to tell the caller). Its
   // buffers are BORROWED until the returned op completes, when every part
   // has. posted: the collective as the communicator counted it (a failure is
-  // reported against it, naming the rank at fault).
-  std::shared_ptr<HostOp> Post(const abi::Call& call, const PostedOp& posted);
+  // reported against it, naming the rank at fault). earlier: a request of
+  // the communicator's backend that completes once every operation posted
+  // there before call has, or null; taken over: the op completes after it.
+  std::shared_ptr<HostOp> Post(const abi::Call& call, const PostedOp& posted,
+                               plexus_request* earlier);
 
   // Aborts the groups; operations queued or running fail with ABORTED.
   void Abort();
@@ -121,6 +124,8 @@ class TwoLevel {
   };
   TwoLevel() = default;
   void Run();
+  // Waits for (up to the timeout) and frees the request Post took.
+  void AwaitEarlier(plexus_request* earlier);
   // Cuts a into pieces (scratch for the last one's tail, copied in).
   void Plan(const Op& a, std::vector<Piece>* pieces) const;
   void RunAllreduce(const Op& a);
