@@ -372,10 +372,14 @@ TEST_SUITE("plexus-run") {
   TEST_CASE("sets every rank variable for -n 3 and passes the rest through") {
     auto ranks = VariablesOf3Ranks({}, {"RANK=99", "PLEXUS_WORLD_SIZE=7", "PLEXUS_TOKEN",
                                         "NCCL_DEBUG=INFO", "UCX_TLS=tcp,self", "OMPI_MCA_foo=bar"});
-    const std::string port = ranks[0]["MP"];
+    const std::string port = ranks[0]["PMP"];
+    const std::string torch_port = ranks[0]["MP"];
     const std::string token = ranks[0]["T"];
     CHECK(std::atoi(port.c_str()) > 0);
     CHECK(std::atoi(port.c_str()) < 65536);
+    // MASTER_PORT is torch's env:// rendezvous (its rank 0 binds it), not the store.
+    CHECK(std::atoi(torch_port.c_str()) > 0);
+    CHECK(torch_port != port);
     CHECK(IsHex64(token));
     for (int r = 0; r < 3; ++r) {
       auto& f = ranks[r];
@@ -391,7 +395,7 @@ TEST_SUITE("plexus-run") {
       CHECK(f["PLW"] == "3");
       CHECK(f["MA"] == "127.0.0.1");
       CHECK(f["PMA"] == "127.0.0.1");
-      CHECK(f["MP"] == port);
+      CHECK(f["MP"] == torch_port);
       CHECK(f["PMP"] == port);
       CHECK(f["H"] == "1");
       CHECK(f["T"] == token);
@@ -417,16 +421,18 @@ TEST_SUITE("plexus-run") {
       CHECK(f["H"] == "0");
       CHECK(f["MA"] == "127.0.0.2");
       CHECK(f["PMA"] == "127.0.0.2");
-      CHECK(std::atoi(f["MP"].c_str()) > 0);
-      CHECK(f["PMP"] == ranks[0]["MP"]);
+      CHECK(std::atoi(f["PMP"].c_str()) > 0);
+      CHECK(f["PMP"] == ranks[0]["PMP"]);
+      CHECK(f["MP"] == ranks[0]["MP"]);
+      CHECK(f["MP"] != f["PMP"]);
     }
   }
 
-  TEST_CASE("the store is listening at MASTER_ADDR:MASTER_PORT while ranks run") {
+  TEST_CASE("the store is listening at PLEXUS_MASTER_ADDR:PLEXUS_MASTER_PORT while ranks run") {
     TempDir dir;
     const std::string d = dir.str();
     // Rank 0 publishes the port, then waits (bounded) for the test's go-ahead.
-    const std::string script = "if [ \"$RANK\" = 0 ]; then echo $MASTER_PORT > '" + d +
+    const std::string script = "if [ \"$RANK\" = 0 ]; then echo $PLEXUS_MASTER_PORT > '" + d +
                                "/port.tmp'; mv '" + d + "/port.tmp' '" + d +
                                "/port'; i=0; while [ ! -e '" + d +
                                "/go' ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; fi";

@@ -139,7 +139,7 @@ case "$mode" in
     cat >"$tmp/rank.sh" <<EOF
 #!/bin/sh
 if [ "\$RANK" = 0 ]; then
-  exec "$python" "$client" --token-env --as rank/0 127.0.0.1 "\$MASTER_PORT" \
+  exec "$python" "$client" --token-env --as rank/0 127.0.0.1 "\$PLEXUS_MASTER_PORT" \
     set plexus/rank/0/join/card "\$(printf 'size=3\nbackend=-\nhost=h\npid=1\n')" ';' \
     set plexus/rank/0/plexus/0/auto-backend "$evil" ';' \
     add plexus/join/claims/0 1 ';' set plexus/join/card/0 "\$(printf 'size=3\nbackend=-\nhost=h\npid=1\n')" ';' \

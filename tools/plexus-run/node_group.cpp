@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 
+#include "network_address.hpp"
 #include "store/job_token.hpp"
 #include "store/store_protocol.hpp"
 
@@ -197,6 +198,12 @@ bool NodeGroup::Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* 
     // Node 0 names this start of the job for the ranks' flight-recorder dumps
     // (PLEXUS_JOB_ID), the same on every node.
     if (config.node_rank == 0) info += " job=" + RandomJobId();
+    // And a port of its host for torch.distributed's env:// rendezvous, whose
+    // rank 0 (on this host) hosts a store there (MASTER_PORT).
+    uint16_t port = 0;
+    if (std::string why; config.node_rank == 0 && PickFreePort(config.master_addr, &port, &why)) {
+      info += " torch_port=" + std::to_string(port);
+    }
     st = store->Set(NodeKey(config.node_rank, "info"), ToBytes(info), kCallTimeout);
     if (st.ok() || !retry) break;
     std::this_thread::sleep_for(kJoinPoll);
@@ -246,7 +253,10 @@ bool NodeGroup::Join(const NodeGroupConfig& config, std::unique_ptr<NodeGroup>* 
       if (got.ok() && !value.empty() && their_start == start) {
         seen[j] = true;
         group->hosts_[j] = fields["host"];
-        if (j == 0) group->job_id_ = fields["job"];
+        if (j == 0) {
+          group->job_id_ = fields["job"];
+          group->torch_port_ = uint16_t(std::atoi(fields["torch_port"].c_str()));
+        }
         const std::string differs = Disagreement(config, j, fields);
         if (!differs.empty()) return refuse(differs);
       } else {

@@ -142,6 +142,9 @@ class NodeGroup {
   // Node 0's name for this start of the job (PLEXUS_JOB_ID for the ranks'
   // flight-recorder dumps); "" where node 0 gave none.
   const std::string& job_id() const { return job_id_; }
+  // MASTER_PORT of every rank of this start: the free port node 0 picked on
+  // its host for torch.distributed's env:// rendezvous (0: none).
+  uint16_t torch_port() const { return torch_port_; }
 
   // The start this node joined (a late node of an elastic job joins node 0's).
   int start() const { return start_; }
@@ -193,6 +196,7 @@ class NodeGroup {
   std::optional<FailureKind> verdict_kind_;
   bool verdict_refused_ = false;  // a contradicting verdict was logged
   std::string job_id_;
+  uint16_t torch_port_ = 0;
   bool store_gone_ = false;       // node 0 was declared gone (the store with it)
   bool all_done_ = false;
   bool pending_sent_ = true;  // false while a local report waits to be sent

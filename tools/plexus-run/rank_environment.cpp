@@ -12,14 +12,16 @@ constexpr VariableDoc kVariables[] = {
     {"LOCAL_WORLD_SIZE", "ranks on this host: -n (equal to WORLD_SIZE on one host)"},
     {"GROUP_RANK", "this host's node rank: --node-rank (0 on one host), as torchrun sets it"},
     {"MASTER_ADDR", "address of the rendezvous store (--master-addr)"},
-    {"MASTER_PORT", "port of the rendezvous store"},
+    {"MASTER_PORT",
+     "a free port there for torch.distributed's env:// rendezvous, whose rank 0 hosts a store "
+     "of its own (as under torchrun); not the rendezvous store's, which is PLEXUS_MASTER_PORT"},
     {"PLEXUS_RANK", "same as RANK"},
     {"PLEXUS_WORLD_SIZE", "same as WORLD_SIZE"},
     {"PLEXUS_LOCAL_RANK", "same as LOCAL_RANK"},
     {"PLEXUS_LOCAL_WORLD_SIZE", "same as LOCAL_WORLD_SIZE"},
     {"PLEXUS_GROUP_RANK", "same as GROUP_RANK"},
     {"PLEXUS_MASTER_ADDR", "same as MASTER_ADDR"},
-    {"PLEXUS_MASTER_PORT", "same as MASTER_PORT"},
+    {"PLEXUS_MASTER_PORT", "port of the rendezvous store (Plexus prefers it to MASTER_PORT)"},
     {"PLEXUS_STORE_HOSTED",
      "1: plexus-run serves the store, ranks only connect; 0 with --no-store (rank 0 hosts it)"},
     {"PLEXUS_TOKEN",
@@ -61,6 +63,7 @@ std::vector<std::string> BuildRankEnvironment(const std::vector<std::string>& ba
   const std::string lr = std::to_string(rank);
   const std::string ln = std::to_string(local_size);
   const std::string port = std::to_string(job.master_port);
+  const std::string torch_port = std::to_string(job.torch_port ? job.torch_port : job.master_port);
   for (const char* prefix : {"", "PLEXUS_"}) {
     const std::string p = prefix;
     env.push_back(p + "RANK=" + r);
@@ -69,7 +72,7 @@ std::vector<std::string> BuildRankEnvironment(const std::vector<std::string>& ba
     env.push_back(p + "LOCAL_WORLD_SIZE=" + ln);
     env.push_back(p + "GROUP_RANK=" + std::to_string(job.node_rank));
     env.push_back(p + "MASTER_ADDR=" + job.master_addr);
-    env.push_back(p + "MASTER_PORT=" + port);
+    env.push_back(p + "MASTER_PORT=" + (p.empty() ? torch_port : port));
   }
   env.push_back(std::string("PLEXUS_STORE_HOSTED=") + (job.store_hosted ? "1" : "0"));
   env.push_back("PLEXUS_TOKEN=" + job.token);

@@ -18,6 +18,9 @@ struct JobInfo {
   int node_rank = 0;         // this host's node rank (--node-rank)
   std::string master_addr;
   uint16_t master_port = 0;
+  // MASTER_PORT: where torch.distributed's env:// rendezvous meets (its rank 0
+  // hosts a store there, as under torchrun), on master_addr; 0: master_port.
+  uint16_t torch_port = 0;
   bool store_hosted = true;  // the launcher serves the store; ranks only connect
   std::string token;         // PLEXUS_TOKEN
   int restart_count = 0;     // PLEXUS_RESTART_COUNT: starts after the first (--max-restarts)

@@ -301,6 +301,14 @@ int RunStart(const Options& opts, const JobInfo& given_job, const std::string& p
     if (code) return *code;
   }
 
+  // MASTER_PORT for torch.distributed's env:// rendezvous (its rank 0 hosts a
+  // store there): node 0's pick across hosts; else a free port here, racy as
+  // torchrun's --standalone (0, on failure: the store's port, as before).
+  if (group) {
+    job.torch_port = group->torch_port();
+  } else if (std::string why; !PickFreePort(opts.master_addr, &job.torch_port, &why)) {
+    job.torch_port = 0;
+  }
   LaunchConfig config = BaseLaunchConfig(opts);
   const std::vector<std::string> base_env = BaseEnvironment(group.get());
   if (!AddRankEnvironments(opts, job, base_env, &config)) {
