@@ -19,7 +19,18 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from . import _C
+from ._built_with import TORCH_VERSION as _BUILT_WITH
+
+# _C links LibTorch's C++ symbols, which differ between torch versions: a
+# mismatch would end in an undefined symbol at best, so say it first.
+if torch.__version__ != _BUILT_WITH:
+    raise ImportError(
+        f"plexus_torch was built against torch {_BUILT_WITH}, but this Python has torch "
+        f"{torch.__version__} ({os.path.dirname(torch.__file__)}): rebuild plexus_torch against "
+        f"it (meson configure BUILD -Dtorch_path={os.path.dirname(torch.__file__)} && ninja -C "
+        f"BUILD, or scripts/build.sh with that torch in the checkout's .venv)")
+
+from . import _C  # noqa: E402  (after the version check)
 
 __all__ = ["init_process_group", "plexus_backend"]
 
